@@ -1,0 +1,70 @@
+"""pskd_jax: exact, fast ``.psk.d`` data and checkpoints for JAX.
+
+The data side (this package's top level) imports numpy and ml_dtypes, never JAX, so the command
+line answers at once; JAX enters only in the modules that make device arrays.
+"""
+
+from pskd_jax.container import (
+    MAGIC,
+    Header,
+    Reader,
+    WriteResult,
+    Writer,
+    encode_header,
+    read_header,
+    write,
+    write_encoded,
+    write_stream,
+)
+from pskd_jax.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
+from pskd_jax.errors import CODES, PskdError
+from pskd_jax.inspection import Distance, diff, export_json, info_lines
+from pskd_jax.pack import pack_file
+from pskd_jax.sample_type import Layout, Leaf, format_type, header_text, parse_type
+from pskd_jax.shuffle import shuffle_order
+from pskd_jax.text import char_vocab, decode_file, encode_file, read_tokens, read_vocab, write_vocab
+from pskd_jax.tree import flatten, layout_of_template
+from pskd_jax.windows import lm_windows_file, window_type
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CODES",
+    "Distance",
+    "Encoding",
+    "Header",
+    "Layout",
+    "Leaf",
+    "MAGIC",
+    "PskdError",
+    "Reader",
+    "Rounding",
+    "WriteResult",
+    "Writer",
+    "char_vocab",
+    "decode_file",
+    "diff",
+    "encode_file",
+    "encode_header",
+    "export_json",
+    "flatten",
+    "format_type",
+    "header_text",
+    "index_dtype",
+    "info_lines",
+    "layout_of_template",
+    "lm_windows_file",
+    "pack_file",
+    "parse_type",
+    "read_header",
+    "read_tokens",
+    "read_vocab",
+    "round_f64_to_bf16",
+    "shuffle_order",
+    "to_f64",
+    "window_type",
+    "write",
+    "write_encoded",
+    "write_stream",
+    "write_vocab",
+]

@@ -1,0 +1,1 @@
+"""The ``pskd`` command line: absl apps, thin layers over :mod:`pskd_jax`."""

@@ -1,0 +1,108 @@
+"""The data commands: chars, encode, decode, pack, lm-windows, info, diff, export."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterator
+
+from pskd_jax import inspection, pack, text, windows
+from pskd_jax.sample_type import Layout
+
+
+def _chars(args) -> Iterator[str]:
+    vocab, characters = text.char_vocab(args.input)
+    text.write_vocab(args.output, vocab)
+    yield f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)"
+
+
+def _encode(args) -> Iterator[str]:
+    vocab = text.read_vocab(args.vocab)
+    count = text.encode_file(args.input, vocab, args.output)
+    yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
+
+
+def _decode(args) -> Iterator[str]:
+    vocab = text.read_vocab(args.vocab)
+    count = text.decode_file(args.input, vocab, args.output)
+    yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
+
+
+def _pack(args) -> Iterator[str]:
+    layout = Layout.of_type(args.type)
+    encodings = pack.parse_encodings(args.encoding, layout)
+    result = pack.pack_file(args.input, args.type, args.output, encodings=encodings,
+                            round_to_encoding=args.round)
+    labels = "" if result.version == 1 else ", encodings " + " ".join(e.label for e in result.encodings)
+    yield f"pskd: wrote {args.output} ({result.count} samples of type {result.type_text}{labels})"
+    for report in result.rounding:
+        yield f"pskd: {report.describe()}"
+
+
+def _lm_windows(args) -> Iterator[str]:
+    result = windows.lm_windows_file(args.input, args.output, vocab=args.vocab, seq=args.seq,
+                                     stride=args.stride)
+    yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
+           f"from {result.tokens} tokens)")
+
+
+def _info(args) -> Iterator[str]:
+    yield from inspection.info_lines(args.file, samples=args.samples)
+
+
+def _diff(args) -> Iterator[str]:
+    distance = inspection.diff(args.a, args.b)
+    how = " (flat, without the layout)" if distance.without_layout else ""
+    yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
+           f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
+
+
+def _export(args) -> Iterator[str]:
+    count = inspection.export_json(args.file, args.output)
+    yield f"pskd: wrote {args.output} ({count} samples as JSON)"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
+        parser = subparsers.add_parser(name, help=help_text, description=help_text)
+        parser.set_defaults(handler=handler)
+        return parser
+
+    p = command("chars", _chars, "Build the character vocabulary of a UTF-8 text (a JSON array).")
+    p.add_argument("input", metavar="INPUT.txt")
+    p.add_argument("-o", "--output", required=True, metavar="VOCAB.json")
+
+    p = command("encode", _encode, "Encode a text as whitespace-separated token indices.")
+    p.add_argument("input", metavar="INPUT.txt")
+    p.add_argument("--vocab", required=True, metavar="VOCAB.json")
+    p.add_argument("-o", "--output", required=True, metavar="TOKENS.txt")
+
+    p = command("decode", _decode, "Decode token indices back to text (the inverse of encode).")
+    p.add_argument("input", metavar="TOKENS.txt")
+    p.add_argument("--vocab", required=True, metavar="VOCAB.json")
+    p.add_argument("-o", "--output", required=True, metavar="OUTPUT.txt")
+
+    p = command("pack", _pack, "Pack one sample a line of text values into a .psk.d file.")
+    p.add_argument("input", metavar="INPUT.txt")
+    p.add_argument("--type", required=True, help="the sample type, e.g. '(idx[10][], ℝ[3])'")
+    p.add_argument("--encoding", help="f64, f32 or bf16 for every real leaf, or a comma list, one per leaf ('-' for an idx leaf)")
+    p.add_argument("--round", action="store_true", help="round reals to their encoding (half-even) and report the largest error")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
+
+    p = command("lm-windows", _lm_windows, "Cut a token stream into language-modelling windows.")
+    p.add_argument("input", metavar="TOKENS.txt")
+    p.add_argument("--vocab", required=True, type=int, metavar="V", help="vocabulary size (tokens are below it)")
+    p.add_argument("--seq", required=True, type=int, metavar="T", help="window length")
+    p.add_argument("--stride", type=int, metavar="S", help="distance between window starts (default T)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
+
+    p = command("info", _info, "Print a file's header, encodings and first samples.")
+    p.add_argument("file", metavar="FILE.psk.d")
+    p.add_argument("--samples", type=int, default=2, metavar="N", help="how many samples to show")
+
+    p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
+    p.add_argument("a", metavar="A.psk.d")
+    p.add_argument("b", metavar="B.psk.d")
+
+    p = command("export", _export, "Write a file's samples as JSON, every real exact.")
+    p.add_argument("file", metavar="FILE.psk.d")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.json")

@@ -1,0 +1,56 @@
+"""``pskd``: one command, a subcommand per job.
+
+Each command group lives in a module beside this one and adds its subcommands with
+``register(subparsers)``; a subcommand's handler takes the parsed arguments and returns the line
+it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from absl import app
+from absl.flags import argparse_flags
+
+from apps import data_commands
+from pskd_jax.errors import PskdError
+
+COMMAND_GROUPS = (data_commands,)
+
+
+def make_parser() -> argparse_flags.ArgumentParser:
+    parser = argparse_flags.ArgumentParser(
+        prog="pskd", description="Data and checkpoint tools for .psk.d files."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(subparsers)
+    return parser
+
+
+def parse_flags(argv: Sequence[str]):
+    return make_parser().parse_args(argv[1:])
+
+
+def main(args) -> None:
+    try:
+        for line in args.handler(args):
+            print(line, flush=True)
+    except PskdError as e:
+        print(f"pskd: {e}", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.stderr.close()  # a reader such as `head` stopped reading: not an error of ours
+    except KeyboardInterrupt:
+        print("pskd: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+def run() -> None:
+    """The console-script entry point."""
+    app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,89 @@
+"""The demo: a real text through the data commands, run as a user runs them.
+
+The text is the Python standard library's own ``.py`` sources, which every machine with Python
+has: they go through ``pskd chars`` → ``pskd encode`` → ``pskd lm-windows`` → ``pskd info``, and the
+windows are read back with the library to show a batch.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "out" / "demo"
+TEXT_BYTES = 8 << 20  # 8 MB of source text: big enough to mean something, quick on 2 cores
+
+
+def gather_stdlib_text(destination: pathlib.Path, limit: int) -> int:
+    """Concatenates UTF-8 ``.py`` files of the standard library, in sorted order, up to ``limit`` bytes."""
+    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    written = 0
+    with open(destination, "wb") as out:
+        for path in sorted(stdlib.rglob("*.py")):
+            if "site-packages" in path.parts or written >= limit:
+                continue
+            data = path.read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # a few test files are deliberately not UTF-8
+            out.write(data[: limit - written])
+            written += min(len(data), limit - written)
+    # The cut may have split a multi-byte character: drop any partial tail.
+    text = destination.read_bytes().decode("utf-8", errors="ignore")
+    destination.write_text(text, encoding="utf-8")
+    return len(text.encode("utf-8"))
+
+
+def pskd(*args: str) -> None:
+    """Runs one ``pskd`` command the way a user would, echoing it and timing it."""
+    print("$ pskd " + " ".join(args), flush=True)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "apps.pskd", *args], check=True, cwd=ROOT)
+    print(f"  ({time.perf_counter() - started:.2f} s)", flush=True)
+
+
+def main() -> None:
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    text = OUT / "stdlib.txt"
+    size = gather_stdlib_text(text, TEXT_BYTES)
+    print(f"demo: {size / 1e6:.1f} MB of the standard library's Python sources in {text.relative_to(ROOT)}")
+    rel = lambda p: str(p.relative_to(ROOT))  # noqa: E731 - paths as a user would type them
+    vocab, tokens, windows = OUT / "vocab.json", OUT / "tokens.txt", OUT / "windows.psk.d"
+    pskd("chars", rel(text), "-o", rel(vocab))
+    pskd("encode", rel(text), "--vocab", rel(vocab), "-o", rel(tokens))
+    import json
+
+    vocab_size = len(json.loads(vocab.read_text(encoding="utf-8")))
+    pskd("lm-windows", "--vocab", str(vocab_size), "--seq", "128", rel(tokens), "-o", rel(windows))
+    pskd("info", rel(windows), "--samples", "1")
+    pskd("decode", rel(tokens), "--vocab", rel(vocab), "-o", rel(OUT / "roundtrip.txt"))
+    same = (OUT / "roundtrip.txt").read_bytes() == text.read_bytes()
+    print(f"demo: decode(encode(text)) == text: {same}")
+    if not same:
+        sys.exit("demo: the round trip changed the text")
+
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    import pskd_jax
+
+    with pskd_jax.Reader(windows) as reader:
+        order = pskd_jax.shuffle_order(len(reader), seed=0, epoch=1, start=0, stop=4)
+        inputs, targets = reader.gather(order)
+        vocab_list = json.loads(vocab.read_text(encoding="utf-8"))
+        print(f"demo: a shuffled batch of {len(order)} windows {list(map(int, order))}: inputs {inputs.shape} {inputs.dtype}")
+        print("demo: window %d reads %r" % (order[0], "".join(vocab_list[t] for t in inputs[0][:60])))
+        assert np.array_equal(inputs[:, 1:], targets[:, :-1]), "targets are inputs shifted by one"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,667 @@
+"""The ``.psk.d`` container: its byte layout, a reader over a memory map, and writers.
+
+Byte layout
+===========
+
+A ``.psk.d`` file holds ``count`` samples of one sample type, all little-endian::
+
+    offset  size       field
+    0       4          magic, the bytes b"PSKD"
+    4       2          version, u16: 1 or 2
+    6       4          type_len, u32: length in bytes of the type text
+    10      type_len   the sample type, UTF-8 (see pskd_jax.sample_type)
+    ..      8          count, u64: the number of samples
+    -- version 2 only --
+    ..      4          leaves, u32: the number of leaves of the type
+    ..      leaves     one encoding byte per leaf in storage order:
+                       0 = f64 (and every idx leaf), 1 = f32, 2 = bf16
+    -- then --
+    data_offset        the samples, back to back, each ``sample_bytes`` long
+
+A sample is its leaves in storage order (tuple elements left to right; a parameter tree's fields
+in declaration order), each leaf a row-major tensor of:
+
+- ``idx[N]``: the smallest of u8, u16, u32, u64 that holds N − 1;
+- ``ℝ``: f64 in version 1; in version 2 the leaf's encoding (bf16 being the upper sixteen bits of
+  the f32 of the same value).
+
+Rules:
+
+- A writer MUST write version 1 when every real leaf is f64, so that an all-f64 file is the same
+  bytes whichever writer wrote it, and version 2 otherwise. A reader MUST read both.
+- Sample k starts at ``data_offset + k * sample_bytes``.
+- A file longer than ``count`` samples has trailing bytes (an interrupted append): readers read
+  ``count`` samples and MAY report the trailing bytes. A file shorter than ``count`` samples is
+  truncated (E9003).
+- An idx leaf MUST carry encoding 0 in a version 2 header.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import struct
+from typing import Any, BinaryIO, Iterable, Sequence
+
+import numpy as np
+
+from pskd_jax import tree as tree_lib
+from pskd_jax.encodings import (
+    REAL_DISK_DTYPES,
+    REAL_DTYPES,
+    Encoding,
+    Rounding,
+    Site,
+    check_finite,
+    encoding_of_dtype,
+    index_dtype,
+    narrow,
+    to_f64,
+    to_index,
+)
+from pskd_jax.errors import MISMATCH, NOT_CLOSED, NOT_PSKD, TRUNCATED, PskdError
+from pskd_jax.fileio import atomic_output, fsync_directory, temporary_path_for
+from pskd_jax.sample_type import Layout, Leaf, ParamsType, header_text, parse_type
+
+MAGIC = b"PSKD"
+VERSION_F64 = 1  # every real leaf f64
+VERSION_ENCODED = 2  # per-leaf encodings in the header
+VERSIONS = (VERSION_F64, VERSION_ENCODED)
+_U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
+MAX_TYPE_BYTES = 1 << 20  # far more than any real type; bounds what a hostile header can ask for
+
+
+# --------------------------------------------------------------------------------------------
+# Header
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """A parsed header. ``encodings`` has one entry per leaf (all F64 in a version 1 file whose
+    layout is known; ``None`` for a version 1 ``params`` file before its layout is supplied)."""
+
+    version: int
+    type_text: str
+    count: int
+    encodings: tuple[Encoding, ...] | None
+    data_offset: int
+
+    @property
+    def is_params(self) -> bool:
+        return isinstance(parse_type(self.type_text), ParamsType)
+
+
+def encode_header(type_text: str, count: int, encodings: Sequence[Encoding]) -> bytes:
+    """The header bytes; version 1 when every encoding is f64, else version 2.
+
+    >>> encode_header("ℝ[]", 3, [Encoding.F64]).hex(" ")
+    '50 53 4b 44 01 00 05 00 00 00 e2 84 9d 5b 5d 03 00 00 00 00 00 00 00'
+    """
+    type_bytes = type_text.encode("utf-8")
+    narrower = any(e != Encoding.F64 for e in encodings)
+    version = VERSION_ENCODED if narrower else VERSION_F64
+    parts = [MAGIC, _U16.pack(version), _U32.pack(len(type_bytes)), type_bytes, _U64.pack(count)]
+    if narrower:
+        parts += [_U32.pack(len(encodings)), bytes(int(e) for e in encodings)]
+    return b"".join(parts)
+
+
+def _read_exact(f: BinaryIO, n: int, what: str, path: str) -> bytes:
+    """Reads exactly n bytes or fails saying what was expected and what was found (E9003)."""
+    data = f.read(n)
+    if len(data) != n:
+        raise PskdError(TRUNCATED, f"{path}: truncated in the header: {what} needs {n} bytes, {len(data)} remain")
+    return data
+
+
+def read_header(f: BinaryIO, path: str, file_size: int) -> Header:
+    """Reads and checks the header at the start of ``f``."""
+    if file_size < len(MAGIC):
+        raise PskdError(NOT_PSKD, f"{path}: not a .psk.d file ({file_size} bytes, no magic)")
+    magic = f.read(4)
+    if magic != MAGIC:
+        raise PskdError(NOT_PSKD, f"{path}: not a .psk.d file (magic {magic!r}, expected b'PSKD')")
+    (version,) = _U16.unpack(_read_exact(f, 2, "the version", path))
+    if version not in VERSIONS:
+        raise PskdError(NOT_PSKD, f"{path}: unsupported version {version} (this reader reads 1 and 2)")
+    (type_len,) = _U32.unpack(_read_exact(f, 4, "the type length", path))
+    if type_len > min(MAX_TYPE_BYTES, file_size):
+        raise PskdError(TRUNCATED, f"{path}: a type of {type_len} bytes announced in a file of {file_size} bytes")
+    raw_type = _read_exact(f, type_len, "the type", path)
+    try:
+        type_text = raw_type.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PskdError(NOT_PSKD, f"{path}: the type text is not UTF-8 (byte {e.start})") from None
+    (count,) = _U64.unpack(_read_exact(f, 8, "the count", path))
+    encodings = None
+    offset = 4 + 2 + 4 + type_len + 8
+    if version == VERSION_ENCODED:
+        (n_leaves,) = _U32.unpack(_read_exact(f, 4, "the leaf count", path))
+        if n_leaves > file_size:
+            raise PskdError(TRUNCATED, f"{path}: {n_leaves} leaf encodings announced in a file of {file_size} bytes")
+        raw = _read_exact(f, n_leaves, "the leaf encodings", path)
+        bad = [b for b in raw if b not in tuple(Encoding)]
+        if bad:
+            raise PskdError(NOT_PSKD, f"{path}: encoding byte {bad[0]} (expected 0 f64, 1 f32 or 2 bf16)")
+        encodings = tuple(Encoding(b) for b in raw)
+        offset += 4 + n_leaves
+    return Header(version, type_text, count, encodings, offset)
+
+
+# --------------------------------------------------------------------------------------------
+# Leaf placement shared by the reader and the writers
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where each leaf sits in a sample and how its elements are stored."""
+
+    layout: Layout
+    encodings: tuple[Encoding, ...]
+    offsets: tuple[int, ...]
+    disk_dtypes: tuple[np.dtype, ...]
+    sample_bytes: int
+
+    @classmethod
+    def of(cls, layout: Layout, encodings: Sequence[Encoding] | None, path: str = "") -> "Placement":
+        where = f"{path}: " if path else ""
+        if encodings is None:
+            encodings = [Encoding.F64] * len(layout.leaves)
+        if len(encodings) != len(layout.leaves):
+            raise PskdError(
+                MISMATCH,
+                f"{where}{len(encodings)} leaf encodings for a type of {len(layout.leaves)} leaves",
+            )
+        offsets, dtypes, position = [], [], 0
+        for leaf, encoding in zip(layout.leaves, encodings):
+            if leaf.is_real:
+                dtype = REAL_DISK_DTYPES[Encoding(encoding)]
+            elif encoding != Encoding.F64:
+                raise PskdError(
+                    NOT_PSKD,
+                    f"{where}leaf {leaf.path or '(root)'} is idx[{leaf.bound}] but its encoding is "
+                    f"{Encoding(encoding).label}; idx leaves carry encoding 0",
+                )
+            else:
+                dtype = index_dtype(leaf.bound)
+            offsets.append(position)
+            dtypes.append(dtype)
+            position += leaf.size * dtype.itemsize
+        return cls(layout, tuple(Encoding(e) for e in encodings), tuple(offsets), tuple(dtypes), position)
+
+    def value_dtype(self, i: int) -> np.dtype:
+        """The dtype of leaf i's values in memory (bfloat16 for bf16, whose disk dtype is u2)."""
+        leaf = self.layout.leaves[i]
+        return REAL_DTYPES[self.encodings[i]] if leaf.is_real else self.disk_dtypes[i]
+
+
+# --------------------------------------------------------------------------------------------
+# Reader
+
+
+class Reader:
+    """Random access to the samples of a ``.psk.d`` file through a read-only memory map.
+
+    ``layout`` supplies the leaves of a ``params`` file: a :class:`Layout` or a template pytree
+    (arrays or ``jax.ShapeDtypeStruct``s in declaration order). Closed types need none.
+
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.psk.d")
+    >>> _ = write(path, "(idx[64][seq: 4], ℝ[])", (np.arange(8).reshape(2, 4), np.array([0.5, 1.5])))
+    >>> with Reader(path) as r:
+    ...     print(len(r), r[1], r.gather([1, 0, 1])[1])
+    2 (array([4, 5, 6, 7], dtype=uint8), array(1.5)) [1.5 0.5 1.5]
+    """
+
+    def __init__(self, path: str | os.PathLike, *, layout: Layout | Any | None = None):
+        self.path = os.fspath(path)
+        try:
+            with open(self.path, "rb") as f:
+                self.file_size = os.fstat(f.fileno()).st_size
+                self.header = read_header(f, self.path, self.file_size)
+                self._map = (
+                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.file_size else None
+                )
+        except OSError as e:
+            raise PskdError(NOT_PSKD, f"{self.path}: cannot read: {e.strerror or e}") from None
+        self.layout: Layout | None = None
+        self.placement: Placement | None = None
+        self._views: list[np.ndarray] = []
+        try:
+            parsed = parse_type(self.header.type_text)
+        except PskdError as e:
+            raise PskdError(e.code, f"{self.path}: {e.message}") from None
+        if layout is not None:
+            self.with_layout(layout)
+        elif not isinstance(parsed, ParamsType):
+            self.with_layout(Layout.of_type(parsed))
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def with_layout(self, layout: Layout | Any) -> "Reader":
+        """Supplies (or replaces) the layout; returns the reader."""
+        if not isinstance(layout, Layout):
+            layout = tree_lib.layout_of_template(layout)
+        encodings = self.header.encodings
+        if encodings is not None and len(encodings) != len(layout.leaves):
+            raise PskdError(
+                MISMATCH,
+                f"{self.path}: the header lists {len(encodings)} leaves, the layout has {len(layout.leaves)}",
+            )
+        placement = Placement.of(layout, encodings, self.path)
+        self._check_size(placement.sample_bytes)
+        self.layout, self.placement = layout, placement
+        self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
+        return self
+
+    def _check_size(self, sample_bytes: int) -> None:
+        needed = self.header.data_offset + self.header.count * sample_bytes
+        if needed > self.file_size:
+            present = (self.file_size - self.header.data_offset) // sample_bytes if sample_bytes else 0
+            raise PskdError(
+                TRUNCATED,
+                f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes announced, "
+                f"{max(present, 0)} present ({self.file_size} bytes, {needed} needed)",
+            )
+
+    def _require_layout(self) -> Placement:
+        if self.placement is None:
+            raise PskdError(
+                NOT_CLOSED,
+                f"{self.path}: type {self.header.type_text!r} needs its layout "
+                "(Reader(path, layout=template) or reader.with_layout(...))",
+            )
+        return self.placement
+
+    def _leaf_view(self, i: int) -> np.ndarray:
+        """Leaf i of every sample as one strided array over the map (no copy)."""
+        placement = self.placement
+        leaf = placement.layout.leaves[i]
+        disk = placement.disk_dtypes[i]
+        count = self.header.count
+        if self._map is None or count == 0 or placement.sample_bytes == 0:
+            return np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
+        inner_strides = tuple(int(s) for s in np.empty(leaf.shape, dtype=disk).strides)
+        view = np.ndarray(
+            (count, *leaf.shape),
+            dtype=disk,
+            buffer=self._map,
+            offset=self.header.data_offset + placement.offsets[i],
+            strides=(placement.sample_bytes, *inner_strides),
+        )
+        return view.view(placement.value_dtype(i)) if disk != placement.value_dtype(i) else view
+
+    # -- access ------------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return self.header.count
+
+    @property
+    def sample_bytes(self) -> int:
+        return self._require_layout().sample_bytes
+
+    @property
+    def trailing_bytes(self) -> int:
+        """Bytes after the last sample (left by an interrupted append)."""
+        return self.file_size - self.header.data_offset - self.header.count * self.sample_bytes
+
+    def __len__(self) -> int:
+        return self.header.count
+
+    def _check_index(self, index: int) -> int:
+        count = self.header.count
+        position = index + count if index < 0 else index
+        if not 0 <= position < count:
+            raise PskdError(TRUNCATED, f"{self.path}: sample {index} is beyond the count {count}")
+        return position
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` as its pytree of fresh arrays."""
+        placement = self._require_layout()
+        position = self._check_index(int(index))
+        return placement.layout.unflatten([np.array(view[position]) for view in self._views])
+
+    def gather(self, indices: Sequence[int] | np.ndarray) -> Any:
+        """The samples at ``indices``, stacked under a leading batch axis: one vectorised read per leaf."""
+        placement = self._require_layout()
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            raise PskdError(TRUNCATED, f"{self.path}: sample indices must be integers, got {indices.dtype}")
+        indices = indices.astype(np.intp, copy=False)
+        if indices.size and (indices.min() < 0 or indices.max() >= self.header.count):
+            bad = indices[(indices < 0) | (indices >= self.header.count)][0]
+            raise PskdError(TRUNCATED, f"{self.path}: sample {bad} is beyond the count {self.header.count}")
+        return placement.layout.unflatten([view.take(indices, axis=0) for view in self._views])
+
+    def leaves(self) -> list[np.ndarray]:
+        """Every leaf of every sample as a read-only view of the map, shape (count, *leaf.shape)."""
+        self._require_layout()
+        return list(self._views)
+
+    def samples(self) -> Any:
+        """All samples as one batched pytree of read-only views (no copy)."""
+        return self._require_layout().layout.unflatten(self.leaves())
+
+    def raw_data(self) -> memoryview:
+        """The bytes of the ``count`` samples (whole data region if the layout is unknown)."""
+        if self._map is None:
+            return memoryview(b"")
+        end = self.file_size
+        if self.placement is not None:
+            end = self.header.data_offset + self.header.count * self.placement.sample_bytes
+        return memoryview(self._map)[self.header.data_offset : end]
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._views = []
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # A caller still holds a view of the map; it stays valid and closes with them.
+                pass
+            self._map = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Writers
+
+
+@dataclasses.dataclass
+class WriteResult:
+    """What a writer wrote: the header fields and, per rounded leaf, what rounding did."""
+
+    path: str
+    type_text: str
+    version: int
+    count: int
+    encodings: tuple[Encoding, ...]
+    rounding: list[Rounding]
+
+
+class Writer:
+    """Appends batches of samples to a new ``.psk.d`` file, replacing ``path`` whole on close.
+
+    ``encodings`` gives each leaf's encoding in storage order (default: all f64, version 1);
+    a value its encoding does not hold is refused (E9004) unless ``round_to_encoding``.
+    Each batch is a pytree of the layout whose leaves carry a leading batch axis.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        sample_type: str,
+        *,
+        encodings: Sequence[Encoding | str] | None = None,
+        layout: Layout | Any | None = None,
+        round_to_encoding: bool = False,
+        durable: bool = True,
+    ):
+        self.path = os.fspath(path)
+        self.type_text = header_text(sample_type)
+        layout = resolve_layout(self.type_text, layout)
+        if encodings is not None:
+            encodings = [Encoding.parse(e) if isinstance(e, str) else Encoding(e) for e in encodings]
+        self.placement = Placement.of(layout, encodings, self.path)
+        self.round_to_encoding = round_to_encoding
+        self.durable = durable
+        self.count = 0
+        self.rounding: dict[int, Rounding] = {}
+        self._header_length = len(self._header())
+        fd, self._tmp = temporary_path_for(self.path)
+        self._file = os.fdopen(fd, "w+b")
+        self._file.write(b"\0" * self._header_length)  # rewritten with the count on close
+
+    def _header(self) -> bytes:
+        return encode_header(self.type_text, self.count, self.placement.encodings)
+
+    def append(self, batch: Any, *, row_names: Sequence[str] | None = None) -> None:
+        """Appends a batch: a pytree of the layout, every leaf with a leading batch axis.
+
+        ``row_names`` names each sample in error messages (pack names its input lines)."""
+        columns = self.encode_batch(batch, row_names)
+        n = columns[0].shape[0] if columns else 0
+        placement = self.placement
+        if len(columns) == 1:
+            self._write(columns[0])
+        else:
+            records = np.empty(n, dtype=_record_dtype(placement))
+            for i, column in enumerate(columns):
+                records[f"f{i}"] = column
+            self._write(records)
+        self.count += n
+
+    def _write(self, array: np.ndarray) -> None:
+        try:
+            self._file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+        except OSError as e:
+            self.abort()
+            raise PskdError(TRUNCATED, f"{self.path}: write failed: {e.strerror or e}") from None
+
+    def encode_batch(self, batch: Any, row_names: Sequence[str] | None = None) -> list[np.ndarray]:
+        """A batch → one on-disk array per leaf, shape (n, *leaf.shape), checked and encoded."""
+        placement = self.placement
+        layout = placement.layout
+        values = _leaf_values(layout, batch, self.path)
+        columns, n = [], None
+        for i, (leaf, value) in enumerate(zip(layout.leaves, values)):
+            array = np.asarray(value) if not isinstance(value, np.ndarray) else value
+            if array.ndim == 0 or (array.dtype == object and array.ndim == 0):
+                raise PskdError(MISMATCH, f"{self.path}: leaf {leaf.path or '(root)'}: no batch axis")
+            tree_lib.check_leaf_shape(leaf, array, batched=True)
+            if n is None:
+                n = array.shape[0]
+            elif array.shape[0] != n:
+                raise PskdError(
+                    MISMATCH,
+                    f"{self.path}: leaf {leaf.path or '(root)'} has {array.shape[0]} samples, "
+                    f"the first leaf {n}",
+                )
+            site = Site(f"{self.path}: leaf {leaf.path or '(root)'}", row_names, self.count)
+            columns.append(self._encode_leaf(i, leaf, array, site))
+        return columns
+
+    def _encode_leaf(self, i: int, leaf: Leaf, array: np.ndarray, where: Site) -> np.ndarray:
+        placement = self.placement
+        if not leaf.is_real:
+            return to_index(array, leaf.bound, leaf=where).astype(placement.disk_dtypes[i], copy=False)
+        encoding = placement.encodings[i]
+        if array.dtype == REAL_DTYPES[encoding]:
+            # Already exactly in its encoding: only finiteness to check, no copy to f64.
+            check_finite_encoded(array, encoding, where)
+            narrowed, report = array, None
+        else:
+            narrowed, report = narrow(
+                to_f64(array, leaf=where), encoding, leaf=where, round_to_encoding=self.round_to_encoding
+            )
+        if report is not None:
+            report.where = (self.count + report.where[0], *report.where[1:]) if report.where else ()
+            if i in self.rounding:
+                self.rounding[i].merge(report)
+            else:
+                self.rounding[i] = report
+        return narrowed.astype(REAL_DTYPES[encoding], copy=False).view(placement.disk_dtypes[i])
+
+    def flush(self) -> None:
+        """Writes the data so far and rewrites the header's count (the temporary file only)."""
+        self._file.flush()
+        self._file.seek(0)
+        self._file.write(self._header())
+        self._file.seek(0, os.SEEK_END)
+        self._file.flush()
+
+    def close(self) -> WriteResult:
+        """Finishes the file and puts it in place of ``path``."""
+        if self._file is None:
+            raise PskdError(TRUNCATED, f"{self.path}: writer already closed")
+        try:
+            self.flush()
+            if self.durable:
+                os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+            os.replace(self._tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise PskdError(TRUNCATED, f"{self.path}: {e.strerror or e}") from None
+        if self.durable:
+            fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+        return WriteResult(
+            self.path,
+            self.type_text,
+            VERSION_ENCODED if any(e != Encoding.F64 for e in self.placement.encodings) else VERSION_F64,
+            self.count,
+            self.placement.encodings,
+            [self.rounding[i] for i in sorted(self.rounding)],
+        )
+
+    def abort(self) -> None:
+        """Drops the temporary file; ``path`` is left as it was."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        try:
+            os.unlink(self._tmp)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        if kind is None:
+            self.result = self.close()
+        else:
+            self.abort()
+
+
+def check_finite_encoded(values: np.ndarray, encoding: Encoding, where: Site) -> None:
+    """Refuses NaN/Inf in values already in their encoding; bf16 is checked on its exponent bits."""
+    if encoding == Encoding.BF16:
+        exponent = values.view(np.uint16) & np.uint16(0x7F80)
+        if (exponent == np.uint16(0x7F80)).any():
+            check_finite(values.astype(np.float32), leaf=where)
+    elif not np.isfinite(values).all():
+        check_finite(values, leaf=where)
+
+
+def _record_dtype(placement: Placement) -> np.dtype:
+    return np.dtype(
+        {
+            "names": [f"f{i}" for i in range(len(placement.disk_dtypes))],
+            "formats": [(d, leaf.shape) if leaf.shape else d
+                        for d, leaf in zip(placement.disk_dtypes, placement.layout.leaves)],
+            "offsets": list(placement.offsets),
+            "itemsize": placement.sample_bytes,
+        }
+    )
+
+
+def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
+    """The batch's leaves in storage order, checking its structure against the layout (E9005)."""
+    if layout.rebuild is not None:
+        pairs, _ = tree_lib.flatten(batch)
+        paths = [p for p, _ in pairs]
+        expected = [leaf.path for leaf in layout.leaves]
+        if paths != expected:
+            raise PskdError(MISMATCH, f"{path}: the tree's leaves {paths} do not match the layout's {expected}")
+        return [v for _, v in pairs]
+    return _closed_values(layout.structure, batch, path, "")
+
+
+def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]:
+    if isinstance(structure, tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(structure):
+            found = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
+            raise PskdError(
+                MISMATCH, f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)}, got {found}"
+            )
+        values = []
+        for i, (s, v) in enumerate(zip(structure, value)):
+            values.extend(_closed_values(s, v, path, f"{key}[{i}]"))
+        return values
+    if isinstance(value, (tuple, dict)) and not hasattr(value, "shape"):
+        raise PskdError(MISMATCH, f"{path}: at {key or '(root)'}: expected an array, got a {type(value).__name__}")
+    return [value]
+
+
+def dtype_encodings(layout: Layout, batch: Any) -> list[Encoding]:
+    """The encoding each real leaf's dtype asks for (f32 → f32, bf16 → bf16, else f64)."""
+    values = _leaf_values(layout, batch, "")
+    encodings = []
+    for leaf, value in zip(layout.leaves, values):
+        dtype = getattr(value, "dtype", None)
+        encodings.append(encoding_of_dtype(dtype) if leaf.is_real and dtype is not None else Encoding.F64)
+    return encodings
+
+
+def resolve_layout(sample_type: str, layout: Layout | Any | None) -> Layout:
+    """The layout of a type: its own for a closed type, else the one supplied (template or Layout)."""
+    if layout is None:
+        return Layout.of_type(sample_type)
+    return layout if isinstance(layout, Layout) else tree_lib.layout_of_template(layout)
+
+
+def write(path: str | os.PathLike, sample_type: str, samples: Any, *, layout: Layout | Any | None = None,
+          durable: bool = True) -> WriteResult:
+    """Writes ``samples`` (a batched pytree) as a new file, each real leaf in the encoding of its
+    dtype: version 1 when all are f64 (the same bytes any writer writes), else version 2.
+
+    Values of other types (ints, Fractions, Decimals, strings, longdouble) are rounded once to f64.
+    """
+    layout = resolve_layout(sample_type, layout)
+    encodings = dtype_encodings(layout, samples)
+    return write_encoded(path, sample_type, samples, encodings, layout=layout, durable=durable)
+
+
+def write_encoded(
+    path: str | os.PathLike,
+    sample_type: str,
+    samples: Any,
+    encodings: Sequence[Encoding | str],
+    *,
+    round_to_encoding: bool = False,
+    layout: Layout | Any | None = None,
+    durable: bool = True,
+) -> WriteResult:
+    """Writes ``samples`` with an explicit encoding per leaf (storage order).
+
+    A value its leaf's encoding does not hold is refused (E9004) unless ``round_to_encoding``,
+    which rounds half-even and reports the largest error per leaf in the result.
+    """
+    with Writer(path, sample_type, encodings=encodings, layout=layout,
+                round_to_encoding=round_to_encoding, durable=durable) as writer:
+        writer.append(samples)
+    return writer.result
+
+
+def write_stream(path: str | os.PathLike, sample_type: str, batches: Iterable[Any], **options: Any) -> WriteResult:
+    """Writes a file from an iterable of batches, streaming (memory of one batch at a time)."""
+    with Writer(path, sample_type, **options) as writer:
+        for batch in batches:
+            writer.append(batch)
+    return writer.result
+
+
+__all__ = [
+    "MAGIC",
+    "Header",
+    "Reader",
+    "Writer",
+    "WriteResult",
+    "encode_header",
+    "read_header",
+    "write",
+    "write_encoded",
+    "write_stream",
+    "atomic_output",
+]

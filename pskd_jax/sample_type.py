@@ -1,0 +1,363 @@
+"""Sample-type text → a parsed type → a :class:`Layout` of leaves.
+
+The grammar (whitespace is free between tokens)::
+
+    type   := real | index | bool | tuple | params
+    real   := ("ℝ" | "R") dims
+    index  := "idx" "[" INT "]" dims
+    bool   := "bool" dims                     -- stored and read as idx[2]
+    tuple  := "(" type ("," type)+ ")"
+    params := "params" IDENT                  -- the layout comes from the program
+    dims   := "[" [dim ("," dim)*] "]"         -- "[]" is a scalar
+    dim    := INT | IDENT ":" INT              -- axis names document, they are not checked
+
+Only *closed* types describe bytes: every dimension a literal, every index bound at least 1. A
+symbolic dimension, an open prefix (``...`` or ``…``), ``idx[0]``, a bare named type and anything
+else that does not parse is refused with E9001. ``params M`` parses, but its leaves are known only
+from a template pytree (see :meth:`Layout.from_template`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Callable, Sequence, Union
+
+from pskd_jax.errors import NOT_CLOSED, PskdError
+
+MAX_NESTING = 64
+MAX_INDEX_BOUND = 2**64
+# A sample larger than this cannot be addressed by a u64 file offset times any useful count.
+MAX_SAMPLE_ELEMENTS = 2**60
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """One axis of a leaf: its length and, for documentation only, its name."""
+
+    size: int
+    name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RealType:
+    dims: tuple[Dim, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexType:
+    bound: int
+    dims: tuple[Dim, ...]
+    is_bool: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TupleType:
+    items: tuple["SampleType", ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamsType:
+    name: str
+
+
+SampleType = Union[RealType, IndexType, TupleType, ParamsType]
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+    """One tensor of a sample, in storage order.
+
+    ``bound`` is ``None`` for a real leaf and N for ``idx[N]`` (2 for ``bool``). ``path`` is the
+    leaf's key path in the pytree, written as ``jax.tree_util.keystr`` writes it.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    bound: int | None = None
+
+    @property
+    def is_real(self) -> bool:
+        return self.bound is None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+_TOKEN = re.compile(
+    r"""(?P<space>\s+)
+      | (?P<int>[0-9]+)
+      | (?P<ident>[^\W\d]\w*)
+      | (?P<ellipsis>\.\.\.|…)
+      | (?P<punct>[\[\](),:])
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Token:
+    kind: str  # "int", "ident", "ellipsis", "punct", "end"
+    text: str
+    column: int  # 1-based, in characters
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens = []
+    position = 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise _error(text, position + 1, f"unexpected character {text[position]!r}")
+        if match.lastgroup != "space":
+            tokens.append(_Token(match.lastgroup, match.group(), position + 1))
+        position = match.end()
+    tokens.append(_Token("end", "", len(text) + 1))
+    return tokens
+
+
+def _error(text: str, column: int, what: str) -> PskdError:
+    return PskdError(NOT_CLOSED, f"sample type {text!r}, column {column}: {what}")
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.position = 0
+
+    def peek(self) -> _Token:
+        return self.tokens[self.position]
+
+    def take(self) -> _Token:
+        token = self.tokens[self.position]
+        self.position += 1
+        return token
+
+    def fail(self, token: _Token, expected: str) -> PskdError:
+        found = "the end of the text" if token.kind == "end" else repr(token.text)
+        return _error(self.text, token.column, f"expected {expected}, found {found}")
+
+    def expect(self, text: str) -> _Token:
+        token = self.take()
+        if token.text != text or token.kind not in ("punct", "ident"):
+            raise self.fail(token, repr(text))
+        return token
+
+    def integer(self, what: str) -> int:
+        token = self.take()
+        if token.kind == "ellipsis":
+            raise _error(self.text, token.column, "an open prefix is not a closed data type")
+        if token.kind == "ident":
+            raise _error(
+                self.text, token.column,
+                f"the symbolic {what} {token.text!r} is not a closed data type; write a number",
+            )
+        if token.kind != "int":
+            raise self.fail(token, what)
+        if len(token.text) > 40:  # far beyond any bound or length a file can hold
+            raise _error(self.text, token.column, f"the {what} {token.text[:20]}… is too large")
+        return int(token.text)
+
+    def sample_type(self, depth: int) -> SampleType:
+        if depth > MAX_NESTING:
+            raise _error(self.text, self.peek().column, f"types nested deeper than {MAX_NESTING}")
+        token = self.take()
+        if token.kind == "ident" and token.text in ("ℝ", "R"):
+            return RealType(self.dims())
+        if token.kind == "ident" and token.text == "idx":
+            self.expect("[")
+            bound_token = self.peek()
+            bound = self.integer("index bound")
+            if bound == 0:
+                raise _error(self.text, bound_token.column, "idx[0] has no values")
+            if bound > MAX_INDEX_BOUND:
+                raise _error(self.text, bound_token.column, f"idx[{bound}] is beyond idx[2^64]")
+            self.expect("]")
+            return IndexType(bound, self.dims())
+        if token.kind == "ident" and token.text == "bool":
+            return IndexType(2, self.dims(), is_bool=True)
+        if token.kind == "ident" and token.text == "params":
+            name = self.take()
+            if name.kind != "ident":
+                raise self.fail(name, "the name of the parameter tree after 'params'")
+            return ParamsType(name.text)
+        if token.text == "(":
+            items = [self.sample_type(depth + 1)]
+            while self.peek().text == ",":
+                self.take()
+                items.append(self.sample_type(depth + 1))
+            self.expect(")")
+            if len(items) < 2:
+                raise _error(self.text, token.column, "a tuple needs at least two elements")
+            if any(isinstance(item, ParamsType) for item in items):
+                raise _error(self.text, token.column, "a params type cannot be a tuple element")
+            return TupleType(tuple(items))
+        if token.kind == "ellipsis":
+            raise _error(self.text, token.column, "an open prefix is not a closed data type")
+        if token.kind == "ident":
+            raise _error(
+                self.text, token.column,
+                f"the named type {token.text!r} is not a closed data type "
+                "(expected ℝ[…], idx[N][…], bool[…], a tuple or params NAME)",
+            )
+        raise self.fail(token, "a sample type (ℝ[…], idx[N][…], bool[…], a tuple or params NAME)")
+
+    def dims(self) -> tuple[Dim, ...]:
+        opening = self.peek()
+        if opening.text != "[":
+            raise self.fail(opening, "'[' and the dimensions ('[]' for a scalar)")
+        self.take()
+        dims: list[Dim] = []
+        if self.peek().text == "]":
+            self.take()
+            return ()
+        while True:
+            dims.append(self.dim())
+            token = self.take()
+            if token.text == "]":
+                return tuple(dims)
+            if token.text != ",":
+                raise self.fail(token, "',' or ']'")
+
+    def dim(self) -> Dim:
+        token = self.peek()
+        if token.kind == "ident" and self.tokens[self.position + 1].text == ":":
+            self.take()
+            self.take()
+            return Dim(self.integer(f"length of axis {token.text!r}"), token.text)
+        return Dim(self.integer("dimension"))
+
+    def whole(self) -> SampleType:
+        parsed = self.sample_type(0)
+        end = self.take()
+        if end.kind != "end":
+            raise self.fail(end, "the end of the type")
+        return parsed
+
+
+def parse_type(text: str) -> SampleType:
+    """Parses a sample type, refusing what is not a closed data type (E9001).
+
+    >>> parse_type("idx[64][seq: 8]")
+    IndexType(bound=64, dims=(Dim(size=8, name='seq'),), is_bool=False)
+    """
+    if not isinstance(text, str):
+        raise PskdError(NOT_CLOSED, f"a sample type is text, got {type(text).__name__}")
+    return _Parser(text).whole()
+
+
+def header_text(text: str) -> str:
+    """The text a header stores for ``text``: as written, with the ASCII alias ``R`` as ``ℝ``.
+
+    >>> header_text("(R[2], idx[3][])")
+    '(ℝ[2], idx[3][])'
+    """
+    parser = _Parser(text)
+    parser.whole()
+    pieces = []
+    last = 0
+    for index, token in enumerate(parser.tokens):
+        # ``R`` is the real type only where a type starts: not as an axis name (followed by ':')
+        # nor as the name after ``params``.
+        if token.kind == "ident" and token.text == "R":
+            following = parser.tokens[index + 1].text
+            previous = parser.tokens[index - 1].text if index else ""
+            if following == "[" and previous != "params":
+                pieces.append(text[last : token.column - 1])
+                pieces.append("ℝ")
+                last = token.column
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def format_type(parsed: SampleType) -> str:
+    """Canonical text of a parsed type (used to name types the program builds)."""
+    if isinstance(parsed, ParamsType):
+        return f"params {parsed.name}"
+    if isinstance(parsed, TupleType):
+        return "(" + ", ".join(format_type(item) for item in parsed.items) + ")"
+    dims = "[" + ", ".join(f"{d.name}: {d.size}" if d.name else str(d.size) for d in parsed.dims) + "]"
+    if isinstance(parsed, RealType):
+        return "ℝ" + dims
+    if parsed.is_bool:
+        return "bool" + dims
+    return f"idx[{parsed.bound}]" + dims
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The leaves of a sample type in storage order, and how they form a pytree.
+
+    ``structure`` is a nested value whose ints are leaf numbers: an int for a single leaf, a tuple
+    for a tuple type. For ``params`` types built from a template, ``rebuild`` puts leaves back into
+    the template's own containers.
+    """
+
+    leaves: tuple[Leaf, ...]
+    structure: Any
+    rebuild: Callable[[Sequence[Any]], Any] | None = dataclasses.field(default=None, compare=False)
+
+    @classmethod
+    def of_type(cls, text_or_type: str | SampleType) -> "Layout":
+        """The layout of a closed type; ``params M`` needs its template (E9001).
+
+        >>> [leaf.shape for leaf in Layout.of_type("(idx[64][seq: 8], ℝ[2, 3])").leaves]
+        [(8,), (2, 3)]
+        """
+        parsed = parse_type(text_or_type) if isinstance(text_or_type, str) else text_or_type
+        leaves: list[Leaf] = []
+        structure = _collect(parsed, leaves, "")
+        _check_sizes(leaves)
+        return cls(tuple(leaves), structure)
+
+    def unflatten(self, values: Sequence[Any]) -> Any:
+        """Puts one value per leaf (in storage order) into the layout's pytree."""
+        if len(values) != len(self.leaves):
+            raise ValueError(f"{len(values)} values for {len(self.leaves)} leaves")
+        if self.rebuild is not None:
+            return self.rebuild(values)
+        return _place(self.structure, values)
+
+    @property
+    def sample_elements(self) -> int:
+        return sum(leaf.size for leaf in self.leaves)
+
+
+def _collect(parsed: SampleType, leaves: list[Leaf], path: str) -> Any:
+    if isinstance(parsed, TupleType):
+        return tuple(_collect(item, leaves, f"{path}[{i}]") for i, item in enumerate(parsed.items))
+    if isinstance(parsed, ParamsType):
+        raise PskdError(
+            NOT_CLOSED,
+            f"params {parsed.name}: the leaves of a parameter tree come from the program; "
+            "supply its layout (a template pytree or a layout JSON)",
+        )
+    shape = tuple(d.size for d in parsed.dims)
+    bound = parsed.bound if isinstance(parsed, IndexType) else None
+    leaves.append(Leaf(path, shape, bound))
+    return len(leaves) - 1
+
+
+def _check_sizes(leaves: Sequence[Leaf]) -> None:
+    total = 0
+    for leaf in leaves:
+        total += leaf.size
+        if total > MAX_SAMPLE_ELEMENTS:
+            raise PskdError(NOT_CLOSED, f"leaf {leaf.path or '(root)'}: a sample of more than 2^60 elements")
+
+
+def _place(structure: Any, values: Sequence[Any]) -> Any:
+    if isinstance(structure, tuple):
+        return tuple(_place(item, values) for item in structure)
+    return values[structure]
