@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) demo/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

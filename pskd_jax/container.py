@@ -228,6 +228,7 @@ class Reader:
         self.layout: Layout | None = None
         self.placement: Placement | None = None
         self._views: list[np.ndarray] = []
+        self._records: np.ndarray | None = None
         try:
             parsed = parse_type(self.header.type_text)
         except PskdError as e:
@@ -253,6 +254,7 @@ class Reader:
         self._check_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
         self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
+        self._records = self._record_view()
         return self
 
     def _check_size(self, sample_bytes: int) -> None:
@@ -333,7 +335,34 @@ class Reader:
         if indices.size and (indices.min() < 0 or indices.max() >= self.header.count):
             bad = indices[(indices < 0) | (indices >= self.header.count)][0]
             raise PskdError(TRUNCATED, f"{self.path}: sample {bad} is beyond the count {self.header.count}")
-        return placement.layout.unflatten([view.take(indices, axis=0) for view in self._views])
+        # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never a
+        # copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
+        records = self._records.take(indices) if self._records is not None else None
+        return placement.layout.unflatten(
+            [self._leaf_of_records(records, i, len(indices)) for i in range(len(self._views))]
+        )
+
+    def _record_view(self) -> np.ndarray | None:
+        sample_bytes = self.placement.sample_bytes
+        if self._map is None or sample_bytes == 0:
+            return None
+        record = np.dtype((np.void, sample_bytes))
+        return np.frombuffer(self._map, dtype=record, count=self.header.count, offset=self.header.data_offset)
+
+    def _leaf_of_records(self, records: np.ndarray | None, i: int, n: int) -> np.ndarray:
+        """Leaf i of gathered records: a view when it is the whole record, else a contiguous copy."""
+        placement = self.placement
+        leaf = placement.layout.leaves[i]
+        value_dtype = placement.value_dtype(i)
+        if records is None:
+            return np.zeros((n, *leaf.shape), dtype=value_dtype)
+        disk = placement.disk_dtypes[i]
+        if len(placement.disk_dtypes) == 1:
+            return records.view(disk).reshape(n, *leaf.shape).view(value_dtype)
+        inner = tuple(int(s) for s in np.empty(leaf.shape, dtype=disk).strides)
+        strided = np.ndarray((n, *leaf.shape), dtype=disk, buffer=records, offset=placement.offsets[i],
+                             strides=(placement.sample_bytes, *inner))
+        return np.ascontiguousarray(strided).view(value_dtype)
 
     def leaves(self) -> list[np.ndarray]:
         """Every leaf of every sample as a read-only view of the map, shape (count, *leaf.shape)."""
@@ -357,6 +386,7 @@ class Reader:
 
     def close(self) -> None:
         self._views = []
+        self._records = None
         if self._map is not None:
             try:
                 self._map.close()
