@@ -1,0 +1,203 @@
+"""Feeding a ``jit``-compiled step: batches of indices → host arrays → device arrays, ahead of time.
+
+A :class:`Loader` walks a pipeline's batches of sample indices, gathers each batch from its source
+(one vectorised read per leaf or record, no per-sample Python work) and ``jax.device_put``s it on a
+background thread, a bounded number of batches ahead, in pipeline order. Its resident memory is
+that of the batches in flight, never of the dataset.
+
+With a ``jax.sharding.Sharding`` each batch lands sharded along its batch axis. Under several JAX
+processes each process gathers only the rows of the global batch that its own devices hold and
+the global array is assembled with ``jax.make_array_from_process_local_data``.
+
+The iterator state is global — (epoch, batch index) — so a run saved under two processes resumes
+under one, or under four devices, with the same global batches.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Iterator, Protocol, Sequence
+
+import jax
+import numpy as np
+
+from pskd_jax.errors import BAD_PIPELINE, BAD_VALUE, PskdError
+from pskd_jax.pipeline import IteratorState, Pipeline
+
+
+class Source(Protocol):
+    """What a loader reads from: a ``.psk.d`` Reader, or any random-access source of samples."""
+
+    def __len__(self) -> int: ...
+
+    def gather(self, indices: np.ndarray) -> Any: ...
+
+
+_DONE = object()
+
+
+def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> tuple[int, int]:
+    """The rows [start, stop) of a global batch that this process's devices hold.
+
+    A process's devices must hold one contiguous block of rows (as every mesh laid out with the
+    batch axis outermost does); anything else is refused rather than read twice.
+    """
+    batch = int(global_shape[0])
+    spans = set()
+    for index in sharding.addressable_devices_indices_map(tuple(global_shape)).values():
+        start, stop, _ = index[0].indices(batch) if index else (0, batch, 1)
+        spans.add((start, stop))
+    start, stop = min(s for s, _ in spans), max(e for _, e in spans)
+    covered = np.zeros(stop - start, dtype=bool)
+    for s, e in spans:
+        covered[s - start : e - start] = True
+    if not covered.all():
+        raise PskdError(
+            BAD_PIPELINE,
+            f"this process's devices hold rows {sorted(spans)} of the batch, not one contiguous block",
+        )
+    return start, stop
+
+
+class Loader:
+    """Iterates device batches of ``source`` in the order of ``pipeline``.
+
+    ``state`` resumes at a saved :class:`IteratorState`; ``epochs`` bounds the run (default:
+    forever); ``prefetch`` is how many batches may wait on the device ahead of the step.
+
+    Iterate it in a ``for`` loop; ``loader.state`` is then the state to save with a checkpoint
+    (the next batch the loop will receive). Breaking out of the loop, or an exception in it, stops
+    the background thread; so does ``close()`` or leaving a ``with`` block.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        pipeline: Pipeline,
+        *,
+        sharding: jax.sharding.Sharding | None = None,
+        state: IteratorState | None = None,
+        epochs: int | None = None,
+        prefetch: int = 2,
+    ):
+        if prefetch < 1:
+            raise PskdError(BAD_PIPELINE, f"prefetch must be at least 1, got {prefetch}")
+        self.source = source
+        self.pipeline = pipeline
+        self.sharding = sharding
+        self.epochs = epochs
+        self.prefetch = prefetch
+        self.state = state if state is not None else IteratorState()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._queue: queue.Queue | None = None
+        self.waited_seconds = 0.0  # time the consumer spent waiting for a batch
+
+    # -- placing one batch -------------------------------------------------------------------
+
+    def _local_rows(self, batch_size: int) -> tuple[int, int]:
+        """The rows of each global batch this process gathers: all of them on a single process."""
+        if self.sharding is None or jax.process_count() == 1:
+            return 0, batch_size
+        sample = jax.tree_util.tree_leaves(self.source.gather(np.zeros(1, dtype=np.int64)))[0]
+        return local_rows(self.sharding, (batch_size, *np.shape(sample)[1:]))
+
+    def _check_fits_jax(self, host_batch: Any) -> None:
+        """Refuses 64-bit leaves while JAX's x64 is disabled: device_put would narrow them silently."""
+        if jax.config.jax_enable_x64:
+            return
+        for path, leaf in jax.tree_util.tree_flatten_with_path(host_batch)[0]:
+            if leaf.dtype == np.float64 or (leaf.dtype == np.uint64 and leaf.size and leaf.max() >= 2**32):
+                raise PskdError(
+                    BAD_VALUE,
+                    f"leaf {jax.tree_util.keystr(path) or '(root)'} is {leaf.dtype} but JAX has x64 disabled, "
+                    "which would narrow it silently; enable it (jax.config.update('jax_enable_x64', True)) "
+                    "or store the leaf narrower",
+                )
+
+    def _place(self, host_batch: Any, batch_size: int) -> Any:
+        self._check_fits_jax(host_batch)
+        if self.sharding is None:
+            return jax.device_put(host_batch)
+        if jax.process_count() == 1:
+            return jax.device_put(host_batch, self.sharding)
+        return jax.tree_util.tree_map(
+            lambda local: jax.make_array_from_process_local_data(
+                self.sharding, local, (batch_size, *local.shape[1:])
+            ),
+            host_batch,
+        )
+
+    # -- the background thread ---------------------------------------------------------------
+
+    def _produce(self, state: IteratorState) -> None:
+        out = self._queue
+        try:
+            rows = None
+            n = len(self.source)
+            for following, indices in self.pipeline.iter_batches(n, state, epochs=self.epochs):
+                if rows is None:
+                    rows = self._local_rows(len(indices))
+                host = self.source.gather(indices[rows[0] : rows[1]])
+                if not self._put(out, (following, self._place(host, len(indices)))):
+                    return
+            self._put(out, _DONE)
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            self._put(out, e)
+
+    def _put(self, out: queue.Queue, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                out.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _start(self) -> None:
+        self.close()
+        self._stop = threading.Event()
+        self._queue = queue.Queue(maxsize=self.prefetch)
+        self._thread = threading.Thread(target=self._produce, args=(self.state,), name="pskd-loader",
+                                        daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[Any]:
+        self._start()
+        try:
+            while True:
+                started = time.perf_counter()
+                item = self._queue.get()
+                self.waited_seconds += time.perf_counter() - started
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                self.state, batch = item
+                yield batch
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stops the background thread and drops the batches in flight."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._thread = None
+        self._queue = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
