@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from pskd_jax.errors import BAD_PIPELINE, BAD_VALUE, PskdError
+from pskd_jax.sample_type import Dim, Layout, Leaf, SampleType, TupleType, format_type, parse_type
 from pskd_jax.shuffle import MAX_N, MAX_SEED, Permutation
 
 # Stage name → (parameter name, smallest value, what is accepted), in the order stages must come.
@@ -184,6 +185,31 @@ class Pipeline:
                 yield following, self._indices(n, epoch, j)
             epoch, j = epoch + 1, 0
 
+    def check_batch_type(self, sample_type: str, batch_type: str) -> None:
+        """Checks a file's sample type against the batch type a step expects (E9010 otherwise).
+
+        The batch type is the sample type with a leading batch axis on every leaf, written with
+        the symbol ``B`` that ``batch(B = n)`` binds (or with n itself).
+
+        >>> p = Pipeline("d.psk.d", seed=None, batch_size=32)
+        >>> p.check_batch_type("(idx[64][seq: 8], ℝ[])", "(idx[64][B, seq: 8], ℝ[B])")
+        >>> p.check_batch_type("ℝ[3]", "ℝ[B, 4]")
+        Traceback (most recent call last):
+        ...
+        pskd_jax.errors.PskdError: E9010: batch(B = 32) over samples of type 'ℝ[3]' gives batches of type 'ℝ[32, 3]', but the step expects 'ℝ[B, 4]' (= 'ℝ[32, 4]')
+        """
+        sample = Layout.of_type(sample_type)
+        batch = Layout.of_type(parse_type(batch_type, symbols={"B": self.batch_size}))
+        stacked = [Leaf(leaf.path, (self.batch_size, *leaf.shape), leaf.bound) for leaf in sample.leaves]
+        if sample.structure != batch.structure or stacked != list(batch.leaves):
+            given = format_type(_with_batch_axis(parse_type(sample_type), self.batch_size))
+            expected = format_type(parse_type(batch_type, symbols={"B": self.batch_size}))
+            raise PskdError(
+                BAD_PIPELINE,
+                f"batch(B = {self.batch_size}) over samples of type {sample_type!r} gives batches of type "
+                f"{given!r}, but the step expects {batch_type!r} (= {expected!r})",
+            )
+
     def _indices(self, n: int, epoch: int, j: int) -> np.ndarray:
         """π_epoch(jB .. jB + B - 1) without argument checks."""
         dtype = np.int64 if n <= 2**63 else np.uint64
@@ -192,6 +218,13 @@ class Pipeline:
         if self.seed is None:
             return positions
         return _permutation(n, self.seed, epoch)(positions)
+
+
+def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
+    """The type of a batch: a leading axis of ``batch_size`` on every leaf."""
+    if isinstance(parsed, TupleType):
+        return TupleType(tuple(_with_batch_axis(item, batch_size) for item in parsed.items))
+    return dataclasses.replace(parsed, dims=(Dim(batch_size), *parsed.dims))
 
 
 @functools.lru_cache(maxsize=4)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from pskd_jax.errors import NOT_CLOSED, PskdError
 
@@ -127,10 +127,11 @@ def _error(text: str, column: int, what: str) -> PskdError:
 
 
 class _Parser:
-    def __init__(self, text: str):
+    def __init__(self, text: str, symbols: Mapping[str, int] | None = None):
         self.text = text
         self.tokens = _tokenize(text)
         self.position = 0
+        self.symbols = symbols or {}
 
     def peek(self) -> _Token:
         return self.tokens[self.position]
@@ -154,6 +155,8 @@ class _Parser:
         token = self.take()
         if token.kind == "ellipsis":
             raise _error(self.text, token.column, "an open prefix is not a closed data type")
+        if token.kind == "ident" and token.text in self.symbols:
+            return self.symbols[token.text]
         if token.kind == "ident":
             raise _error(
                 self.text, token.column,
@@ -242,15 +245,19 @@ class _Parser:
         return parsed
 
 
-def parse_type(text: str) -> SampleType:
+def parse_type(text: str, *, symbols: Mapping[str, int] | None = None) -> SampleType:
     """Parses a sample type, refusing what is not a closed data type (E9001).
+
+    ``symbols`` binds symbolic dimensions, as ``batch(B = 32)`` binds ``B`` in a batch type.
 
     >>> parse_type("idx[64][seq: 8]")
     IndexType(bound=64, dims=(Dim(size=8, name='seq'),), is_bool=False)
+    >>> parse_type("ℝ[B, 2]", symbols={"B": 32}).dims
+    (Dim(size=32, name=None), Dim(size=2, name=None))
     """
     if not isinstance(text, str):
         raise PskdError(NOT_CLOSED, f"a sample type is text, got {type(text).__name__}")
-    return _Parser(text).whole()
+    return _Parser(text, symbols).whole()
 
 
 def header_text(text: str) -> str:

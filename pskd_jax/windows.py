@@ -8,10 +8,13 @@ that training never shifts. The stride S defaults to T (windows that do not over
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterator
+
+import numpy as np
 
 from pskd_jax.container import Writer
 from pskd_jax.errors import BAD_USAGE, PskdError
-from pskd_jax.text import lm_window_chunks, lm_window_count, read_tokens
+from pskd_jax.text import iter_tokens, lm_window_count, lm_window_stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +37,25 @@ def lm_windows_file(tokens_path: str, output: str, *, vocab: int, seq: int, stri
     for name, value in (("vocab", vocab), ("seq", seq), ("stride", stride)):
         if value < 1:
             raise PskdError(BAD_USAGE, f"--{name} must be at least 1, got {value}")
-    tokens = read_tokens(tokens_path, bound=vocab)
-    type_text = window_type(vocab, seq)
-    with Writer(output, type_text) as writer:
-        for inputs, targets in lm_window_chunks(tokens, seq, stride):
-            writer.append((inputs, targets))
-    return WindowsResult(output, writer.count, int(tokens.size), writer.type_text)
+    counted = _Counted(iter_tokens(tokens_path, bound=vocab))
+    with Writer(output, window_type(vocab, seq)) as writer:
+        # Streamed: memory is a chunk of tokens and of windows, whatever the file's size.
+        for records in lm_window_stream(counted, seq, stride):
+            writer.append((records[:, 0], records[:, 1]))
+    return WindowsResult(output, writer.count, counted.total, writer.type_text)
+
+
+class _Counted:
+    """Passes blocks of tokens through, counting them."""
+
+    def __init__(self, blocks: Iterator[np.ndarray]):
+        self.blocks = blocks
+        self.total = 0
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for block in self.blocks:
+            self.total += len(block)
+            yield block
 
 
 __all__ = ["WindowsResult", "lm_windows_file", "lm_window_count", "window_type"]

@@ -1,0 +1,37 @@
+"""``pskd pipeline``: the sample indices a pipeline will feed, batch by batch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Iterator
+
+from pskd_jax.container import Reader
+from pskd_jax.pipeline import load_pipeline, parse_pipeline
+
+
+def _pipeline(args) -> Iterator[str]:
+    if os.path.isfile(args.text):
+        pipeline = load_pipeline(args.text)
+    else:
+        pipeline = parse_pipeline(args.text, base_dir=".", source="TEXT")
+    with Reader(pipeline.path) as reader:
+        header = reader.header
+    n = header.count
+    per_epoch = pipeline.batches_per_epoch(n)
+    yield f"pipeline {pipeline}"
+    yield f"samples  {n} of type {header.type_text}, {per_epoch} batches an epoch"
+    for j in range(min(args.batches, per_epoch)):
+        indices = pipeline.batch_indices(n, args.epoch, j)
+        yield f"epoch {args.epoch} batch {j}: " + " ".join(map(str, indices.tolist()))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    help_text = "Print the sample indices of the first batches of a pipeline's epoch."
+    parser = subparsers.add_parser("pipeline", help=help_text, description=help_text)
+    parser.set_defaults(handler=_pipeline)
+    parser.add_argument("text", metavar="TEXT",
+                        help='the pipeline, e.g. \'stream "w.psk.d" |> shuffle(seed = 1) |> batch(B = 8)\', '
+                             "or a file holding it (its path is then relative to that file)")
+    parser.add_argument("--epoch", type=int, default=1, metavar="E", help="the epoch, from 1")
+    parser.add_argument("--batches", type=int, default=4, metavar="K", help="how many batches to print")

@@ -1,0 +1,123 @@
+"""Train a small character-level language model on an ``lm-windows`` file.
+
+    python -m apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
+        --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
+
+A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`` ahead on a
+background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
+state and the loader's iterator state are saved every ``--save_every`` steps (asynchronously);
+``--resume`` continues from the latest complete checkpoint with exactly the batches an
+uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("pipeline", None, "The pipeline text, or a file holding it.", required=True)
+flags.DEFINE_integer("steps", 300, "Train until this step (counted across resumptions).")
+flags.DEFINE_string("checkpoint_dir", None, "Where to save checkpoints (none if unset).")
+flags.DEFINE_integer("save_every", 100, "Save a checkpoint every this many steps.")
+flags.DEFINE_integer("keep", 3, "Checkpoints to keep.")
+flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --checkpoint_dir.")
+flags.DEFINE_integer("log_every", 25, "Print the loss every this many steps.")
+flags.DEFINE_integer("width", 64, "Model width.")
+flags.DEFINE_integer("layers", 2, "Transformer blocks.")
+flags.DEFINE_integer("heads", 4, "Attention heads.")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam's learning rate.")
+flags.DEFINE_integer("seed", 0, "Seed of the initial parameters.")
+
+
+def _progress(step: int, total: int, loss: float | None, rate: float) -> None:
+    """A one-line progress bar, redrawn in place (terminals only)."""
+    done = int(30 * step / max(total, 1))
+    shown = "" if loss is None else f"  loss {loss:.4f}"
+    sys.stdout.write(f"\r[{'#' * done}{'.' * (30 - done)}] step {step}/{total}{shown}  {rate:.1f} steps/s ")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    # JAX is imported here, not at the top, so that --help answers without starting it.
+    import jax
+
+    from pskd_jax import charlm
+    from pskd_jax.container import Reader
+    from pskd_jax.errors import PskdError
+    from pskd_jax.loader import Loader
+    from pskd_jax.manager import CheckpointManager
+    from pskd_jax.pipeline import IteratorState, load_pipeline, parse_pipeline
+
+    try:
+        text = FLAGS.pipeline
+        pipeline = load_pipeline(text) if os.path.isfile(text) else parse_pipeline(text, source="--pipeline")
+        reader = Reader(pipeline.path)
+        inputs_leaf = reader.placement.layout.leaves[0]
+        vocab, seq = inputs_leaf.bound or 0, inputs_leaf.shape[-1] if inputs_leaf.shape else 0
+        pipeline.check_batch_type(
+            reader.header.type_text, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])"
+        )
+        config = charlm.ModelConfig(vocab=vocab, seq=seq, width=FLAGS.width, layers=FLAGS.layers,
+                                    heads=FLAGS.heads)
+        params = charlm.init_params(config, FLAGS.seed)
+        opt = charlm.init_adam(params)
+        step, state = 0, IteratorState()
+        manager = CheckpointManager(FLAGS.checkpoint_dir, keep=FLAGS.keep) if FLAGS.checkpoint_dir else None
+        if FLAGS.resume and manager is not None and manager.latest_step() is not None:
+            restored = manager.restore(target={"params": params, "opt": opt})
+            params, opt = restored["params"], restored["opt"]
+            extra = manager.extra()
+            step, state = extra["step"], IteratorState.from_json(extra["loader"])
+            print(f"train: resumed at step {step} from {manager.path()} (next batch: epoch {state.epoch}, "
+                  f"batch {state.batch})", flush=True)
+    except PskdError as e:
+        print(f"train: {e}", file=sys.stderr)
+        sys.exit(1)
+
+    print(f"train: {len(reader)} windows of {seq} tokens over a vocabulary of {vocab}; {pipeline}; "
+          f"model width {config.width}, {config.layers} blocks, {config.heads} heads; "
+          f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
+    train_step = charlm.make_train_step(config, FLAGS.learning_rate)
+    terminal = sys.stdout.isatty()
+    started, first_step = time.perf_counter(), step
+    loader = Loader(reader, pipeline, state=state)
+    loss = None
+    for inputs, targets in loader:
+        if step >= FLAGS.steps:
+            break
+        params, opt, loss_value = train_step(params, opt, inputs, targets)
+        step += 1
+        rate = (step - first_step) / (time.perf_counter() - started)
+        if step % FLAGS.log_every == 0 or step == FLAGS.steps:
+            loss = float(loss_value)
+            if terminal:
+                sys.stdout.write("\r" + " " * 79 + "\r")
+            print(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", flush=True)
+        if terminal:
+            _progress(step, FLAGS.steps, loss, rate)
+        if manager is not None and (step % FLAGS.save_every == 0 or step == FLAGS.steps):
+            manager.save_async(step, {"params": params, "opt": opt},
+                               extra={"step": step, "loader": loader.state.to_json()})
+    loader.close()
+    if terminal:
+        sys.stdout.write("\n")
+    if manager is not None:
+        manager.wait()
+        print(f"train: checkpoints at steps {manager.all_steps()} in {FLAGS.checkpoint_dir}", flush=True)
+    waited = loader.waited_seconds / max(time.perf_counter() - started, 1e-9)
+    print(f"train: {step - first_step} steps in {time.perf_counter() - started:.1f} s, "
+          f"{100 * waited:.1f}% of it waiting for data", flush=True)
+
+
+def run() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,111 @@
+"""A small character-level language model in pure JAX: the demo's training job.
+
+A decoder-only transformer (token and position embeddings, pre-norm blocks of causal multi-head
+attention and an MLP, tied nothing) with a hand-written Adam, sized to train on a CPU in a
+minute. Parameters are a plain dict in declaration order, so a checkpoint stores them in the order
+written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab: int
+    seq: int
+    width: int = 64
+    layers: int = 2
+    heads: int = 4
+
+
+def init_params(config: ModelConfig, seed: int = 0) -> dict[str, Any]:
+    """Random initial parameters (f32), scaled so activations start near unit variance."""
+    rng = np.random.default_rng(seed)
+    d = config.width
+
+    def dense(fan_in: int, fan_out: int) -> np.ndarray:
+        return (rng.standard_normal((fan_in, fan_out)) / math.sqrt(fan_in)).astype(np.float32)
+
+    params: dict[str, Any] = {
+        "embed": (rng.standard_normal((config.vocab, d)) * 0.1).astype(np.float32),
+        "position": (rng.standard_normal((config.seq, d)) * 0.01).astype(np.float32),
+        "blocks": [
+            {
+                "norm1": np.ones(d, np.float32),
+                "qkv": dense(d, 3 * d),
+                "proj": dense(d, d) * np.float32(0.5 / math.sqrt(config.layers)),
+                "norm2": np.ones(d, np.float32),
+                "up": dense(d, 4 * d),
+                "down": dense(4 * d, d) * np.float32(0.5 / math.sqrt(config.layers)),
+            }
+            for _ in range(config.layers)
+        ],
+        "norm": np.ones(d, np.float32),
+        "unembed": dense(d, config.vocab),
+    }
+    return jax.tree_util.tree_map(jnp.asarray, params)
+
+
+def _norm(x: jax.Array, scale: jax.Array) -> jax.Array:
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
+
+
+def _attention(x: jax.Array, block: dict, heads: int) -> jax.Array:
+    batch, seq, width = x.shape
+    q, k, v = jnp.split(x @ block["qkv"], 3, axis=-1)
+    split = lambda t: t.reshape(batch, seq, heads, width // heads).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = split(q), split(k), split(v)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width // heads)
+    causal = jnp.tril(jnp.ones((seq, seq), bool))
+    scores = jnp.where(causal, scores, -1e9)
+    mixed = jax.nn.softmax(scores, axis=-1) @ v
+    return mixed.transpose(0, 2, 1, 3).reshape(batch, seq, width) @ block["proj"]
+
+
+def logits(params: dict, tokens: jax.Array, config: ModelConfig) -> jax.Array:
+    """Next-token logits for every position of a batch of token windows (batch, seq, vocab)."""
+    x = params["embed"][tokens] + params["position"][: tokens.shape[1]]
+    for block in params["blocks"]:
+        x = x + _attention(_norm(x, block["norm1"]), block, config.heads)
+        x = x + jax.nn.gelu(_norm(x, block["norm2"]) @ block["up"]) @ block["down"]
+    return _norm(x, params["norm"]) @ params["unembed"]
+
+
+def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, config: ModelConfig) -> jax.Array:
+    """Mean cross-entropy of the targets (the inputs shifted by one) in nats per token."""
+    logp = jax.nn.log_softmax(logits(params, inputs.astype(jnp.int32), config))
+    picked = jnp.take_along_axis(logp, targets.astype(jnp.int32)[..., None], axis=-1)
+    return -jnp.mean(picked)
+
+
+def init_adam(params: dict) -> dict:
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return {"mu": zeros, "nu": jax.tree_util.tree_map(jnp.zeros_like, params),
+            "count": jnp.zeros((), jnp.int32)}
+
+
+def make_train_step(config: ModelConfig, learning_rate: float = 3e-3):
+    """A jit-compiled step: (params, adam state, inputs, targets) → (params, adam state, loss)."""
+    b1, b2, eps = 0.9, 0.99, 1e-8
+
+    @jax.jit
+    def step(params: dict, opt: dict, inputs: jax.Array, targets: jax.Array):
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, config)
+        count = opt["count"] + 1
+        mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, opt["mu"], grads)
+        nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["nu"], grads)
+        correction = jnp.sqrt(1 - b2 ** count) / (1 - b1 ** count)
+        params = jax.tree_util.tree_map(
+            lambda p, m, v: p - learning_rate * correction * m / (jnp.sqrt(v) + eps), params, mu, nu
+        )
+        return params, {"mu": mu, "nu": nu, "count": count}, loss
+
+    return step
