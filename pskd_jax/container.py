@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
+import operator
 import os
 import struct
 from typing import Any, BinaryIO, Iterable, Sequence
@@ -164,9 +165,12 @@ class Placement:
     sample_bytes: int
 
     @classmethod
-    def of(cls, layout: Layout, encodings: Sequence[Encoding] | None, path: str = "") -> "Placement":
+    def of(cls, layout: Layout, encodings: Sequence[Encoding] | None, path: str = "", *,
+           from_header: bool = False) -> "Placement":
+        """Places the leaves. An idx leaf with a narrow encoding is a malformed header when read
+        (``from_header``, E9002), and a request that does not fit the type when writing (E9005)."""
         where = f"{path}: " if path else ""
-        if encodings is None:
+        if encodings is None or len(encodings) == 0:  # an empty list means every leaf f64
             encodings = [Encoding.F64] * len(layout.leaves)
         if len(encodings) != len(layout.leaves):
             raise PskdError(
@@ -179,7 +183,7 @@ class Placement:
                 dtype = REAL_DISK_DTYPES[Encoding(encoding)]
             elif encoding != Encoding.F64:
                 raise PskdError(
-                    NOT_PSKD,
+                    NOT_PSKD if from_header else MISMATCH,
                     f"{where}leaf {leaf.path or '(root)'} is idx[{leaf.bound}] but its encoding is "
                     f"{Encoding(encoding).label}; idx leaves carry encoding 0",
                 )
@@ -230,13 +234,17 @@ class Reader:
         self._views: list[np.ndarray] = []
         self._records: np.ndarray | None = None
         try:
-            parsed = parse_type(self.header.type_text)
-        except PskdError as e:
-            raise PskdError(e.code, f"{self.path}: {e.message}") from None
-        if layout is not None:
-            self.with_layout(layout)
-        elif not isinstance(parsed, ParamsType):
-            self.with_layout(Layout.of_type(parsed))
+            try:
+                parsed = parse_type(self.header.type_text)
+            except PskdError as e:
+                raise PskdError(e.code, f"{self.path}: {e.message}") from None
+            if layout is not None:
+                self.with_layout(layout)
+            elif not isinstance(parsed, ParamsType):
+                self.with_layout(Layout.of_type(parsed))
+        except BaseException:
+            self.close()  # a refused file leaves no map open behind it
+            raise
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -250,8 +258,9 @@ class Reader:
                 MISMATCH,
                 f"{self.path}: the header lists {len(encodings)} leaves, the layout has {len(layout.leaves)}",
             )
-        placement = Placement.of(layout, encodings, self.path)
+        placement = Placement.of(layout, encodings, self.path, from_header=True)
         self._check_size(placement.sample_bytes)
+        self._check_params_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
         self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
         self._records = self._record_view()
@@ -265,6 +274,20 @@ class Reader:
                 TRUNCATED,
                 f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes announced, "
                 f"{max(present, 0)} present ({self.file_size} bytes, {needed} needed)",
+            )
+
+    def _check_params_size(self, sample_bytes: int) -> None:
+        """A parameter tree's layout comes from outside the file, so the file's size is its only
+        witness: a params file (written whole, never appended to) must hold exactly its samples."""
+        if not self.header.is_params:
+            return
+        data = self.file_size - self.header.data_offset
+        if data != self.header.count * sample_bytes:
+            raise PskdError(
+                MISMATCH,
+                f"{self.path}: the layout makes samples of {sample_bytes} bytes, so {self.header.count} "
+                f"of them take {self.header.count * sample_bytes} bytes, but the file holds {data} bytes "
+                f"of data: the layout is not the one {self.header.type_text!r} was written with",
             )
 
     def _require_layout(self) -> Placement:
@@ -283,7 +306,9 @@ class Reader:
         disk = placement.disk_dtypes[i]
         count = self.header.count
         if self._map is None or count == 0 or placement.sample_bytes == 0:
-            return np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
+            empty = np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
+            empty.flags.writeable = False  # read-only like a view of the map
+            return empty
         inner_strides = tuple(int(s) for s in np.empty(leaf.shape, dtype=disk).strides)
         view = np.ndarray(
             (count, *leaf.shape),
@@ -322,19 +347,26 @@ class Reader:
     def __getitem__(self, index: int) -> Any:
         """Sample ``index`` as its pytree of fresh arrays."""
         placement = self._require_layout()
-        position = self._check_index(int(index))
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise PskdError(TRUNCATED, f"{self.path}: a sample index is an integer, got {index!r}") from None
+        position = self._check_index(index)
         return placement.layout.unflatten([np.array(view[position]) for view in self._views])
 
     def gather(self, indices: Sequence[int] | np.ndarray) -> Any:
         """The samples at ``indices``, stacked under a leading batch axis: one vectorised read per leaf."""
         placement = self._require_layout()
         indices = np.asarray(indices)
-        if indices.dtype.kind not in "iu":
+        if indices.ndim != 1:
+            raise PskdError(TRUNCATED, f"{self.path}: sample indices form one axis, got shape {indices.shape}")
+        if indices.dtype.kind not in "iu" and indices.size:  # [] comes as float64: nothing to read
             raise PskdError(TRUNCATED, f"{self.path}: sample indices must be integers, got {indices.dtype}")
-        indices = indices.astype(np.intp, copy=False)
-        if indices.size and (indices.min() < 0 or indices.max() >= self.header.count):
-            bad = indices[(indices < 0) | (indices >= self.header.count)][0]
-            raise PskdError(TRUNCATED, f"{self.path}: sample {bad} is beyond the count {self.header.count}")
+        count = self.header.count
+        if indices.size and (indices.min() < -count or indices.max() >= count):
+            bad = indices[(indices < -count) | (indices >= count)][0]
+            raise PskdError(TRUNCATED, f"{self.path}: sample {bad} is beyond the count {count}")
+        indices = indices.astype(np.intp, copy=False)  # a negative index counts from the end (take)
         # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never a
         # copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
         records = self._records.take(indices) if self._records is not None else None
@@ -354,7 +386,7 @@ class Reader:
         placement = self.placement
         leaf = placement.layout.leaves[i]
         value_dtype = placement.value_dtype(i)
-        if records is None:
+        if records is None or n == 0:
             return np.zeros((n, *leaf.shape), dtype=value_dtype)
         disk = placement.disk_dtypes[i]
         if len(placement.disk_dtypes) == 1:
@@ -381,6 +413,27 @@ class Reader:
         if self.placement is not None:
             end = self.header.data_offset + self.header.count * self.placement.sample_bytes
         return memoryview(self._map)[self.header.data_offset : end]
+
+    # -- pickling (for worker processes: grain's, multiprocessing's) ---------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The path, the layout and what identifies the file; the map is not sent, it is reopened.
+
+        A layout built from a template rebuilds through a closure, which ``pickle`` refuses and
+        ``cloudpickle`` (what grain sends workers with) accepts.
+        """
+        return {"path": self.path, "layout": self.layout, "header": self.header, "file_size": self.file_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], layout=state["layout"])
+        then, now = (state["header"], state["file_size"]), (self.header, self.file_size)
+        if then != now:
+            self.close()
+            raise PskdError(
+                MISMATCH,
+                f"{self.path}: the file changed since the reader was pickled "
+                f"(count {then[0].count}, {then[1]} bytes then; count {now[0].count}, {now[1]} bytes now)",
+            )
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -471,6 +524,8 @@ class Writer:
         self.count += n
 
     def _write(self, array: np.ndarray) -> None:
+        if array.size == 0:  # memoryview cannot cast an empty shape; there is nothing to write
+            return
         try:
             self._file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
         except OSError as e:
@@ -487,7 +542,10 @@ class Writer:
             array = np.asarray(value) if not isinstance(value, np.ndarray) else value
             if array.ndim == 0 or (array.dtype == object and array.ndim == 0):
                 raise PskdError(MISMATCH, f"{self.path}: leaf {leaf.path or '(root)'}: no batch axis")
-            tree_lib.check_leaf_shape(leaf, array, batched=True)
+            try:
+                tree_lib.check_leaf_shape(leaf, array, batched=True)
+            except PskdError as e:
+                raise PskdError(e.code, f"{self.path}: {e.message}") from None
             if n is None:
                 n = array.shape[0]
             elif array.shape[0] != n:
@@ -603,7 +661,16 @@ def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
         paths = [p for p, _ in pairs]
         expected = [leaf.path for leaf in layout.leaves]
         if paths != expected:
-            raise PskdError(MISMATCH, f"{path}: the tree's leaves {paths} do not match the layout's {expected}")
+            given, wanted = set(paths), set(expected)
+            problems = []
+            if wanted - given:
+                problems.append("missing " + ", ".join(p for p in expected if p not in given)[:400])
+            if given - wanted:
+                problems.append("not in the layout " + ", ".join(p for p in paths if p not in wanted)[:400])
+            if not problems:
+                first = next(a for a, b in zip(paths, expected) if a != b)
+                problems.append(f"the same leaves in another order, {first} first differs")
+            raise PskdError(MISMATCH, f"{path}: the tree does not match the layout: {'; '.join(problems)}")
         return [v for _, v in pairs]
     return _closed_values(layout.structure, batch, path, "")
 
@@ -624,9 +691,11 @@ def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]
     return [value]
 
 
-def dtype_encodings(layout: Layout, batch: Any) -> list[Encoding]:
-    """The encoding each real leaf's dtype asks for (f32 → f32, bf16 → bf16, else f64)."""
-    values = _leaf_values(layout, batch, "")
+def dtype_encodings(layout: Layout, batch: Any, *, path: str = "") -> list[Encoding]:
+    """The encoding each real leaf's dtype asks for (f32 → f32, bf16 → bf16, else f64).
+
+    ``path`` names the file in the error a batch that does not fit the layout raises (E9005)."""
+    values = _leaf_values(layout, batch, path)
     encodings = []
     for leaf, value in zip(layout.leaves, values):
         dtype = getattr(value, "dtype", None)
@@ -649,7 +718,7 @@ def write(path: str | os.PathLike, sample_type: str, samples: Any, *, layout: La
     Values of other types (ints, Fractions, Decimals, strings, longdouble) are rounded once to f64.
     """
     layout = resolve_layout(sample_type, layout)
-    encodings = dtype_encodings(layout, samples)
+    encodings = dtype_encodings(layout, samples, path=os.fspath(path))
     return write_encoded(path, sample_type, samples, encodings, layout=layout, durable=durable)
 
 

@@ -137,7 +137,12 @@ def to_f64(values: Any, *, leaf: "str | Site" = "value") -> np.ndarray:
 
 def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
     if isinstance(value, (str, bytes)):
-        return float(_parse_decimals(np.asarray([value]), leaf)[0])
+        try:
+            return float(value)
+        except ValueError:
+            raise PskdError(
+                BAD_VALUE, f"{leaf}, element {position}: {value!r} is not a decimal number"
+            ) from None
     if isinstance(value, bool) or not (
         isinstance(value, numbers.Real) or hasattr(value, "__float__")
     ):
@@ -160,7 +165,7 @@ def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
             except ValueError:
                 raise PskdError(
                     BAD_VALUE,
-                    f"{leaf}, element {position}: {text!r} is not a decimal number",
+                    f"{leaf}, element {position}: {str(text)!r} is not a decimal number",
                 ) from None
         raise
 
@@ -278,6 +283,12 @@ def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
     """Integer values → the leaf's unsigned dtype, refusing values outside [0, bound) (E9004)."""
     dtype = index_dtype(bound)
     array = np.asarray(values)
+    if array.dtype.kind == "f" and not isinstance(values, np.ndarray):
+        # numpy guesses float64 for Python ints that no one integer dtype holds (-1 and 2**63,
+        # or 2**64 - 1 and 0): keep them exact as objects.
+        as_objects = np.asarray(values, dtype=object)
+        if all(isinstance(v, (int, np.integer)) for v in as_objects.ravel()):
+            array = as_objects
     if array.dtype == object:
         array = _object_indices(array, bound, leaf)
     elif array.dtype.kind in "US":

@@ -11,6 +11,7 @@ Key paths are written the way ``jax.tree_util.keystr`` writes them: ``['blocks']
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import sys
@@ -34,7 +35,8 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
     if isinstance(node, dict):
         keys = list(node.keys())
         kind = type(node)
-        return [(f"[{k!r}]", node[k]) for k in keys], lambda vs: _make_dict(kind, keys, vs)
+        factory = getattr(node, "default_factory", None)
+        return [(f"[{k!r}]", node[k]) for k in keys], lambda vs: _make_dict(kind, keys, vs, factory)
     if _is_namedtuple(node):
         kind = type(node)
         return [(f".{f}", getattr(node, f)) for f in node._fields], lambda vs: kind(*vs)
@@ -50,9 +52,13 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
     return _jax_children(node)
 
 
-def _make_dict(kind: type, keys: list[Any], values: list[Any]) -> dict:
+def _make_dict(kind: type, keys: list[Any], values: list[Any], factory: Any = None) -> dict:
     pairs = zip(keys, values)
-    return dict(pairs) if kind is dict else kind(pairs)
+    if kind is dict:
+        return dict(pairs)
+    if issubclass(kind, collections.defaultdict):
+        return kind(factory, pairs)
+    return kind(pairs)
 
 
 def _jax_children(node: Any):
