@@ -59,7 +59,13 @@ def main(argv: list[str]) -> None:
         pipeline = load_pipeline(text) if os.path.isfile(text) else parse_pipeline(text, source="--pipeline")
         reader = Reader(pipeline.path)
         inputs_leaf = reader.placement.layout.leaves[0]
-        vocab, seq = inputs_leaf.bound or 0, inputs_leaf.shape[-1] if inputs_leaf.shape else 0
+        if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
+            raise PskdError(
+                "E9010",
+                f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
+                "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T])",
+            )
+        vocab, seq = inputs_leaf.bound, inputs_leaf.shape[0]
         pipeline.check_batch_type(
             reader.header.type_text, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])"
         )

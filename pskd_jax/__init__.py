@@ -4,6 +4,7 @@ The data side (this package's top level) imports numpy and ml_dtypes, never JAX,
 line answers at once; JAX enters only in the modules that make device arrays.
 """
 
+from pskd_jax.checkpoint import SaveResult, file_sha256, find_layout, read_layout, restore, save, verify_file
 from pskd_jax.container import (
     MAGIC,
     Header,
@@ -19,6 +20,7 @@ from pskd_jax.container import (
 from pskd_jax.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
 from pskd_jax.errors import CODES, PskdError
 from pskd_jax.inspection import Distance, diff, export_json, info_lines
+from pskd_jax.manager import CheckpointManager
 from pskd_jax.pack import pack_file
 from pskd_jax.sample_type import Layout, Leaf, format_type, header_text, parse_type
 from pskd_jax.shuffle import shuffle_order
@@ -30,6 +32,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CODES",
+    "CheckpointManager",
+    "SaveResult",
+    "file_sha256",
+    "find_layout",
+    "read_layout",
+    "restore",
+    "save",
+    "verify_file",
     "Distance",
     "Encoding",
     "Header",

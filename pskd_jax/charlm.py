@@ -51,7 +51,7 @@ def init_params(config: ModelConfig, seed: int = 0) -> dict[str, Any]:
         "norm": np.ones(d, np.float32),
         "unembed": dense(d, config.vocab),
     }
-    return jax.tree_util.tree_map(jnp.asarray, params)
+    return jax.tree_util.tree_map(jnp.asarray, params)  # (sorted key order, as the step returns)
 
 
 def _norm(x: jax.Array, scale: jax.Array) -> jax.Array:
@@ -87,9 +87,13 @@ def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, config: ModelCo
 
 
 def init_adam(params: dict) -> dict:
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return {"mu": zeros, "nu": jax.tree_util.tree_map(jnp.zeros_like, params),
-            "count": jnp.zeros((), jnp.int32)}
+    """Adam's state. Passed through ``tree_map`` so that its dicts have the key order that the
+    jitted step's outputs have (JAX rebuilds dicts in sorted key order): a checkpoint saved after
+    any step then restores into a freshly initialised state, leaf for leaf."""
+    state = {"mu": jax.tree_util.tree_map(jnp.zeros_like, params),
+             "nu": jax.tree_util.tree_map(jnp.zeros_like, params),
+             "count": jnp.zeros((), jnp.int32)}
+    return jax.tree_util.tree_map(lambda x: x, state)
 
 
 def make_train_step(config: ModelConfig, learning_rate: float = 3e-3):

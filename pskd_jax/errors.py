@@ -14,6 +14,8 @@ from E9010 for what the original did not cover.
 | E9010 | a malformed pipeline text, or a pipeline that does not fit its file                    |
 | E9011 | a malformed vocabulary, or a character the vocabulary does not hold                   |
 | E9012 | bad usage of a command: a missing or contradictory option                             |
+| E9013 | a checkpoint whose digest differs from the one recorded when it was written           |
+| E9014 | a checkpoint directory problem: a malformed index, a step it does not hold            |
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ MISMATCH = "E9005"
 BAD_PIPELINE = "E9010"
 BAD_VOCAB = "E9011"
 BAD_USAGE = "E9012"
+DIGEST_MISMATCH = "E9013"
+CHECKPOINT_DIR = "E9014"
 
 CODES = {
     NOT_CLOSED: "sample type not closed",
@@ -36,6 +40,8 @@ CODES = {
     BAD_PIPELINE: "malformed pipeline",
     BAD_VOCAB: "bad vocabulary",
     BAD_USAGE: "bad usage",
+    DIGEST_MISMATCH: "checkpoint digest mismatch",
+    CHECKPOINT_DIR: "checkpoint directory problem",
 }
 
 

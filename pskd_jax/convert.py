@@ -1,0 +1,180 @@
+"""``.safetensors`` ↔ ``.psk.d``, bit for bit (bf16, f32, f64; integer and bool tensors too).
+
+The ``safetensors`` package is an optional extra (``pip install safetensors``); the format is read
+and written with it, never by hand, and it is imported only when a conversion runs.
+
+Names and trees: a safetensors name ``a.b.0.c`` is the key path ``['a']['b'][0]['c']``: the names
+give nested dicts (string keys, in the order of first appearance in the file's data) and lists (a
+node whose keys are exactly 0..n-1). Going back, each leaf's keys joined by ``.`` are its name;
+a key containing ``.`` cannot be written as a name and is refused.
+
+A ``.psk.d`` written from a safetensors file stores its leaves in tree order; the safetensors
+library writes tensors in an order of its own (by dtype, then name), so the checkpoint's order is
+kept in the metadata (``pskd.order``) and used when converting back: ``.psk.d`` → safetensors →
+``.psk.d`` gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from pskd_jax import checkpoint
+from pskd_jax.container import Reader
+from pskd_jax.encodings import REAL_DTYPES, Encoding
+from pskd_jax.errors import BAD_USAGE, MISMATCH, NOT_CLOSED, NOT_PSKD, TRUNCATED, PskdError
+from pskd_jax.fileio import temporary_path_for
+
+ORDER_KEY = "pskd.order"
+TYPE_KEY = "pskd.type"
+
+
+def _safetensors(module: str = "safetensors"):
+    """The optional safetensors package (E9012 saying how to install it when it is missing)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise PskdError(BAD_USAGE, "converting safetensors files needs the safetensors package: "
+                                   "pip install 'pskd_jax[bench]' or pip install safetensors") from None
+
+
+def name_keys(name: str) -> list[str | int]:
+    """``"a.b.0.c"`` → ``["a", "b", 0, "c"]``."""
+    return [int(part) if part.isdigit() and part.isascii() else part for part in name.split(".")]
+
+
+def keys_name(keys: Any, path: str) -> str:
+    """Keys → a safetensors name; refuses keys that a dotted name cannot hold (E9005)."""
+    parts = []
+    for key in keys:
+        text = str(key)
+        if not text or "." in text:
+            raise PskdError(MISMATCH, f"leaf {path or '(root)'}: the key {key!r} cannot be part of a "
+                                      "safetensors name (empty, or holds a '.')")
+        parts.append(text)
+    if not parts:
+        raise PskdError(MISMATCH, "a single-array checkpoint has no name for safetensors")
+    return ".".join(parts)
+
+
+def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike, *, name: str | None = None,
+                        durable: bool = True) -> checkpoint.SaveResult:
+    """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file)."""
+    source = os.fspath(source)
+    safe_open = _safetensors().safe_open
+    try:
+        with safe_open(source, framework="np") as f:
+            names = list(f.offset_keys())
+            metadata = f.metadata() or {}
+            order = _recorded_order(metadata, names)
+            tensors = {n: f.get_tensor(n) for n in order}
+    except PskdError:
+        raise
+    except Exception as e:  # the library's own errors: a file it cannot read
+        raise PskdError(NOT_PSKD, f"{source}: not a safetensors file the library reads: {e}") from None
+    if not tensors:
+        raise PskdError(MISMATCH, f"{source}: no tensors to convert")
+    keys = [name_keys(n) for n in order]
+    tree = checkpoint.nest(keys, [tensors[n] for n in order])
+    if name is None and metadata.get(TYPE_KEY, "").startswith("params "):
+        name = metadata[TYPE_KEY].split(" ", 1)[1]
+    return checkpoint.save(destination, tree, name=name, durable=durable)
+
+
+def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
+    recorded = metadata.get(ORDER_KEY)
+    if recorded:
+        try:
+            order = json.loads(recorded)
+        except ValueError:
+            order = None
+        if isinstance(order, list) and sorted(order) == sorted(names):
+            return order
+    return names
+
+
+def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLike, *,
+                        layout: Any = None) -> int:
+    """Writes a checkpoint's leaves as a ``.safetensors`` file; returns the number of tensors.
+
+    The layout comes from ``layout`` (a layout file, :class:`Layout` or template), else the layout
+    file beside the checkpoint; a closed type needs none. Each tensor gets the dtype the leaf was
+    saved from when the layout file records it (float16, int32, bool …), else its stored dtype."""
+    source, destination = os.fspath(source), os.fspath(destination)
+    save_file = _safetensors("safetensors.numpy").save_file
+    dtypes: tuple[str, ...] = ()
+    if isinstance(layout, (str, os.PathLike)) or layout is None:
+        layout_path = os.fspath(layout) if layout is not None else checkpoint.layout_path_for(source)
+        if layout is not None or os.path.exists(layout_path):
+            layout_file = checkpoint.read_layout_file(layout_path)
+            layout, dtypes = layout_file.layout, layout_file.dtypes
+    with Reader(source, layout=layout) as reader:
+        if reader.placement is None:
+            raise PskdError(
+                NOT_CLOSED,
+                f"{source}: type {reader.header.type_text!r} needs its layout: --layout FILE, or keep "
+                f"{os.path.basename(checkpoint.layout_path_for(source))} beside it",
+            )
+        if reader.header.count != 1:
+            raise PskdError(MISMATCH, f"{source}: a checkpoint holds one sample, this file holds {reader.header.count}")
+        placement = reader.placement
+        tensors: dict[str, np.ndarray] = {}
+        for i, (leaf, view) in enumerate(zip(placement.layout.leaves, reader.leaves())):
+            name = keys_name(checkpoint.path_keys(leaf.path), leaf.path)
+            if name in tensors:
+                raise PskdError(MISMATCH, f"leaf {leaf.path}: the name {name!r} is taken by another leaf")
+            value = np.array(view[0])
+            wanted = _dtype_named(dtypes[i]) if i < len(dtypes) else None
+            if wanted is not None and wanted != value.dtype:
+                value = value.astype(wanted)  # exact: the leaf was saved from this dtype
+            tensors[name] = value
+        metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: reader.header.type_text}
+    fd, temporary = temporary_path_for(destination)
+    os.close(fd)
+    try:
+        save_file(tensors, temporary, metadata=metadata)
+        os.replace(temporary, destination)
+    except BaseException as e:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise PskdError(TRUNCATED, f"{destination}: {e.strerror or e}") from None
+        raise
+    return len(tensors)
+
+
+def _dtype_named(name: str) -> np.dtype | None:
+    if not name:
+        return None
+    if name == "bfloat16":
+        return REAL_DTYPES[Encoding.BF16]
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
+
+
+def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout: Any = None,
+            name: str | None = None) -> str:
+    """Converts by extension: ``.safetensors`` → ``.psk.d`` or ``.psk.d`` → ``.safetensors``;
+    returns a line saying what was written."""
+    source, destination = os.fspath(source), os.fspath(destination)
+    if source.endswith(".safetensors") and destination.endswith(".psk.d"):
+        result = safetensors_to_pskd(source, destination, name=name)
+        labels = sorted({e.label for e in result.encodings})
+        return (f"wrote {destination} ({len(result.encodings)} leaves of type {result.type_text}, "
+                f"encodings {' '.join(labels)}, {result.bytes} bytes)")
+    if source.endswith(".psk.d") and destination.endswith(".safetensors"):
+        count = pskd_to_safetensors(source, destination, layout=layout)
+        return f"wrote {destination} ({count} tensors)"
+    raise PskdError(BAD_USAGE, f"convert {source} → {destination}: expected .safetensors → .psk.d or "
+                               ".psk.d → .safetensors")
+
+
+__all__ = ["convert", "keys_name", "name_keys", "pskd_to_safetensors", "safetensors_to_pskd"]

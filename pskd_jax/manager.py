@@ -1,0 +1,289 @@
+"""A directory of checkpoints, one a step: save (blocking or on a background thread), list,
+restore, keep the last N, and check each file against the digest recorded when it was written.
+
+The directory holds::
+
+    checkpoints.json              the index: the complete checkpoints, their sha256 and extra JSON
+    step-00000100.psk.d           one checkpoint a step (see pskd_jax.checkpoint)
+    step-00000100.layout.json     its layout, for tools that open it without the program
+
+The index is the source of truth. A step is complete when the index lists it: the step's file is
+renamed into place (atomically, synced) *before* the index that names it is rewritten (atomically,
+synced), so a crash at any point leaves either the old index or the new one, and never an index
+naming a file that is not whole. A file the index does not name (a crash between the two renames)
+and temporary files are not checkpoints: they are ignored, and removed when the manager opens the
+directory or prunes. Pruning rewrites the index first and deletes files after, and never removes
+the newest complete checkpoint.
+
+Index format::
+
+    {"format": "pskd-checkpoints", "version": 1,
+     "checkpoints": [{"step": 100, "file": "step-00000100.psk.d", "layout": "step-00000100.layout.json",
+                      "type": "params Params", "bytes": 1048633, "sha256": "…", "extra": {…}}]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from typing import Any
+
+import numpy as np
+
+from pskd_jax import checkpoint
+from pskd_jax import tree as tree_lib
+from pskd_jax.errors import CHECKPOINT_DIR, PskdError
+from pskd_jax.fileio import atomic_output
+
+INDEX = "checkpoints.json"
+INDEX_FORMAT = "pskd-checkpoints"
+INDEX_VERSION = 1
+_STEP_FILE = re.compile(r"step-(\d+)\.(psk\.d|layout\.json)$")
+_TEMPORARY = re.compile(r"^\.(step-\d+\.(psk\.d|layout\.json)|checkpoints\.json)\..*\.tmp$")
+
+
+def step_file(step: int) -> str:
+    return f"step-{step:08d}.psk.d"
+
+
+def read_index(directory: str) -> list[dict]:
+    """The index's entries, sorted by step (an empty list when there is no index yet)."""
+    path = os.path.join(directory, INDEX)
+    try:
+        with open(path, "rb") as f:
+            content = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise PskdError(CHECKPOINT_DIR, f"{path}: cannot read the checkpoint index: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        if content.get("format") != INDEX_FORMAT or content.get("version") != INDEX_VERSION:
+            raise ValueError(f"format {content.get('format')!r} version {content.get('version')!r}")
+        entries = list(content["checkpoints"])
+        for entry in entries:
+            if not isinstance(entry["step"], int) or not isinstance(entry["file"], str) \
+                    or os.path.basename(entry["file"]) != entry["file"] or not isinstance(entry["sha256"], str):
+                raise ValueError(f"malformed entry {entry!r}")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise PskdError(CHECKPOINT_DIR, f"{path}: not a checkpoint index ({e})") from None
+    return sorted(entries, key=lambda e: e["step"])
+
+
+def write_index(directory: str, entries: list[dict], *, durable: bool = True) -> None:
+    content = {"format": INDEX_FORMAT, "version": INDEX_VERSION,
+               "checkpoints": sorted(entries, key=lambda e: e["step"])}
+    with atomic_output(os.path.join(directory, INDEX), durable=durable) as f:
+        f.write((json.dumps(content, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+
+
+def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
+    """Checks the checkpoints of a directory (or one step) against their recorded sha256; returns
+    the entries checked. E9013 names the first damaged checkpoint, E9014 a step the index lacks."""
+    entries = read_index(directory)
+    if step is not None:
+        entries = [e for e in entries if e["step"] == step]
+        if not entries:
+            raise PskdError(CHECKPOINT_DIR, f"{directory}: no complete checkpoint for step {step}")
+    for entry in entries:
+        checkpoint.verify_file(os.path.join(directory, entry["file"]), entry["sha256"])
+    return entries
+
+
+def _snapshot(tree: Any) -> Any:
+    """A copy of the tree's leaves in host memory, so the caller may go on (and donate or overwrite
+    its buffers) while the copy is written."""
+    pairs, rebuild = tree_lib.flatten(tree)
+    copies = []
+    for _, value in pairs:
+        if hasattr(value, "shape") and hasattr(value, "dtype"):
+            copies.append(np.array(value, copy=True))
+        else:
+            copies.append(value)  # Python numbers, Fractions, Decimals: immutable
+    return rebuild(copies)
+
+
+class CheckpointManager:
+    """Checkpoints of a training run in one directory, by step.
+
+    >>> import numpy as np, tempfile
+    >>> manager = CheckpointManager(tempfile.mkdtemp(), keep=2)
+    >>> for step in (10, 20, 30):
+    ...     _ = manager.save(step, {"w": np.full(3, step, np.float32)}, extra={"epoch": 1, "batch": step})
+    >>> manager.all_steps(), manager.latest_step(), manager.extra()["batch"]
+    ([20, 30], 30, 30)
+    >>> manager.restore(as_numpy=True)["w"]
+    array([30., 30., 30.], dtype=float32)
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, keep: int | None = None, durable: bool = True,
+                 name: str | None = None):
+        if keep is not None and keep < 1:
+            raise PskdError(CHECKPOINT_DIR, f"keep={keep}: keep at least the newest checkpoint (keep >= 1, or None for all)")
+        self.directory = os.fspath(directory)
+        self.keep = keep
+        self.durable = durable
+        self.name = name
+        self._lock = threading.Lock()  # the index and the directory's files
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            raise PskdError(CHECKPOINT_DIR, f"{self.directory}: cannot create the directory: {e.strerror}") from None
+        read_index(self.directory)  # a malformed index fails now, not at the first save
+        self._remove_leftovers()
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def _entries(self) -> list[dict]:
+        return read_index(self.directory)
+
+    def all_steps(self) -> list[int]:
+        """The steps of the complete checkpoints, in increasing order."""
+        return [e["step"] for e in self._entries()]
+
+    def latest_step(self) -> int | None:
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def _entry(self, step: int | None) -> dict:
+        entries = self._entries()
+        if not entries:
+            raise PskdError(CHECKPOINT_DIR, f"{self.directory}: no complete checkpoint yet")
+        if step is None:
+            return entries[-1]
+        for entry in entries:
+            if entry["step"] == step:
+                return entry
+        raise PskdError(CHECKPOINT_DIR, f"{self.directory}: no complete checkpoint for step {step} "
+                                        f"(complete: {[e['step'] for e in entries]})")
+
+    def path(self, step: int | None = None) -> str:
+        """The file of a complete step (the latest by default)."""
+        return os.path.join(self.directory, self._entry(step)["file"])
+
+    def extra(self, step: int | None = None) -> Any:
+        """The extra JSON saved with a step (the latest by default), e.g. the loader's state."""
+        return self._entry(step).get("extra")
+
+    # -- saving ----------------------------------------------------------------------------------
+
+    def save(self, step: int, tree: Any, *, extra: Any = None, **options: Any) -> checkpoint.SaveResult:
+        """Saves ``tree`` as ``step`` and waits until it is complete (then prunes).
+
+        ``extra`` is any JSON value kept in the index with the step; ``options`` go to
+        :func:`pskd_jax.checkpoint.save` (``encodings``, ``round_to_encoding``, ``name``)."""
+        self.wait()
+        return self._save(self._check_step(step), tree, self._check_extra(extra), options)
+
+    def save_async(self, step: int, tree: Any, *, extra: Any = None, **options: Any) -> None:
+        """Snapshots ``tree`` into host memory and writes it on a background thread; returns as
+        soon as the snapshot is taken. One save runs at a time: a second waits for the first.
+        Errors surface in :meth:`wait` (or the next save)."""
+        self.wait()
+        step = self._check_step(step)
+        extra = self._check_extra(extra)
+        checkpoint.plan(tree, name=options.get("name", self.name), encodings=options.get("encodings"))
+        snapshot = _snapshot(tree)
+
+        def run() -> None:
+            try:
+                self._save(step, snapshot, extra, options)
+            except BaseException as e:  # handed to the caller by wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=f"pskd-save-{step}", daemon=False)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Waits for a background save; raises its error, if any."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _check_step(self, step: int) -> int:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise PskdError(CHECKPOINT_DIR, f"step {step!r}: a step is an integer >= 0")
+        return int(step)
+
+    def _check_extra(self, extra: Any) -> Any:
+        try:
+            return json.loads(json.dumps(extra, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise PskdError(CHECKPOINT_DIR, f"extra={extra!r} is not JSON: {e}") from None
+
+    def _save(self, step: int, tree: Any, extra: Any, options: dict) -> checkpoint.SaveResult:
+        options = dict(options)
+        options.setdefault("name", self.name)
+        file = step_file(step)
+        path = os.path.join(self.directory, file)
+        result = checkpoint.save(path, tree, durable=self.durable, digest=True, **options)
+        entry = {"step": step, "file": file, "type": result.type_text, "bytes": result.bytes,
+                 "sha256": result.sha256, "extra": extra}
+        if result.layout_path:
+            entry["layout"] = os.path.basename(result.layout_path)
+        with self._lock:
+            entries = sorted([e for e in read_index(self.directory) if e["step"] != step] + [entry],
+                             key=lambda e: e["step"])
+            # Keep the newest ``keep``: the index is rewritten first and the files go after, so the
+            # index never names a missing file; the newest complete checkpoint is always kept.
+            cut = 0 if self.keep is None else max(0, len(entries) - self.keep)
+            write_index(self.directory, entries[cut:], durable=self.durable)
+            self._delete(entries[:cut])
+        return result
+
+    def _delete(self, dropped: list[dict]) -> None:
+        for entry in dropped:
+            for name in (entry["file"], entry.get("layout")):
+                if name:
+                    try:
+                        os.unlink(os.path.join(self.directory, name))
+                    except FileNotFoundError:
+                        pass
+
+    def _remove_leftovers(self) -> None:
+        """Removes temporary files and step files the index does not name (interrupted saves)."""
+        with self._lock:
+            named = set()
+            for entry in read_index(self.directory):
+                named.add(entry["file"])
+                if entry.get("layout"):
+                    named.add(entry["layout"])
+            for name in os.listdir(self.directory):
+                if _TEMPORARY.match(name) or (_STEP_FILE.fullmatch(name) and name not in named):
+                    try:
+                        os.unlink(os.path.join(self.directory, name))
+                    except OSError:
+                        pass
+
+    # -- restoring -------------------------------------------------------------------------------
+
+    def restore(self, step: int | None = None, target: Any = None, *, verify: bool = False, **options: Any) -> Any:
+        """Restores a complete step (the latest by default); see :func:`pskd_jax.checkpoint.restore`.
+
+        ``verify=True`` checks the file against the sha256 recorded in the index while reading, and
+        raises E9013 naming the checkpoint when they differ."""
+        entry = self._entry(step)
+        path = os.path.join(self.directory, entry["file"])
+        return checkpoint.restore(path, target, sha256=entry["sha256"] if verify else None, **options)
+
+    def verify(self, step: int | None = None) -> list[dict]:
+        """Checks every complete checkpoint (or one step) against its recorded sha256."""
+        return verify_directory(self.directory, step=step)
+
+    def close(self) -> None:
+        self.wait()
+
+    def __enter__(self) -> "CheckpointManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["CheckpointManager", "INDEX", "read_index", "step_file", "verify_directory", "write_index"]

@@ -1,0 +1,83 @@
+"""``pskd verify`` and ``pskd convert`` run as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pskd_jax import checkpoint as ck
+from pskd_jax.manager import CheckpointManager
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pskd(*args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+
+
+def fails(code: str, *args) -> str:
+    result = pskd(*args)
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    return result.stderr
+
+
+def test_verify_a_directory_a_step_and_a_file(tmp_path):
+    manager = CheckpointManager(tmp_path / "run")
+    for step in (1, 2):
+        manager.save(step, {"w": np.full(64, step, np.float32)})
+    result = pskd("verify", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("pskd: ok step 1 step-00000001.psk.d sha256 ")
+    assert lines[-1] == f"pskd: 2 checkpoints verified in {tmp_path / 'run'}"
+    assert pskd("verify", tmp_path / "run", "--step", "2").returncode == 0
+    one = pskd("verify", manager.path(2))
+    assert one.returncode == 0 and one.stdout.startswith("pskd: ok ")
+    # a flipped byte
+    path = pathlib.Path(manager.path(2))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x80
+    path.write_bytes(bytes(data))
+    message = fails("E9013", "verify", tmp_path / "run")
+    assert "step-00000002.psk.d" in message
+    fails("E9013", "verify", path)
+    assert pskd("verify", tmp_path / "run", "--step", "1").returncode == 0
+    fails("E9014", "verify", tmp_path / "run", "--step", "9")
+
+
+def test_verify_a_lone_file(tmp_path):
+    result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, digest=True)
+    plain = pskd("verify", tmp_path / "c.psk.d")
+    assert plain.returncode == 0 and result.sha256 in plain.stdout and "no recorded digest" in plain.stdout
+    assert pskd("verify", tmp_path / "c.psk.d", "--sha256", result.sha256).returncode == 0
+    fails("E9013", "verify", tmp_path / "c.psk.d", "--sha256", "0" * 64)
+
+
+def test_convert_both_ways(tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import ml_dtypes
+
+    tensors = {"emb.w": np.arange(6, dtype=np.float32).reshape(2, 3), "h.0": np.ones(2, ml_dtypes.bfloat16)}
+    safetensors_numpy.save_file(tensors, str(tmp_path / "m.safetensors"))
+    result = pskd("convert", tmp_path / "m.safetensors", "-o", tmp_path / "m.psk.d")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"pskd: wrote {tmp_path / 'm.psk.d'} (2 leaves of type params Params")
+    info = pskd("info", tmp_path / "m.psk.d")
+    assert info.returncode == 0 and "type    params Params" in info.stdout
+    back = pskd("convert", tmp_path / "m.psk.d", "-o", tmp_path / "b.safetensors", "--layout",
+                tmp_path / "m.layout.json")
+    assert back.returncode == 0, back.stderr
+    loaded = safetensors_numpy.load_file(str(tmp_path / "b.safetensors"))
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(loaded[name].view(np.uint8), value.view(np.uint8))
+    fails("E9012", "convert", tmp_path / "m.psk.d", "-o", tmp_path / "x.json")
+    fails("E9002", "convert", tmp_path / "m.layout.json.safetensors", "-o", tmp_path / "y.psk.d")

@@ -1,0 +1,118 @@
+"""safetensors ↔ .psk.d, bit for bit, with the library (an optional extra)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from pskd_jax import checkpoint as ck
+from pskd_jax import convert
+from pskd_jax.errors import PskdError
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def bits(array):
+    array = np.ascontiguousarray(array).reshape(-1)
+    return array.view(f"u{array.dtype.itemsize}")
+
+
+def random_bits(rng, dtype, shape):
+    dtype = np.dtype(dtype)
+    values = rng.integers(0, 2 ** (8 * dtype.itemsize), size=shape, dtype=f"u{dtype.itemsize}").view(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        values[~np.isfinite(values.astype(np.float64))] = dtype.type(-0.0)
+    return values
+
+
+@pytest.fixture
+def tensors():
+    rng = np.random.default_rng(3)
+    return {
+        "embed.weight": random_bits(rng, BF16, (16, 8)),
+        "layers.0.attn.w": random_bits(rng, np.float32, (8, 8)),
+        "layers.0.mlp.b": random_bits(rng, np.float64, (8,)),
+        "layers.1.attn.w": random_bits(rng, np.float32, (8, 8)),
+        "layers.1.mlp.b": random_bits(rng, np.float64, (8,)),
+        "layers.10.attn.w": random_bits(rng, np.float32, (8, 8)),
+        "head": random_bits(rng, BF16, (8,)),
+        "step": np.array(12, np.int64),
+    }
+
+
+def test_name_keys_and_back():
+    assert convert.name_keys("a.b.0.c") == ["a", "b", 0, "c"]
+    assert convert.keys_name(["a", "b", 0, "c"], "") == "a.b.0.c"
+    with pytest.raises(PskdError, match="cannot be part of a safetensors name"):
+        convert.keys_name(["a.b"], "['a.b']")
+
+
+def test_safetensors_to_pskd_is_bit_for_bit_and_back(tmp_path, tensors):
+    source = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file(tensors, str(source))
+    result = convert.safetensors_to_pskd(source, tmp_path / "m.psk.d")
+    assert result.type_text == "params Params"
+    tree = ck.restore(tmp_path / "m.psk.d", as_numpy=True)  # the layout file beside it
+    assert isinstance(tree["layers"], dict)  # indices 0, 1, 10: not a list 0..n-1
+    tree_list = ck.restore(tmp_path / "m.psk.d", zero_copy=True)
+    np.testing.assert_array_equal(bits(tree_list["embed"]["weight"]), bits(tensors["embed.weight"]))
+    np.testing.assert_array_equal(bits(tree["layers"][10]["attn"]["w"]), bits(tensors["layers.10.attn.w"]))
+    # and back: the same tensors, the same dtypes, the same bits
+    convert.pskd_to_safetensors(tmp_path / "m.psk.d", tmp_path / "back.safetensors")
+    back = safetensors_numpy.load_file(str(tmp_path / "back.safetensors"))
+    assert set(back) == set(tensors)
+    for name, value in tensors.items():
+        assert back[name].dtype == value.dtype and back[name].shape == value.shape, name
+        np.testing.assert_array_equal(bits(back[name]), bits(value))
+
+
+def test_names_give_nested_dicts_and_lists_in_file_order(tmp_path):
+    tensors = {"b.0": np.ones(1, np.float32), "b.1": np.full(1, 2, np.float32), "a.x": np.zeros(1, np.float32)}
+    safetensors_numpy.save_file(tensors, str(tmp_path / "s.safetensors"))
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "s.safetensors"), framework="np") as f:
+        file_order = list(f.offset_keys())
+    convert.safetensors_to_pskd(tmp_path / "s.safetensors", tmp_path / "s.psk.d")
+    tree = ck.restore(tmp_path / "s.psk.d", as_numpy=True)
+    assert isinstance(tree["b"], list) and [float(v[0]) for v in tree["b"]] == [1.0, 2.0]
+    firsts = list(dict.fromkeys(name.split(".")[0] for name in file_order))
+    assert list(tree) == firsts
+
+
+def test_pskd_to_safetensors_to_pskd_gives_the_same_bytes(tmp_path):
+    rng = np.random.default_rng(5)
+    tree = {"z": random_bits(rng, np.float32, (3, 4)), "a": [random_bits(rng, BF16, (5,)),
+            random_bits(rng, np.float64, (2,))], "half": np.array([0.5, -2.0], np.float16),
+            "mask": np.array([True, False, True])}
+    ck.save(tmp_path / "orig.psk.d", tree, name="Net")
+    convert.pskd_to_safetensors(tmp_path / "orig.psk.d", tmp_path / "x.safetensors")
+    loaded = safetensors_numpy.load_file(str(tmp_path / "x.safetensors"))
+    assert loaded["half"].dtype == np.float16 and loaded["mask"].dtype == np.bool_
+    convert.safetensors_to_pskd(tmp_path / "x.safetensors", tmp_path / "again.psk.d")
+    assert (tmp_path / "again.psk.d").read_bytes() == (tmp_path / "orig.psk.d").read_bytes()
+
+
+def test_params_without_a_layout_cannot_be_converted(tmp_path):
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2, np.float32)}, layout_file=False)
+    with pytest.raises(PskdError) as e:
+        convert.pskd_to_safetensors(tmp_path / "c.psk.d", tmp_path / "c.safetensors")
+    assert e.value.code == "E9001"
+    assert not (tmp_path / "c.safetensors").exists()
+
+
+def test_nan_in_a_safetensors_file_is_refused_naming_the_tensor(tmp_path):
+    safetensors_numpy.save_file({"a.w": np.array([1.0, np.nan], np.float32)}, str(tmp_path / "n.safetensors"))
+    with pytest.raises(PskdError) as e:
+        convert.safetensors_to_pskd(tmp_path / "n.safetensors", tmp_path / "n.psk.d")
+    assert e.value.code == "E9004" and "['a']['w'] at index [1]" in e.value.message
+    assert not (tmp_path / "n.psk.d").exists()
+
+
+def test_wrong_extensions_are_bad_usage(tmp_path):
+    with pytest.raises(PskdError) as e:
+        convert.convert(tmp_path / "a.bin", tmp_path / "b.psk.d")
+    assert e.value.code == "E9012"

@@ -1,0 +1,66 @@
+"""The training app run as a user runs it: loss printed, checkpoints saved, resumed exactly."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pskd_jax
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def windows(tmp_path) -> pathlib.Path:
+    text = ("the quick brown fox jumps over the lazy dog. " * 40).encode()
+    tokens = np.frombuffer(text, np.uint8) - 32
+    path = tmp_path / "w.psk.d"
+    starts = np.arange(0, len(tokens) - 17, 16)
+    inputs = tokens[starts[:, None] + np.arange(16)]
+    pskd_jax.write(path, "(idx[96][seq: 16], idx[96][seq: 16])", (inputs, tokens[starts[:, None] + np.arange(1, 17)]))
+    return path
+
+
+def train(windows: pathlib.Path, checkpoints: pathlib.Path, *extra: str) -> list[str]:
+    pipeline = f'stream "{windows}" |> shuffle(seed = 4) |> batch(B = 8)'
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
+         "--heads=2", "--log_every=2", f"--checkpoint_dir={checkpoints}", *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()
+
+
+def losses(lines: list[str]) -> dict[int, str]:
+    return {int(line.split()[1]): line.split()[3] for line in lines if line.startswith("step ")}
+
+
+def test_a_resumed_run_sees_the_same_batches_and_ends_bit_for_bit_equal(windows, tmp_path):
+    whole = train(windows, tmp_path / "whole", "--steps=8", "--save_every=4")
+    first = train(windows, tmp_path / "split", "--steps=4", "--save_every=4")
+    rest = train(windows, tmp_path / "split", "--steps=8", "--save_every=4", "--resume")
+    assert any(line.startswith("train: resumed at step 4") for line in rest)
+    assert losses(whole) == {**losses(first), **losses(rest)}
+    assert len(losses(whole)) == 4
+    a = tmp_path / "whole" / sorted(os.listdir(tmp_path / "whole"))[0]
+    ends = [pskd_jax.CheckpointManager(tmp_path / d).path() for d in ("whole", "split")]
+    assert pathlib.Path(ends[0]).read_bytes() == pathlib.Path(ends[1]).read_bytes(), a
+
+
+def test_a_file_of_the_wrong_type_is_refused_naming_both_types(tmp_path):
+    path = tmp_path / "r.psk.d"
+    pskd_jax.write(path, "ℝ[3]", np.ones((10, 3)))
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.train_lm", f'--pipeline=stream "{path}" |> batch(B = 2)', "--steps=1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
+    )
+    assert result.returncode == 1
+    assert "E9010" in result.stderr and "ℝ[3]" in result.stderr and "Traceback" not in result.stderr
