@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterator
 
-from pskd_jax import inspection, pack, text, windows
+from pskd_jax import checkpoint, inspection, pack, text, windows
 from pskd_jax.sample_type import Layout
 
 
@@ -45,20 +45,30 @@ def _lm_windows(args) -> Iterator[str]:
            f"from {result.tokens} tokens)")
 
 
+def _layout(args, path: str):
+    """The layout of a params file: --layout, else the ``NAME.layout.json`` written beside it."""
+    if args.layout:
+        return checkpoint.read_layout(args.layout)
+    return checkpoint.find_layout(path)
+
+
 def _info(args) -> Iterator[str]:
-    yield from inspection.info_lines(args.file, samples=args.samples)
+    yield from inspection.info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
 
 
 def _diff(args) -> Iterator[str]:
-    distance = inspection.diff(args.a, args.b)
+    distance = inspection.diff(args.a, args.b, layout=_layout(args, args.a))
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
 
 
 def _export(args) -> Iterator[str]:
-    count = inspection.export_json(args.file, args.output)
+    count = inspection.export_json(args.file, args.output, layout=_layout(args, args.file))
     yield f"pskd: wrote {args.output} ({count} samples as JSON)"
+
+
+LAYOUT_HELP = "the layout of a params file (default: the NAME.layout.json written beside it, if any)"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,11 +108,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("info", _info, "Print a file's header, encodings and first samples.")
     p.add_argument("file", metavar="FILE.psk.d")
     p.add_argument("--samples", type=int, default=2, metavar="N", help="how many samples to show")
+    p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
     p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
     p.add_argument("a", metavar="A.psk.d")
     p.add_argument("b", metavar="B.psk.d")
+    p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
     p = command("export", _export, "Write a file's samples as JSON, every real exact.")
     p.add_argument("file", metavar="FILE.psk.d")
     p.add_argument("-o", "--output", required=True, metavar="OUT.json")
+    p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)

@@ -299,6 +299,11 @@ class Reader:
             )
         return self.placement
 
+    def _map_bytes(self) -> np.ndarray:
+        """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
+        lives, closing the map fails (and is deferred) instead of leaving the view dangling."""
+        return np.frombuffer(self._map, dtype=np.uint8)
+
     def _leaf_view(self, i: int) -> np.ndarray:
         """Leaf i of every sample as one strided array over the map (no copy)."""
         placement = self.placement
@@ -313,7 +318,7 @@ class Reader:
         view = np.ndarray(
             (count, *leaf.shape),
             dtype=disk,
-            buffer=self._map,
+            buffer=self._map_bytes(),
             offset=self.header.data_offset + placement.offsets[i],
             strides=(placement.sample_bytes, *inner_strides),
         )

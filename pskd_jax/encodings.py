@@ -69,7 +69,7 @@ def encoding_of_dtype(dtype: np.dtype) -> Encoding:
     dtype = np.dtype(dtype)
     if dtype == bfloat16:
         return Encoding.BF16
-    if dtype in (np.float32, np.float16):
+    if dtype.kind == "f" and dtype.itemsize in (2, 4):  # either byte order: the value decides
         return Encoding.F32
     return Encoding.F64
 

@@ -81,3 +81,26 @@ def test_convert_both_ways(tmp_path):
         np.testing.assert_array_equal(loaded[name].view(np.uint8), value.view(np.uint8))
     fails("E9012", "convert", tmp_path / "m.psk.d", "-o", tmp_path / "x.json")
     fails("E9002", "convert", tmp_path / "m.layout.json.safetensors", "-o", tmp_path / "y.psk.d")
+
+
+def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
+    import json as json_lib
+
+    import pskd_jax
+
+    a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.int32(7)}
+    pskd_jax.save(a, tree)
+    pskd_jax.save(b, {"w": tree["w"] + 1, "step": np.int32(8)})
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = lambda *args: subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)],  # noqa: E731
+                                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    info = run("info", a)
+    assert info.returncode == 0, info.stderr
+    assert "[0] {'w': [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], 'step': 7}" in info.stdout
+    diff = run("diff", a, b)
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.startswith(f"‖a − b‖₂ = {6 ** 0.5!r}")
+    out = tmp_path / "a.json"
+    assert run("export", a, "-o", out).returncode == 0
+    assert json_lib.loads(out.read_text())["samples"] == [{"w": [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "step": 7}]

@@ -870,3 +870,21 @@ def test_every_error_code_is_reached(tmp_path):
     }
     assert codes == {"E9001", "E9002", "E9003", "E9004", "E9005"}
     assert sorted(os.listdir(tmp_path)) == ["b.psk.d", "good.psk.d"]
+
+
+def test_views_outlive_the_reader_that_made_them(tmp_path):
+    path = tmp_path / "v.psk.d"
+    write(path, "(ℝ[3], idx[5][])", (np.ones((4, 3)), np.arange(4)))
+    reader = Reader(path)
+    reals, indices = reader.leaves()
+    reader.close()
+    assert reals.sum() == 12.0 and indices.tolist() == [0, 1, 2, 3]
+
+
+def test_big_endian_float_arrays_keep_their_encoding(tmp_path):
+    path = tmp_path / "be.psk.d"
+    values = np.array([[1.5, -2.25]], dtype=">f4")
+    result = write(path, "ℝ[2]", values)
+    assert result.version == 2 and [e.label for e in result.encodings] == ["f32"]
+    with Reader(path) as reader:
+        assert reader[0].tolist() == [1.5, -2.25]
