@@ -100,7 +100,7 @@ def main(argv: list[str]) -> None:
         params, opt, loss_value = train_step(params, opt, inputs, targets)
         step += 1
         rate = (step - first_step) / (time.perf_counter() - started)
-        if step % FLAGS.log_every == 0 or step == FLAGS.steps:
+        if step % FLAGS.log_every == 0 or step == FLAGS.steps or step == first_step + 1:
             loss = float(loss_value)
             if terminal:
                 sys.stdout.write("\r" + " " * 79 + "\r")

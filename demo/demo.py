@@ -18,6 +18,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "demo"
 TEXT_BYTES = 8 << 20  # 8 MB of source text: big enough to mean something, quick on 2 cores
+SEQ = 64  # window length of the training data
+STEPS_FIRST, STEPS_TOTAL = 150, 300  # trained in one process, then resumed in a fresh one
 
 
 def gather_stdlib_text(destination: pathlib.Path, limit: int) -> int:
@@ -63,7 +65,7 @@ def main() -> None:
     import json
 
     vocab_size = len(json.loads(vocab.read_text(encoding="utf-8")))
-    pskd("lm-windows", "--vocab", str(vocab_size), "--seq", "128", rel(tokens), "-o", rel(windows))
+    pskd("lm-windows", "--vocab", str(vocab_size), "--seq", str(SEQ), rel(tokens), "-o", rel(windows))
     pskd("info", rel(windows), "--samples", "1")
     pskd("decode", rel(tokens), "--vocab", rel(vocab), "-o", rel(OUT / "roundtrip.txt"))
     same = (OUT / "roundtrip.txt").read_bytes() == text.read_bytes()
@@ -83,6 +85,30 @@ def main() -> None:
         print(f"demo: a shuffled batch of {len(order)} windows {list(map(int, order))}: inputs {inputs.shape} {inputs.dtype}")
         print("demo: window %d reads %r" % (order[0], "".join(vocab_list[t] for t in inputs[0][:60])))
         assert np.array_equal(inputs[:, 1:], targets[:, :-1]), "targets are inputs shifted by one"
+
+    train_and_resume(windows, rel)
+
+
+def train(pipeline: str, checkpoints: str, steps: int, *extra: str) -> None:
+    print(f"$ python -m apps.train_lm --steps {steps} {' '.join(extra)}", flush=True)
+    subprocess.run([sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", f"--steps={steps}",
+                    f"--checkpoint_dir={checkpoints}", "--save_every=75", "--log_every=25", *extra],
+                   check=True, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+def train_and_resume(windows: pathlib.Path, rel) -> None:
+    """A few hundred jit-compiled steps fed by the loader, checkpointed, stopped and resumed."""
+    checkpoints = OUT / "checkpoints"
+    pipeline = f'stream "{rel(windows)}" |> shuffle(seed = 1) |> batch(B = 32)'
+    train(pipeline, rel(checkpoints), STEPS_FIRST)
+    print("demo: a fresh process picks up the parameters, Adam's state and the loader's position", flush=True)
+    train(pipeline, rel(checkpoints), STEPS_TOTAL, "--resume")
+    import json
+
+    index = json.loads((checkpoints / "checkpoints.json").read_text())
+    files = [rel(checkpoints / entry["file"]) for entry in index["checkpoints"]]
+    pskd("diff", files[0], files[-1])
+    pskd("verify", rel(checkpoints))
 
 
 if __name__ == "__main__":

@@ -374,11 +374,17 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source:
     path, stages = _Parser(text, source).parse()
     values = {name: value for name, (value, _) in stages.items()}
     return Pipeline(
-        path=os.path.join(os.fspath(base_dir), path),
+        path=_resolve(path, base_dir),
         seed=values.get("shuffle"),
         batch_size=values["batch"],
         take=values.get("take"),
     )
+
+
+def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
+    """``path`` joined to ``base_dir`` (as written: no ``..`` folded, symlinks keep their meaning)."""
+    base = os.fspath(base_dir)
+    return path if base in ("", ".") else os.path.join(base, path)
 
 
 def load_pipeline(file_path: str | os.PathLike[str]) -> Pipeline:

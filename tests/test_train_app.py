@@ -39,7 +39,9 @@ def train(windows: pathlib.Path, checkpoints: pathlib.Path, *extra: str) -> list
 
 
 def losses(lines: list[str]) -> dict[int, str]:
-    return {int(line.split()[1]): line.split()[3] for line in lines if line.startswith("step ")}
+    """The logged losses by step, at the steps every run logs (multiples of --log_every=2)."""
+    logged = {int(line.split()[1]): line.split()[3] for line in lines if line.startswith("step ")}
+    return {step: loss for step, loss in logged.items() if step % 2 == 0}
 
 
 def test_a_resumed_run_sees_the_same_batches_and_ends_bit_for_bit_equal(windows, tmp_path):
