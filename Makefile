@@ -1,4 +1,4 @@
-# make demo: set up .venv if needed, then text → vocabulary → tokens → windows → info.
+# make demo: set up .venv if needed, then text → tokens → windows → training → checkpoints.
 # make test: the same set-up, then the whole test suite.
 PYTHON ?= python3
 VENV ?= .venv
