@@ -36,6 +36,8 @@ from pskd_jax.sample_type import Dim, Layout, Leaf, SampleType, TupleType, forma
 from pskd_jax.shuffle import MAX_N, MAX_SEED, Permutation
 
 # Stage name → (parameter name, smallest value, what is accepted), in the order stages must come.
+BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
+
 _STAGES = {
     "shuffle": ("seed", 0, "an integer in [0, 2**64)"),
     "batch": ("B", 1, "an integer >= 1"),
@@ -179,10 +181,18 @@ class Pipeline:
         self, n: int, count: int, state: IteratorState, epochs: int | None
     ) -> Iterator[tuple[IteratorState, np.ndarray]]:
         epoch, j = state.epoch, state.batch
+        # The order is computed for a block of batches at once: one vectorised pass over
+        # BLOCK_POSITIONS positions costs little more than over one batch's (SPEC §5 is random
+        # access, so a block is as exact as batch by batch), and memory stays O(block).
+        per_block = max(1, BLOCK_POSITIONS // self.batch_size)
         while epochs is None or epoch <= epochs:
-            for j in range(j, count):
-                following = IteratorState(epoch, j + 1) if j + 1 < count else IteratorState(epoch + 1, 0)
-                yield following, self._indices(n, epoch, j)
+            while j < count:
+                block = min(per_block, count - j)
+                indices = self._indices(n, epoch, j, block).reshape(block, self.batch_size)
+                for k in range(block):
+                    following = IteratorState(epoch, j + 1) if j + 1 < count else IteratorState(epoch + 1, 0)
+                    yield following, indices[k]
+                    j += 1
             epoch, j = epoch + 1, 0
 
     def check_batch_type(self, sample_type: str, batch_type: str) -> None:
@@ -210,10 +220,10 @@ class Pipeline:
                 f"{given!r}, but the step expects {batch_type!r} (= {expected!r})",
             )
 
-    def _indices(self, n: int, epoch: int, j: int) -> np.ndarray:
-        """π_epoch(jB .. jB + B - 1) without argument checks."""
+    def _indices(self, n: int, epoch: int, j: int, batches: int = 1) -> np.ndarray:
+        """π_epoch(jB .. (j + batches)B - 1) without argument checks."""
         dtype = np.int64 if n <= 2**63 else np.uint64
-        positions = np.arange(self.batch_size, dtype=dtype)
+        positions = np.arange(self.batch_size * batches, dtype=dtype)
         positions += dtype(j * self.batch_size)
         if self.seed is None:
             return positions
