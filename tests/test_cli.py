@@ -197,3 +197,19 @@ def test_usage_errors_go_through_argparse(tmp_path):
     result = pskd("lm-windows", "--vocab", "3")
     assert result.returncode == 2
     assert "required" in result.stderr
+
+
+def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
+    data = tmp_path / "w.psk.d"
+    pskd_jax.write(data, "ℝ[2]", np.zeros((10, 2)))
+    text_file = tmp_path / "train.pipeline"
+    text_file.write_text('stream "w.psk.d" |> shuffle(seed = 0) |> batch(B = 5) |> take(n = 1)\n')
+    lines = ok("pipeline", text_file, "--epoch", "2", "--batches", "3")
+    assert lines == [
+        f'pipeline stream "{data}" |> shuffle(seed = 0) |> batch(B = 5) |> take(n = 1)',
+        "samples  10 of type ℝ[2], 1 batches an epoch",
+        "epoch 2 batch 0: 9 1 3 6 8",  # SPEC §5: seed 0, epoch 2, n = 10 starts 9 1 3 6 8
+    ]
+    assert pskd_jax.shuffle_order(10, seed=0, epoch=2, start=0, stop=5).tolist() == [9, 1, 3, 6, 8]
+    message = fails("E9010", "pipeline", 'stream "w.psk.d" |> batch(B = 0)')
+    assert "TEXT:1:" in message
