@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("pipeline", None, "The pipeline text, or a file holding it.", required=True)
@@ -44,6 +44,8 @@ def _progress(step: int, total: int, loss: float | None, rate: float) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # JAX's backend probing would otherwise log at INFO
     # JAX is imported here, not at the top, so that --help answers without starting it.
     import jax
 
