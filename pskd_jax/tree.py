@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pskd_jax.encodings import bfloat16, index_dtype, is_real_dtype
+from pskd_jax.encodings import bfloat16, is_real_dtype
 from pskd_jax.errors import MISMATCH, PskdError
 from pskd_jax.sample_type import Layout, Leaf
 
@@ -159,15 +158,11 @@ def describe_dtype(dtype: np.dtype) -> str:
     return "bfloat16" if np.dtype(dtype) == bfloat16 else str(np.dtype(dtype))
 
 
-def count_elements(shape: Sequence[int]) -> int:
-    return math.prod(shape)
-
-
 __all__ = [
     "flatten",
     "layout_of_template",
     "leaf_of_spec",
     "template_dtypes",
     "check_leaf_shape",
-    "index_dtype",
+    "describe_dtype",
 ]
