@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo demo-corpus test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) demo/demo.py
+
+demo-corpus: $(STAMP)
+	$(PY) demo/demo.py --corpus
 
 test: $(STAMP)
 	$(PY) -m pytest -q

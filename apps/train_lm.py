@@ -1,7 +1,12 @@
-"""Train a small character-level language model on an ``lm-windows`` file.
+"""Train a small character-level language model on an ``lm-windows`` file or a sharded corpus.
 
     python -m apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
         --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
+    python -m apps.train_lm --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
+        --seq 64 [--stride 64] [--verify_corpus] --steps 300
+
+A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
+from the corpus's global token stream (:class:`pskd_jax.corpus.CorpusWindows`).
 
 A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`` ahead on a
 background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
@@ -31,6 +36,9 @@ flags.DEFINE_integer("layers", 2, "Transformer blocks.")
 flags.DEFINE_integer("heads", 4, "Attention heads.")
 flags.DEFINE_float("learning_rate", 3e-3, "Adam's learning rate.")
 flags.DEFINE_integer("seed", 0, "Seed of the initial parameters.")
+flags.DEFINE_integer("seq", None, "Window length when the pipeline streams a corpus (DIR/shards.json).")
+flags.DEFINE_integer("stride", None, "Distance between window starts in a corpus (default: --seq).")
+flags.DEFINE_bool("verify_corpus", False, "Hash every shard of a corpus against its manifest first.")
 
 
 def _progress(step: int, total: int, loss: float | None, rate: float) -> None:
@@ -49,7 +57,7 @@ def main(argv: list[str]) -> None:
     # JAX is imported here, not at the top, so that --help answers without starting it.
     import jax
 
-    from pskd_jax import charlm
+    from pskd_jax import charlm, corpus
     from pskd_jax.container import Reader
     from pskd_jax.errors import PskdError
     from pskd_jax.loader import Loader
@@ -59,18 +67,23 @@ def main(argv: list[str]) -> None:
     try:
         text = FLAGS.pipeline
         pipeline = load_pipeline(text) if os.path.isfile(text) else parse_pipeline(text, source="--pipeline")
-        reader = Reader(pipeline.path)
-        inputs_leaf = reader.placement.layout.leaves[0]
-        if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
-            raise PskdError(
-                "E9010",
-                f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
-                "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T])",
-            )
-        vocab, seq = inputs_leaf.bound, inputs_leaf.shape[0]
-        pipeline.check_batch_type(
-            reader.header.type_text, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])"
-        )
+        if corpus.is_manifest(pipeline.path):  # windows cut on the fly from a sharded corpus
+            if FLAGS.seq is None:
+                raise PskdError("E9012", f"{pipeline.path} is a corpus: give the window length with --seq T")
+            reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
+                                          verify=FLAGS.verify_corpus)
+            vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
+        else:
+            reader = Reader(pipeline.path)
+            inputs_leaf = reader.placement.layout.leaves[0]
+            if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
+                raise PskdError(
+                    "E9010",
+                    f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
+                    "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json",
+                )
+            vocab, seq, sample_type = inputs_leaf.bound, inputs_leaf.shape[0], reader.header.type_text
+        pipeline.check_batch_type(sample_type, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])")
         config = charlm.ModelConfig(vocab=vocab, seq=seq, width=FLAGS.width, layers=FLAGS.layers,
                                     heads=FLAGS.heads)
         params = charlm.init_params(config, FLAGS.seed)

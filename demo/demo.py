@@ -2,7 +2,9 @@
 
 The text is the Python standard library's own ``.py`` sources, which every machine with Python
 has: they go through ``pskd chars`` → ``pskd encode`` → ``pskd lm-windows`` → ``pskd info``, and the
-windows are read back with the library to show a batch.
+windows are read back with the library to show a batch. ``demo.py --corpus`` takes the corpus
+path instead: the text as JSONL documents → ``pskd corpus build`` → ``verify`` → ``info``, and
+training on windows cut across the shards.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def main() -> None:
     rel = lambda p: str(p.relative_to(ROOT))  # noqa: E731 - paths as a user would type them
     vocab, tokens, windows = OUT / "vocab.json", OUT / "tokens.txt", OUT / "windows.psk.d"
     pskd("chars", rel(text), "-o", rel(vocab))
+    if "--corpus" in sys.argv[1:]:
+        return corpus_demo(text, vocab, rel)
     pskd("encode", rel(text), "--vocab", rel(vocab), "-o", rel(tokens))
     import json
 
@@ -96,19 +100,40 @@ def train(pipeline: str, checkpoints: str, steps: int, *extra: str) -> None:
                    check=True, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
 
 
-def train_and_resume(windows: pathlib.Path, rel) -> None:
+def train_and_resume(windows: pathlib.Path, rel, *extra: str) -> None:
     """A few hundred jit-compiled steps fed by the loader, checkpointed, stopped and resumed."""
     checkpoints = OUT / "checkpoints"
     pipeline = f'stream "{rel(windows)}" |> shuffle(seed = 1) |> batch(B = 32)'
-    train(pipeline, rel(checkpoints), STEPS_FIRST)
+    train(pipeline, rel(checkpoints), STEPS_FIRST, *extra)
     print("demo: a fresh process picks up the parameters, Adam's state and the loader's position", flush=True)
-    train(pipeline, rel(checkpoints), STEPS_TOTAL, "--resume")
+    train(pipeline, rel(checkpoints), STEPS_TOTAL, "--resume", *extra)
     import json
 
     index = json.loads((checkpoints / "checkpoints.json").read_text())
     files = [rel(checkpoints / entry["file"]) for entry in index["checkpoints"]]
     pskd("diff", files[0], files[-1])
     pskd("verify", rel(checkpoints))
+
+
+def corpus_demo(text: pathlib.Path, vocab: pathlib.Path, rel) -> None:
+    """``demo.py --corpus``: the same text as JSONL documents in four files → ``pskd corpus build``
+    (the character vocabulary, two workers) → ``verify`` → ``info``, then training on windows cut
+    on the fly across the shards, stopped and resumed like the file's."""
+    import json
+
+    docs = OUT / "docs"
+    docs.mkdir()
+    lines = text.read_text(encoding="utf-8").splitlines(keepends=True)
+    files = [open(docs / f"part-{i}.jsonl", "w", encoding="utf-8") for i in range(4)]
+    for k, start in enumerate(range(0, len(lines), 100)):  # documents of 100 lines
+        files[k % 4].write(json.dumps({"text": "".join(lines[start : start + 100])}, ensure_ascii=False) + "\n")
+    for f in files:
+        f.close()
+    manifest = OUT / "corpus" / "shards.json"
+    pskd("corpus", "build", rel(docs), "--vocab", rel(vocab), "-o", rel(manifest.parent), "--workers", "2")
+    pskd("corpus", "verify", rel(manifest))
+    pskd("corpus", "info", rel(manifest))
+    train_and_resume(manifest, rel, f"--seq={SEQ}")
 
 
 if __name__ == "__main__":

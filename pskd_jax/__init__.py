@@ -17,6 +17,8 @@ from pskd_jax.container import (
     write_encoded,
     write_stream,
 )
+from pskd_jax.corpus import CorpusWindows, Tokenizer, merge_manifests, read_manifest, verify_corpus, write_manifest
+from pskd_jax.corpus_build import build_corpus, build_shard
 from pskd_jax.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
 from pskd_jax.errors import CODES, PskdError
 from pskd_jax.inspection import Distance, diff, export_json, info_lines
@@ -33,10 +35,12 @@ __version__ = "0.1.0"
 __all__ = [
     "CODES",
     "CheckpointManager",
+    "CorpusWindows",
     "SaveResult",
     "file_sha256",
     "find_layout",
     "read_layout",
+    "read_manifest",
     "restore",
     "save",
     "verify_file",
@@ -49,8 +53,11 @@ __all__ = [
     "PskdError",
     "Reader",
     "Rounding",
+    "Tokenizer",
     "WriteResult",
     "Writer",
+    "build_corpus",
+    "build_shard",
     "char_vocab",
     "decode_file",
     "diff",
@@ -64,6 +71,7 @@ __all__ = [
     "info_lines",
     "layout_of_template",
     "lm_windows_file",
+    "merge_manifests",
     "pack_file",
     "parse_type",
     "read_header",
@@ -72,9 +80,11 @@ __all__ = [
     "round_f64_to_bf16",
     "shuffle_order",
     "to_f64",
+    "verify_corpus",
     "window_type",
     "write",
     "write_encoded",
+    "write_manifest",
     "write_stream",
     "write_vocab",
 ]

@@ -16,6 +16,11 @@ from E9010 for what the original did not cover.
 | E9012 | bad usage of a command: a missing or contradictory option                             |
 | E9013 | a checkpoint whose digest differs from the one recorded when it was written           |
 | E9014 | a checkpoint directory problem: a malformed index, a step it does not hold            |
+| E9015 | bad corpus input: a JSONL line that is not a JSON object with a string text, invalid  |
+|       | UTF-8, a character outside the corpus's character vocabulary                          |
+| E9016 | a corpus directory problem: a malformed ``shards.json``, a shard path that leaves its |
+|       | directory, a build already running in the directory                                   |
+| E9017 | a corpus shard that does not verify: missing, truncated, or changed since recorded    |
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ BAD_VOCAB = "E9011"
 BAD_USAGE = "E9012"
 DIGEST_MISMATCH = "E9013"
 CHECKPOINT_DIR = "E9014"
+BAD_CORPUS_INPUT = "E9015"
+CORPUS_DIR = "E9016"
+SHARD_MISMATCH = "E9017"
 
 CODES = {
     NOT_CLOSED: "sample type not closed",
@@ -42,6 +50,9 @@ CODES = {
     BAD_USAGE: "bad usage",
     DIGEST_MISMATCH: "checkpoint digest mismatch",
     CHECKPOINT_DIR: "checkpoint directory problem",
+    BAD_CORPUS_INPUT: "bad corpus input",
+    CORPUS_DIR: "corpus directory problem",
+    SHARD_MISMATCH: "corpus shard does not verify",
 }
 
 

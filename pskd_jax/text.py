@@ -74,6 +74,8 @@ def _open(path: PathLike) -> BinaryIO:
         return open(path, "rb")
     except OSError as e:
         raise PskdError(TRUNCATED, f"{os.fspath(path)}: cannot read: {e.strerror or e}") from e
+    except ValueError:  # a path holding a NUL byte
+        raise PskdError(TRUNCATED, f"{os.fspath(path)!r}: cannot read: a path holds no NUL byte") from None
 
 
 def _read(f: BinaryIO, path: PathLike, size: int) -> bytes:
@@ -231,6 +233,8 @@ def read_vocab(path: PathLike) -> list[str]:
         raise PskdError(
             BAD_VOCAB, f"{name}:{e.lineno}: not JSON ({e.msg}, column {e.colno}); expected a JSON array of strings"
         ) from None
+    except (ValueError, RecursionError) as e:  # a number of over 4300 digits; arrays nested too deep
+        raise PskdError(BAD_VOCAB, f"{name}: not a vocabulary ({e}); expected a JSON array of strings") from None
     check_vocab(vocab, name)
     return vocab
 
@@ -753,3 +757,25 @@ def _window_rest(tokens: np.ndarray, seq: int, stride: int) -> tuple[list[np.nda
         return [], 0, start - len(tokens)
     rest = tokens[start:].copy()  # a copy, so that the emitted tokens can be freed
     return [rest], len(rest), 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Public block reader (for the corpus builder)
+# ---------------------------------------------------------------------------------------------
+
+
+def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[int, bytes, np.ndarray]]:
+    """Yields ``(byte offset, block, code points)`` for a UTF-8 file read in blocks of whole
+    characters: the code points are a ``uint8`` view of an ASCII block, else ``uint32``.
+
+    Invalid UTF-8 is E9004 naming the file and line; an unreadable file E9003.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = open(p, "wb").write("aé".encode())
+    >>> [(offset, block, points.tolist()) for offset, block, points in iter_text_blocks(p)]
+    [(0, b'a\\xc3\\xa9', [97, 233])]
+    """
+    with _open(path) as f:
+        for offset, block in _utf8_blocks(f, path, chunk_size):
+            yield offset, block, _code_points(path, offset, block)

@@ -1,0 +1,115 @@
+"""The corpus commands: ``pskd corpus build``, ``pskd corpus verify``, ``pskd corpus info``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable, Iterator
+
+from pskd_jax import corpus, corpus_build, text
+from pskd_jax.errors import BAD_USAGE, PskdError
+
+
+class ProgressBar:
+    """A one-line bar on a terminal's stderr, redrawn in place at most ten times a second."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.started = time.perf_counter()
+        self.drawn = False
+
+    def __call__(self, done_bytes: int, total_bytes: int, done_shards: int, total_shards: int) -> None:
+        fraction = done_bytes / total_bytes if total_bytes else 1.0
+        filled = int(30 * min(fraction, 1.0))
+        rate = done_bytes / 1e6 / max(time.perf_counter() - self.started, 1e-9)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done_shards}/{total_shards} shards  "
+                          f"{done_bytes / 1e6:.1f}/{total_bytes / 1e6:.1f} MB  {rate:.1f} MB/s ")
+        self.stream.flush()
+        self.drawn = True
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 79 + "\r")
+            self.stream.flush()
+
+
+def _tokenizer(args) -> corpus.Tokenizer:
+    if args.vocab is not None:
+        if args.tokenizer not in (None, "chars"):
+            raise PskdError(BAD_USAGE, "--vocab gives a character tokenizer; it does not go with --tokenizer bytes")
+        return corpus.Tokenizer.chars(text.read_vocab(args.vocab), args.vocab)
+    if args.tokenizer == "chars":
+        raise PskdError(BAD_USAGE, "--tokenizer chars needs its vocabulary: --vocab VOCAB.json (from pskd chars)")
+    return corpus.Tokenizer.bytes()
+
+
+def _build(args) -> Iterator[str]:
+    tokenizer = _tokenizer(args)
+    bar = ProgressBar() if sys.stderr.isatty() else None
+    progress: Callable | None = bar
+    try:
+        result = corpus_build.build_corpus(
+            args.inputs, args.output, tokenizer=tokenizer, workers=args.workers, chunk_tokens=args.chunk_tokens,
+            max_document_tokens=args.max_document_tokens, text_key=args.text_key, skip_bad=args.skip_bad,
+            progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.clear()
+    m = result.manifest
+    kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
+    yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
+           f"vocabulary {m.vocab_size} with boundary {m.boundary}{kept})")
+    if result.skipped:
+        yield f"pskd: left out {result.skipped} bad documents (--skip-bad); the first:"
+        for example in result.examples:
+            yield f"pskd:   {example}"
+    mb = result.input_bytes / 1e6
+    if result.built:
+        yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
+               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {args.workers} worker{'s' if args.workers > 1 else ''})")
+
+
+def _verify(args) -> Iterator[str]:
+    started = time.perf_counter()
+    result = corpus.verify_corpus(args.manifest, workers=args.workers)
+    seconds = time.perf_counter() - started
+    yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count and "
+           f"size matches ({result.bytes / 1e6:.1f} MB in {seconds:.2f} s)")
+
+
+def _info(args) -> Iterator[str]:
+    yield from corpus.info_lines(args.manifest, shards=args.shards)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    group = subparsers.add_parser("corpus", help="Build, verify and inspect sharded token corpora.",
+                                  description="Build, verify and inspect sharded token corpora.")
+    commands = group.add_subparsers(dest="corpus_command", metavar="SUBCOMMAND", required=True)
+
+    def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser.set_defaults(handler=handler)
+        return parser
+
+    p = command("build", _build, "Tokenize documents into shards (one per input file) and write DIR/shards.json.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl, .jsonl.gz, .txt files, or directories of them")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the corpus directory")
+    p.add_argument("--tokenizer", choices=("bytes", "chars"), help="bytes (the default) or chars (needs --vocab)")
+    p.add_argument("--vocab", metavar="VOCAB.json", help="a character vocabulary (pskd chars): the chars tokenizer")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes building shards at once")
+    p.add_argument("--chunk-tokens", type=int, default=corpus_build.DEFAULT_CHUNK_TOKENS, metavar="C",
+                   help="tokens appended between two updates of a shard's header count")
+    p.add_argument("--max-document-tokens", type=int, metavar="M", help="keep the first M tokens of each document")
+    p.add_argument("--text-key", default="text", metavar="KEY", help="the JSONL key holding a document's text")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="leave out bad documents (counted and reported) instead of stopping at the first")
+
+    p = command("verify", _verify, "Hash every shard in parallel and check it against the manifest.")
+    p.add_argument("manifest", metavar="DIR/shards.json")
+    p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs)")
+
+    p = command("info", _info, "Shards, tokens, documents, the boundary's share and tokens per document.")
+    p.add_argument("manifest", metavar="DIR/shards.json")
+    p.add_argument("--shards", action="store_true", help="also one line per shard")

@@ -1,0 +1,255 @@
+"""``pskd corpus`` as a user runs it; a build killed with SIGKILL and run again; a reader beside a
+writer in another process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import pskd_jax
+from pskd_jax import corpus
+from pskd_jax.corpus import Tokenizer
+from pskd_jax.corpus_build import build_shard
+from pskd_jax.errors import PskdError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def pskd(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=ENV, timeout=120)
+
+
+def ok(*args, cwd=None) -> list[str]:
+    result = pskd(*args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # not a terminal: no progress bar
+    return result.stdout.splitlines()
+
+
+def fails(code: str, *args) -> str:
+    result = pskd(*args)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    return result.stderr
+
+
+def documents(path: pathlib.Path, n: int, seed: int, width: int = 60) -> pathlib.Path:
+    rng = random.Random(seed)
+    words = ["corpus", "shard", "tökén", "window", "boundary", "jax", "données", "🙂", "a", "the"]
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(0, width)))
+            f.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
+    return path
+
+
+def test_build_verify_info(tmp_path):
+    (tmp_path / "in").mkdir()
+    documents(tmp_path / "in" / "a.jsonl", 50, 1)
+    documents(tmp_path / "in" / "b.jsonl", 20, 2)
+    (tmp_path / "in" / "c.txt").write_text("one document\n", encoding="utf-8")
+    lines = ok("corpus", "build", "in", "-o", "out", "--workers", "2", cwd=tmp_path)
+    m = corpus.read_manifest(tmp_path / "out" / "shards.json")
+    assert lines[0] == (f"pskd: wrote out/shards.json (3 shards, {m.tokens} tokens, {m.documents} documents, "
+                        "vocabulary 257 with boundary 256)")
+    assert lines[1].startswith("pskd: 3 shards from ") and "2 workers" in lines[1]
+    assert [s.source["path"] for s in m.shards] == ["in/a.jsonl", "in/b.jsonl", "in/c.txt"]
+    lines = ok("corpus", "verify", "out/shards.json", "--workers", "2", cwd=tmp_path)
+    assert lines[0].startswith(f"pskd: ok out/shards.json: 3 shards, {m.tokens} tokens; every sha256")
+    lines = ok("corpus", "info", "out/shards.json", cwd=tmp_path)
+    assert lines[0] == "corpus     out/shards.json" and lines[1:] == corpus.info_lines(tmp_path / "out" / "shards.json")[1:]
+    lines = ok("corpus", "build", "in", "-o", "out", cwd=tmp_path)
+    assert lines == [f"pskd: wrote out/shards.json (3 shards, {m.tokens} tokens, {m.documents} documents, "
+                     "vocabulary 257 with boundary 256; 3 kept from an earlier build)"]
+
+
+def in_process(*args) -> list[str]:
+    """A command's handler run in this process (for the checks that need no fresh interpreter)."""
+    from apps import pskd as cli
+
+    parsed = cli.make_parser().parse_args([str(a) for a in args])
+    return list(parsed.handler(parsed))
+
+
+def test_chars_vocabulary_and_usage(tmp_path):
+    (tmp_path / "t.txt").write_text("abba\nbaab\n", encoding="utf-8")
+    ok("chars", tmp_path / "t.txt", "-o", tmp_path / "v.json")
+    lines = in_process("corpus", "build", tmp_path / "t.txt", "--vocab", tmp_path / "v.json", "-o", tmp_path / "c",
+                       "--max-document-tokens", "3")
+    assert lines[0] == f"pskd: wrote {tmp_path / 'c' / 'shards.json'} (1 shards, 4 tokens, 1 documents, vocabulary 4 " \
+                       "with boundary 3)"
+    m = corpus.read_manifest(tmp_path / "c" / "shards.json")
+    assert m.tokenizer == Tokenizer.chars(["\n", "a", "b"]) and (m.vocab_size, m.boundary, m.tokens) == (4, 3, 4)
+    for bad in (["--tokenizer", "chars"], ["--tokenizer", "bytes", "--vocab", tmp_path / "v.json"],
+                ["--workers", "0"], ["--chunk-tokens", "0"], ["--max-document-tokens", "0"]):
+        with pytest.raises(PskdError, match="E9012"):
+            in_process("corpus", "build", tmp_path / "t.txt", *bad, "-o", tmp_path / "d")
+    (tmp_path / "u.txt").write_text("abc", encoding="utf-8")
+    err = fails("E9015", "corpus", "build", tmp_path / "u.txt", "--vocab", tmp_path / "v.json", "-o", tmp_path / "d")
+    assert f"{tmp_path / 'u.txt'}:1: character 'c'" in err
+
+
+def test_bad_input_and_skip_bad(tmp_path):
+    documents(tmp_path / "a.jsonl", 10, 1)
+    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n{"text": 5}\nnot json\n{"text": "y"}\n')
+    err = fails("E9015", "corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
+    assert f"{tmp_path / 'b.jsonl'}:2: the 'text' value is int, not a string" in err
+    assert not (tmp_path / "c" / "shards.json").exists() and not (tmp_path / "c" / "shard-00001.psk.d").exists()
+    lines = ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c", "--skip-bad")
+    assert lines[1:4] == ["pskd: left out 2 bad documents (--skip-bad); the first:",
+                          f"pskd:   {tmp_path / 'b.jsonl'}:2: the 'text' value is int, not a string",
+                          f"pskd:   {tmp_path / 'b.jsonl'}:3: not JSON (Expecting value, column 1); each line of "
+                          "a .jsonl file is one JSON object"]
+    assert "skipped    2 bad documents" in "\n".join(ok("corpus", "info", tmp_path / "c" / "shards.json"))
+
+
+def test_verify_failures(tmp_path):
+    documents(tmp_path / "a.jsonl", 10, 1)
+    documents(tmp_path / "b.jsonl", 10, 2)
+    ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
+    shard = tmp_path / "c" / "shard-00001.psk.d"
+    data = bytearray(shard.read_bytes())
+    data[40] ^= 0x20
+    shard.write_bytes(bytes(data))
+    err = fails("E9017", "corpus", "verify", tmp_path / "c" / "shards.json")
+    assert "shard 1 shard-00001.psk.d: sha256" in err
+    manifest = tmp_path / "c" / "shards.json"
+    manifest.write_text(manifest.read_text().replace('"shard-00000.psk.d"', '"../a.jsonl"'))
+    assert "shard 0: path '../a.jsonl' leaves the manifest's directory" in fails("E9016", "corpus", "verify", manifest)
+    fails("E9016", "corpus", "info", tmp_path / "nothing.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Killed and resumed
+
+
+KILLS = 3
+
+
+def start_build(inputs, out, workers) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "apps.pskd", "corpus", "build", *map(str, inputs), "-o", str(out),
+                             "--workers", str(workers), "--chunk-tokens", "1000"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def finished_shards(out: pathlib.Path) -> int:
+    """Shards the journal of a build in progress lists (its first line is a header)."""
+    try:
+        return max(0, (out / ".shards.journal").read_bytes().count(b"\n") - 1)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
+    inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
+    assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0
+    out = tmp_path / "out"
+    rng = random.Random(workers)
+    running = []
+    # Killed at random points: once 0..4 shards are done (in increasing order, since a rerun keeps
+    # what is done), plus a random delay that lands in start-up, a shard's chunks, or the journal.
+    for target in sorted(rng.sample(range(len(inputs)), KILLS)):
+        child = start_build(inputs, out, workers)
+        deadline = time.monotonic() + 60
+        while child.poll() is None and finished_shards(out) < target and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.15))
+        running.append(child.poll() is None)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert any(running)
+    child = start_build(inputs, out, workers)
+    assert child.wait(timeout=120) == 0
+    names = sorted(os.listdir(tmp_path / "ref"))
+    assert sorted(os.listdir(out)) == names
+    for name in names:
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    corpus.verify_corpus(out / "shards.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# A reader beside the writer
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pskd_jax.corpus import Tokenizer
+    from pskd_jax.corpus_build import build_shard
+    print("start", flush=True)
+    build_shard(sys.argv[1], sys.argv[2], tokenizer=Tokenizer.bytes(), chunk_tokens=int(sys.argv[3]))
+    """
+)
+
+
+def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
+    chunk = 997
+    source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)
+    reference = tmp_path / "ref.psk.d"
+    build_shard(str(source), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
+    with pskd_jax.Reader(reference) as r:
+        expected = np.array(r.leaves()[0])
+    header = len(Tokenizer.bytes().header(0))
+    shard = tmp_path / "s.psk.d"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(shard), str(chunk)], env=ENV,
+                              stdout=subprocess.PIPE)
+    assert writer.stdout.readline().strip() == b"start"
+    seen = set()
+    while True:
+        done = writer.poll() is not None
+        if shard.exists() and shard.stat().st_size >= header:
+            with pskd_jax.Reader(shard) as r:
+                n = len(r)
+                assert n % chunk == 0 or n == len(expected), n
+                np.testing.assert_array_equal(r.leaves()[0], expected[:n])
+                seen.add(n)
+        if done:
+            break
+    assert writer.returncode == 0
+    assert max(seen) == len(expected) and len([n for n in seen if 0 < n < len(expected)]) >= 3, sorted(seen)
+
+
+def test_train_lm_on_a_corpus(tmp_path):
+    documents(tmp_path / "a.jsonl", 80, 1)
+    documents(tmp_path / "b.jsonl", 60, 2)
+    ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
+    pipeline = f'stream "{tmp_path / "c" / "shards.json"}" |> shuffle(seed = 1) |> batch(B = 4)'
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2",
+         "--steps=3", "--log_every=1", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(ENV, JAX_PLATFORMS="cpu"))
+    result = run("--seq=16", "--stride=8", "--verify_corpus")
+    assert result.returncode == 0, result.stderr[-3000:]
+    windows = corpus.CorpusWindows(tmp_path / "c" / "shards.json", seq=16, stride=8)
+    assert f"train: {len(windows)} windows of 16 tokens over a vocabulary of 257;" in result.stdout
+    assert [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("step ")] == \
+        [["step", "1"], ["step", "2"], ["step", "3"]]
+    result = run()
+    assert result.returncode == 1 and "E9012: " in result.stderr and "--seq T" in result.stderr
+
+
+def test_progress_bar_draws_in_place():
+    import io
+
+    from apps.corpus_commands import ProgressBar
+
+    stream = io.StringIO()
+    bar = ProgressBar(stream)
+    bar(5 * 10**6, 10 * 10**6, 1, 4)
+    bar.clear()
+    text = stream.getvalue()
+    assert text.startswith("\r[" + "#" * 15 + "." * 15 + "] 1/4 shards  5.0/10.0 MB") and text.endswith("\r")
