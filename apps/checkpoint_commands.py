@@ -10,37 +10,47 @@ from pskd_jax import checkpoint, convert, manager
 from pskd_jax.errors import BAD_USAGE, PskdError
 
 
+def _given_digests(args) -> dict[str, str]:
+    return {name: value for name, value in (("xxh3_128", args.xxh3_128), ("sha256", args.sha256)) if value}
+
+
 def _verify(args) -> Iterator[str]:
     path = args.path
+    given = _given_digests(args)
     if os.path.isdir(path):
-        if args.sha256:
-            raise PskdError(BAD_USAGE, "--sha256 checks one file, not a directory")
+        if given:
+            raise PskdError(BAD_USAGE, "--xxh3-128/--sha256 check one file, not a directory")
         entries = manager.verify_directory(path, step=args.step)
         for entry in entries:
-            yield f"pskd: ok step {entry['step']} {entry['file']} sha256 {entry['sha256']}"
+            yield f"pskd: ok step {entry['step']} {entry['file']} {_described(manager.entry_digests(entry))}"
         yield f"pskd: {len(entries)} checkpoint{'s' if len(entries) != 1 else ''} verified in {path}"
         return
     if args.step is not None:
         raise PskdError(BAD_USAGE, "--step selects a step of a checkpoint directory")
-    expected = args.sha256 or _recorded_digest(path)
-    if expected is None:
-        digest = checkpoint.file_sha256(path)
-        yield (f"pskd: {path}: sha256 {digest} (no recorded digest to compare: give --sha256, or "
-               "verify the checkpoint directory)")
+    expected = given or _recorded_digests(path)
+    if not expected:
+        found = {name: checkpoint.file_digest(path, name) for name in checkpoint.DIGESTS}
+        yield (f"pskd: {path}: {_described(found)} (no recorded digest to compare: give --xxh3-128 or "
+               "--sha256, or verify the checkpoint directory)")
         return
-    checkpoint.verify_file(path, expected)
-    yield f"pskd: ok {path} sha256 {expected.lower()}"
+    checkpoint.verify_file(path, **expected)
+    yield f"pskd: ok {path} {_described(expected)}"
 
 
-def _recorded_digest(path: str) -> str | None:
-    """The digest the index of the file's directory records for it, if any."""
+def _described(digests: dict[str, str]) -> str:
+    """``xxh3_128 HEX`` (and ``sha256 HEX`` when both were checked): what was checked."""
+    return " ".join(f"{name} {value.lower()}" for name, value in digests.items())
+
+
+def _recorded_digests(path: str) -> dict[str, str]:
+    """The digests the index of the file's directory records for it (empty when none)."""
     directory, name = os.path.split(os.path.abspath(path))
     if not os.path.exists(os.path.join(directory, manager.INDEX)):
-        return None
+        return {}
     for entry in manager.read_index(directory):
         if entry["file"] == name:
-            return entry["sha256"]
-    return None
+            return manager.entry_digests(entry)
+    return {}
 
 
 def _convert(args) -> Iterator[str]:
@@ -53,10 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.set_defaults(handler=handler)
         return parser
 
-    p = command("verify", _verify, "Check checkpoints against the sha256 recorded when they were written.")
+    p = command("verify", _verify, "Check checkpoints against the digest (xxh3_128, or sha256) recorded when "
+                                   "they were written; prints the algorithm checked.")
     p.add_argument("path", metavar="DIR|FILE.psk.d", help="a checkpoint directory (every step) or one file")
     p.add_argument("--step", type=int, metavar="N", help="only this step of the directory")
-    p.add_argument("--sha256", metavar="HEX", help="the digest a single file must have")
+    p.add_argument("--xxh3-128", metavar="HEX", help="the xxh3_128 digest a single file must have "
+                   "(as xxhsum -H2 prints it)")
+    p.add_argument("--sha256", metavar="HEX", help="the sha256 digest a single file must have (as sha256sum prints it)")
 
     p = command("convert", _convert, "Convert between .safetensors and .psk.d, bit for bit.")
     p.add_argument("input", metavar="IN", help="a .safetensors or .psk.d file")

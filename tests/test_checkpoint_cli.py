@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.manager import CheckpointManager
+from pskd_jax.manager import INDEX, CheckpointManager
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -37,11 +38,11 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
     result = pskd("verify", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("pskd: ok step 1 step-00000001.psk.d sha256 ")
+    assert lines[0] == f"pskd: ok step 1 step-00000001.psk.d xxh3_128 {ck.file_digest(manager.path(1), 'xxh3_128')}"
     assert lines[-1] == f"pskd: 2 checkpoints verified in {tmp_path / 'run'}"
     assert pskd("verify", tmp_path / "run", "--step", "2").returncode == 0
     one = pskd("verify", manager.path(2))
-    assert one.returncode == 0 and one.stdout.startswith("pskd: ok ")
+    assert one.returncode == 0 and one.stdout == f"pskd: ok {manager.path(2)} xxh3_128 {ck.file_digest(manager.path(2))}\n"
     # a flipped byte
     path = pathlib.Path(manager.path(2))
     data = bytearray(path.read_bytes())
@@ -49,17 +50,46 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
     path.write_bytes(bytes(data))
     message = fails("E9013", "verify", tmp_path / "run")
     assert "step-00000002.psk.d" in message
+    assert "xxh3_128" in message
     fails("E9013", "verify", path)
     assert pskd("verify", tmp_path / "run", "--step", "1").returncode == 0
     fails("E9014", "verify", tmp_path / "run", "--step", "9")
 
 
 def test_verify_a_lone_file(tmp_path):
-    result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, digest=True)
+    result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, digest="xxh3_128")
+    sha = ck.file_sha256(tmp_path / "c.psk.d")
     plain = pskd("verify", tmp_path / "c.psk.d")
-    assert plain.returncode == 0 and result.sha256 in plain.stdout and "no recorded digest" in plain.stdout
-    assert pskd("verify", tmp_path / "c.psk.d", "--sha256", result.sha256).returncode == 0
-    fails("E9013", "verify", tmp_path / "c.psk.d", "--sha256", "0" * 64)
+    assert plain.returncode == 0 and "no recorded digest" in plain.stdout
+    assert plain.stdout.startswith(f"pskd: {tmp_path / 'c.psk.d'}: xxh3_128 {result.xxh3_128} sha256 {sha} ")
+    given = pskd("verify", tmp_path / "c.psk.d", "--xxh3-128", result.xxh3_128)
+    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.xxh3_128}\n"
+    given = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha.upper())
+    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} sha256 {sha}\n"
+    both = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha, "--xxh3-128", result.xxh3_128)
+    assert both.returncode == 0 and both.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.xxh3_128} sha256 {sha}\n"
+    fails("E9013", "verify", tmp_path / "c.psk.d", "--sha256", "0" * 32)
+    assert "xxh3_128" in fails("E9013", "verify", tmp_path / "c.psk.d", "--xxh3-128", "0" * 32)
+    fails("E9012", "verify", tmp_path, "--xxh3-128", result.xxh3_128)
+
+
+def test_verify_a_directory_whose_index_records_sha256(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, {"w": np.full(64, 1, np.float32)})
+    sha = ck.file_sha256(tmp_path / "step-00000001.psk.d")
+    entry = {"step": 1, "file": "step-00000001.psk.d", "sha256": sha}  # as versions before xxh3_128 wrote it
+    (tmp_path / INDEX).write_text(json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": [entry]}))
+    result = pskd("verify", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == f"pskd: ok step 1 step-00000001.psk.d sha256 {sha}"
+    one = pskd("verify", tmp_path / "step-00000001.psk.d")
+    assert one.returncode == 0 and one.stdout.endswith(f" sha256 {sha}\n")
+    path = tmp_path / "step-00000001.psk.d"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x02
+    path.write_bytes(bytes(data))
+    message = fails("E9013", "verify", tmp_path)
+    assert "step-00000001.psk.d" in message and "sha256" in message
 
 
 def test_convert_both_ways(tmp_path):

@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from pskd_jax.checkpoint import file_digest, file_sha256
 from pskd_jax.errors import PskdError
 from pskd_jax.manager import INDEX, CheckpointManager, read_index, step_file
 
@@ -32,7 +33,9 @@ def test_save_list_restore_and_extra(tmp_path):
     assert float(manager.restore(1, as_numpy=True)["h"][0]) == 1.0
     index = json.loads((tmp_path / INDEX).read_text())
     assert index["format"] == "pskd-checkpoints" and [e["step"] for e in index["checkpoints"]] == [1, 3, 5]
-    assert all(len(e["sha256"]) == 64 for e in index["checkpoints"])
+    assert index["version"] == 2
+    assert all(list(e["digest"]) == ["xxh3_128"] and len(e["digest"]["xxh3_128"]) == 32 for e in index["checkpoints"])
+    assert index["checkpoints"][0]["digest"]["xxh3_128"] == file_digest(tmp_path / step_file(1), "xxh3_128")
 
 
 def test_keep_prunes_oldest_and_never_the_newest(tmp_path):
@@ -116,7 +119,9 @@ def test_verify_names_the_damaged_checkpoint(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(PskdError) as e:
         manager.restore(2, params(0), verify=True)
-    assert e.value.code == "E9013" and "step-00000002.psk.d" in e.value.message
+    assert e.value.code == "E9013" and "step-00000002.psk.d" in e.value.message and "xxh3_128" in e.value.message
+    with pytest.raises(PskdError, match="E9013.*step-00000002.psk.d"):
+        manager.restore(2, verify=True)  # to JAX arrays, too
     with pytest.raises(PskdError, match="step-00000002.psk.d"):
         manager.verify()
     manager.verify(1)
@@ -141,3 +146,80 @@ def test_extra_must_be_json_and_steps_integers(tmp_path):
     with pytest.raises(PskdError, match="step"):
         manager.save(-1, params(1))
     assert manager.all_steps() == []
+
+
+def write_version_1_index(directory, steps) -> None:
+    """The index as versions before xxh3_128 wrote it: each entry's sha256 beside its file."""
+    entries = [{"step": step, "file": step_file(step), "layout": f"step-{step:08d}.layout.json", "type": "params Params",
+                "bytes": os.path.getsize(directory / step_file(step)),
+                "sha256": file_sha256(directory / step_file(step)), "extra": {"step": step}} for step in steps]
+    (directory / INDEX).write_text(json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": entries}))
+
+
+def test_a_version_1_index_recording_sha256_still_verifies(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, params(1))
+    manager.save(2, params(2))
+    write_version_1_index(tmp_path, [1, 2])
+    old = CheckpointManager(tmp_path)
+    assert old.all_steps() == [1, 2] and old.extra(2) == {"step": 2}
+    assert read_index(str(tmp_path))[0]["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
+    assert [e["step"] for e in old.verify()] == [1, 2]
+    assert int(old.restore(2, params(0), verify=True)["step"]) == 2
+    path = tmp_path / step_file(2)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+    with pytest.raises(PskdError) as e:
+        old.restore(2, params(0), verify=True)
+    assert e.value.code == "E9013" and "step-00000002.psk.d" in e.value.message and "sha256" in e.value.message
+    with pytest.raises(PskdError, match="E9013.*step-00000002.psk.d"):
+        old.verify()
+    # a new save rewrites the index as version 2: the old entry keeps its sha256, the new one has xxh3_128
+    old.save(3, params(3))
+    index = json.loads((tmp_path / INDEX).read_text())
+    assert index["version"] == 2
+    digests = {e["step"]: e["digest"] for e in index["checkpoints"]}
+    assert digests[1] == {"sha256": file_sha256(tmp_path / step_file(1))} and list(digests[3]) == ["xxh3_128"]
+    assert all("sha256" not in e for e in index["checkpoints"])
+    assert [e["step"] for e in old.verify(1)] == [1] and old.verify(3)[0]["step"] == 3
+    old.restore(1, params(0), verify=True)
+
+
+def test_an_entry_with_only_unknown_digests_is_e9014(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, params(1))
+    index = json.loads((tmp_path / INDEX).read_text())
+    index["checkpoints"][0]["digest"] = {"sha3_512": "00"}
+    (tmp_path / INDEX).write_text(json.dumps(index))
+    with pytest.raises(PskdError, match="E9014.*sha3_512"):
+        manager.restore(1, params(0), verify=True)
+    assert int(manager.restore(1, params(0))["step"]) == 1  # unverified, it restores
+    # a recorded xxh3_128 beside an unknown one is checked
+    index["checkpoints"][0]["digest"] = {"sha3_512": "00", "xxh3_128": file_digest(tmp_path / step_file(1))}
+    (tmp_path / INDEX).write_text(json.dumps(index))
+    manager.restore(1, params(0), verify=True)
+    for bad in ({}, "abc", {"xxh3_128": 3}):
+        index["checkpoints"][0]["digest"] = bad
+        (tmp_path / INDEX).write_text(json.dumps(index))
+        with pytest.raises(PskdError, match="E9014.*malformed entry"):
+            read_index(str(tmp_path))
+    index["version"] = 3
+    (tmp_path / INDEX).write_text(json.dumps(index))
+    with pytest.raises(PskdError, match="E9014.*version 3"):
+        read_index(str(tmp_path))
+
+
+def test_a_manager_may_record_sha256_instead(tmp_path):
+    manager = CheckpointManager(tmp_path, digest="sha256")
+    manager.save(1, params(1))
+    entry = json.loads((tmp_path / INDEX).read_text())["checkpoints"][0]
+    assert entry["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
+    assert int(manager.restore(1, params(0), verify=True)["step"]) == 1
+    # the default manager on the same directory keeps reading it, and records xxh3_128 for its own saves
+    mixed = CheckpointManager(tmp_path)
+    mixed.save(2, params(2))
+    assert [list(e["digest"]) for e in read_index(str(tmp_path))] == [["sha256"], ["xxh3_128"]]
+    assert [e["step"] for e in mixed.verify()] == [1, 2]
+    with pytest.raises(PskdError, match="E9012.*md5"):
+        CheckpointManager(tmp_path, digest="md5")
