@@ -39,6 +39,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import operator
 import os
@@ -63,7 +64,16 @@ from pskd_jax.encodings import (
 )
 from pskd_jax.errors import MISMATCH, NOT_CLOSED, NOT_PSKD, TRUNCATED, PskdError
 from pskd_jax.fileio import atomic_output, fsync_directory, temporary_path_for
-from pskd_jax.sample_type import Layout, Leaf, ParamsType, header_text, parse_type
+from pskd_jax.sample_type import (
+    MAX_AXES,
+    MAX_INDEX_BOUND,
+    MAX_SAMPLE_ELEMENTS,
+    Layout,
+    Leaf,
+    ParamsType,
+    header_text,
+    parse_type,
+)
 
 MAGIC = b"PSKD"
 VERSION_F64 = 1  # every real leaf f64
@@ -71,6 +81,8 @@ VERSION_ENCODED = 2  # per-leaf encodings in the header
 VERSIONS = (VERSION_F64, VERSION_ENCODED)
 _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 MAX_TYPE_BYTES = 1 << 20  # far more than any real type; bounds what a hostile header can ask for
+MAX_COUNT = 2**63 - 1  # numpy's largest axis: the most samples a reader can index
+MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,6 +191,7 @@ class Placement:
             )
         offsets, dtypes, position = [], [], 0
         for leaf, encoding in zip(layout.leaves, encodings):
+            _check_leaf(leaf, where)
             if leaf.is_real:
                 dtype = REAL_DISK_DTYPES[Encoding(encoding)]
             elif encoding != Encoding.F64:
@@ -198,6 +211,31 @@ class Placement:
         """The dtype of leaf i's values in memory (bfloat16 for bf16, whose disk dtype is u2)."""
         leaf = self.layout.leaves[i]
         return REAL_DTYPES[self.encodings[i]] if leaf.is_real else self.disk_dtypes[i]
+
+
+def _check_leaf(leaf: Leaf, where: str) -> None:
+    """Refuses a leaf no file can hold (E9001): a layout may come from outside the type text (a
+    template, a layout file), and a hostile one must fail here rather than in numpy."""
+    shape, bound = leaf.shape, leaf.bound
+    problem = None
+    if not isinstance(shape, tuple) or len(shape) > MAX_AXES:
+        problem = f"a shape of more than {MAX_AXES} axes" if isinstance(shape, tuple) else "no shape"
+    elif any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= d <= MAX_SAMPLE_ELEMENTS for d in shape):
+        problem = f"shape {list(shape)}: every length is an integer in [0, 2^60]"
+    elif bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer))
+                                or not 1 <= bound <= MAX_INDEX_BOUND):
+        problem = f"idx[{bound}]: an index bound is an integer in [1, 2^64]"
+    if problem:
+        raise PskdError(NOT_CLOSED, f"{where}leaf {leaf.path or '(root)'}: {problem}")
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides of a C-ordered array of ``shape`` (computed, never allocated)."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +267,14 @@ class Reader:
                 )
         except OSError as e:
             raise PskdError(NOT_PSKD, f"{self.path}: cannot read: {e.strerror or e}") from None
+        except ValueError:  # open() refuses a path holding a NUL byte
+            raise PskdError(NOT_PSKD, f"{self.path!r}: cannot read: a path holds no NUL byte") from None
+        if self.header.count > MAX_COUNT:
+            self.close()
+            raise PskdError(
+                TRUNCATED,
+                f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
+            )
         self.layout: Layout | None = None
         self.placement: Placement | None = None
         self._views: list[np.ndarray] = []
@@ -236,12 +282,13 @@ class Reader:
         try:
             try:
                 parsed = parse_type(self.header.type_text)
+                own = None if isinstance(parsed, ParamsType) else Layout.of_type(parsed)
             except PskdError as e:
                 raise PskdError(e.code, f"{self.path}: {e.message}") from None
             if layout is not None:
                 self.with_layout(layout)
-            elif not isinstance(parsed, ParamsType):
-                self.with_layout(Layout.of_type(parsed))
+            elif own is not None:
+                self.with_layout(own)
         except BaseException:
             self.close()  # a refused file leaves no map open behind it
             raise
@@ -260,6 +307,7 @@ class Reader:
             )
         placement = Placement.of(layout, encodings, self.path, from_header=True)
         self._check_size(placement.sample_bytes)
+        self._check_addressable(placement)
         self._check_params_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
         self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
@@ -275,6 +323,19 @@ class Reader:
                 f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes announced, "
                 f"{max(present, 0)} present ({self.file_size} bytes, {needed} needed)",
             )
+
+    def _check_addressable(self, placement: Placement) -> None:
+        """Refuses what no numpy array can hold: the file's size bounds every leaf with elements,
+        but a leaf whose shape has an empty axis holds none, and numpy still refuses an array whose
+        other axes times its item size pass 2^63 (a hostile count over an empty type)."""
+        for leaf, dtype in zip(placement.layout.leaves, placement.disk_dtypes):
+            span = max(self.header.count, 1) * dtype.itemsize * math.prod(d for d in leaf.shape if d)
+            if span > MAX_COUNT:
+                raise PskdError(
+                    TRUNCATED,
+                    f"{self.path}: {self.header.count} samples of leaf {leaf.path or '(root)'} "
+                    f"(shape {list(leaf.shape)}) span more than the 2^63 bytes an array can address",
+                )
 
     def _check_params_size(self, sample_bytes: int) -> None:
         """A parameter tree's layout comes from outside the file, so the file's size is its only
@@ -314,7 +375,7 @@ class Reader:
             empty = np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
             empty.flags.writeable = False  # read-only like a view of the map
             return empty
-        inner_strides = tuple(int(s) for s in np.empty(leaf.shape, dtype=disk).strides)
+        inner_strides = _c_strides(leaf.shape, disk.itemsize)
         view = np.ndarray(
             (count, *leaf.shape),
             dtype=disk,
@@ -374,14 +435,21 @@ class Reader:
         indices = indices.astype(np.intp, copy=False)  # a negative index counts from the end (take)
         # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never a
         # copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
+        if self._records is None and self._map is not None and placement.sample_bytes and len(indices):
+            # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
+            return placement.layout.unflatten(
+                [np.ascontiguousarray(view.take(indices, axis=0)) for view in self._views]
+            )
         records = self._records.take(indices) if self._records is not None else None
         return placement.layout.unflatten(
             [self._leaf_of_records(records, i, len(indices)) for i in range(len(self._views))]
         )
 
     def _record_view(self) -> np.ndarray | None:
+        """Every sample as one opaque record, or None when there is none or a sample is larger
+        than the 2^31 - 1 bytes a numpy record holds (a checkpoint of several GiB)."""
         sample_bytes = self.placement.sample_bytes
-        if self._map is None or sample_bytes == 0:
+        if self._map is None or sample_bytes == 0 or sample_bytes > MAX_RECORD_BYTES:
             return None
         record = np.dtype((np.void, sample_bytes))
         return np.frombuffer(self._map, dtype=record, count=self.header.count, offset=self.header.data_offset)
@@ -396,7 +464,7 @@ class Reader:
         disk = placement.disk_dtypes[i]
         if len(placement.disk_dtypes) == 1:
             return records.view(disk).reshape(n, *leaf.shape).view(value_dtype)
-        inner = tuple(int(s) for s in np.empty(leaf.shape, dtype=disk).strides)
+        inner = _c_strides(leaf.shape, disk.itemsize)
         strided = np.ndarray((n, *leaf.shape), dtype=disk, buffer=records, offset=placement.offsets[i],
                              strides=(placement.sample_bytes, *inner))
         return np.ascontiguousarray(strided).view(value_dtype)
@@ -600,9 +668,9 @@ class Writer:
             self.flush()
             if self.durable:
                 os.fsync(self._file.fileno())
+            os.replace(self._tmp, self.path)  # before closing: the file's lock guards it until then
             self._file.close()
             self._file = None
-            os.replace(self._tmp, self.path)
         except OSError as e:
             self.abort()
             raise PskdError(TRUNCATED, f"{self.path}: {e.strerror or e}") from None

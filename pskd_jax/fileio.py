@@ -3,14 +3,27 @@
 Every writer of the toolkit writes into a temporary file in the destination's directory, flushes
 and syncs it, renames it over the destination and syncs the directory. If anything fails before
 the rename, the temporary file is removed and the destination is untouched.
+
+A writer killed outright (SIGKILL, a power cut) cannot remove its temporary file. Each temporary
+file is named ``.NAME.XXXXXXXX.tmp`` beside its destination ``NAME`` and is held under an exclusive
+``flock`` by its writer from its creation to its rename, so the next writer of the same destination
+removes the ones no live writer holds (:func:`remove_stale_temporaries`): a rerun leaves nothing
+behind, and two writers of one destination never remove each other's file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
 from typing import BinaryIO, Iterator
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, and no cleanup of other writers' files
+    fcntl = None
 
 from pskd_jax.errors import TRUNCATED, PskdError
 
@@ -29,13 +42,91 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def temporary_path_for(path: str) -> tuple[int, str]:
-    """Creates a hidden temporary file beside ``path``; returns its descriptor and path."""
-    directory = os.path.dirname(os.path.abspath(path))
+def _umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux)."""
     try:
-        return tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise PskdError(TRUNCATED, f"{path}: cannot create a file in {directory}: {e.strerror}") from e
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _temporary_name(path: str) -> re.Pattern[str]:
+    """The names :func:`temporary_path_for` gives ``path``'s temporary files (``tempfile`` draws
+    eight characters of ``[a-z0-9_]``)."""
+    return re.compile(re.escape("." + os.path.basename(path) + ".") + "[a-z0-9_]{8}" + re.escape(".tmp"))
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Removes the temporary files that killed writers of ``path`` left beside it; returns them.
+
+    Only regular files named as this module names ``path``'s temporary files are candidates, and
+    of those only the ones no live writer holds locked (a writer holds its file's ``flock`` from
+    creation to rename): a writer running now in another process keeps its file."""
+    if fcntl is None:
+        return []
+    directory = os.path.dirname(os.path.abspath(path))
+    pattern = _temporary_name(path)
+    try:
+        names = [name for name in os.listdir(directory) if pattern.fullmatch(name)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        candidate = os.path.join(directory, name)
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue  # gone already, a symbolic link, or not ours to open
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live writer holds it
+            # Remove the name only if it still is the file locked (not one made since under it).
+            if os.stat(candidate, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(candidate)
+                removed.append(candidate)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def temporary_path_for(path: str) -> tuple[int, str]:
+    """Creates a hidden temporary file beside ``path``, locked by the descriptor returned with it
+    (keep it open until the file is renamed into place); first removes stale ones of ``path``."""
+    directory = os.path.dirname(os.path.abspath(path))
+    remove_stale_temporaries(path)
+    while True:
+        try:
+            fd, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+        except OSError as e:
+            raise PskdError(TRUNCATED, f"{path}: cannot create a file in {directory}: {e.strerror}") from e
+        except ValueError:  # a NUL in the path
+            raise PskdError(TRUNCATED, f"{path!r}: cannot create a file: a path holds no NUL byte") from None
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # the mode open() would give, not mkstemp's 0600
+        except OSError:
+            pass
+        if fcntl is None:
+            return fd, temporary
+        try:
+            # Blocking: another writer's cleanup may hold the new file for an instant (and remove it).
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.stat(temporary, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                return fd, temporary
+        except OSError:
+            pass
+        os.close(fd)  # removed by a cleanup in that instant: make another
 
 
 @contextlib.contextmanager
@@ -56,7 +147,7 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # before closing: the lock guards the file until it is in place
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -18,6 +18,7 @@ from pskd_jax.fileio import atomic_output
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of diff and export, whatever the file's size
 INFO_ELEMENTS = 64  # a leaf larger than this is shown in part by info
+INFO_DEPTH = 32  # containers nested deeper than this are shown as … by info
 
 
 # --------------------------------------------------------------------------------------------
@@ -46,18 +47,23 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, depth: int = 0) -> str:
+    """A sample as ``info`` prints it: large leaves cut to their first elements, and containers
+    nested deeper than INFO_DEPTH shown as ``…`` (a tree of a thousand levels would otherwise
+    exhaust Python's recursion limit)."""
     if isinstance(value, np.ndarray):
         if value.size > INFO_ELEMENTS:
             head = plain(value.reshape(-1)[:INFO_ELEMENTS])
             return f"{_text(head)[:-1]}, … ({value.size} elements, shape {list(value.shape)})]"
         return _text(plain(value))
+    if isinstance(value, (tuple, dict, list)) and depth >= INFO_DEPTH:
+        return "…"
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return "(" + ", ".join(_short(v) for v in value) + ")"
+        return "(" + ", ".join(_short(v, depth + 1) for v in value) + ")"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_short(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {_short(v, depth + 1)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(_short(v, depth + 1) for v in value) + "]"
     return _text(plain(value))
 
 

@@ -7,6 +7,7 @@ the leaf's encoding). Empty lines and lines starting with ``--`` are skipped.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Sequence
 
@@ -27,6 +28,9 @@ def read_value_lines(path: str) -> tuple[list[list[str]], list[int]]:
         raise PskdError(BAD_VALUE, f"{path}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise PskdError(BAD_VALUE, f"{path}: cannot read: {e.strerror or e}") from None
+    if "\0" in text:  # never part of a value, and numpy's text arrays would drop it silently
+        number = text.count("\n", 0, text.index("\0")) + 1
+        raise PskdError(BAD_VALUE, f"{path}:{number}: a NUL character; values are decimal text")
     rows, numbers = [], []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
@@ -79,7 +83,7 @@ def pack_file(
                 f"{input_path}:{number}: too {side} values: {len(row)} for a sample of {width} "
                 f"elements of type {header_text(sample_type)}",
             )
-    table = np.array(rows, dtype=str).reshape(len(rows), width)
+    table = _value_table(rows, width)
     columns, start = [], 0
     for leaf in layout.leaves:
         column = table[:, start : start + leaf.size].reshape(len(rows), *leaf.shape)
@@ -93,31 +97,60 @@ def pack_file(
     return writer.result
 
 
+def _value_table(rows: list[list[str]], width: int) -> np.ndarray:
+    """The value tokens as an array of shape (rows, width): fixed-width text (fast to convert)
+    unless one long token would make that table far larger than the text itself (a hostile line
+    of a megabyte among a million short values), then Python strings."""
+    longest = max((len(token) for row in rows for token in row), default=0)
+    characters = sum(len(token) for row in rows for token in row)
+    if len(rows) * width * longest > 8 * characters + (1 << 20):
+        table = np.empty((len(rows), width), dtype=object)
+        for i, row in enumerate(rows):
+            table[i] = row
+        return table
+    return np.array(rows, dtype=str).reshape(len(rows), width)
+
+
+def _is_index(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
 def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: list[int], first: int) -> np.ndarray:
     """Text of one leaf for every sample → numbers; a bad token names its line and value."""
-    flat = column.reshape(len(column), -1)
+    flat = column.reshape(len(column), math.prod(column.shape[1:]))  # (-1 fails when there are no rows)
     if bound is None:
         try:
-            return column.astype(np.float64)
+            return column.astype(np.float64)  # str or, for an object table, float() of each
         except ValueError:
             bad = _first_bad(flat, _is_decimal)
             kind = "a real number"
     else:
-        digits = (np.char.strip(flat, "0123456789") == "") & (np.char.str_len(flat) <= 19)
+        if column.dtype == object:
+            digits = np.array([_is_index(t) for t in flat.ravel()], dtype=bool)
+        else:
+            digits = (np.char.strip(flat, "0123456789") == "") & (np.char.str_len(flat) <= 19)
         if digits.all():
             return column.astype(np.uint64)  # the writer checks the bound, naming the line
-        bad = _first_bad(flat, lambda t: t.isascii() and t.isdigit() and len(t) <= 19)
+        bad = _first_bad(flat, _is_index)
         row, col = bad
         if flat[row, col].isascii() and flat[row, col].isdigit():
             raise PskdError(
                 BAD_VALUE,
-                f"{path}:{numbers[row]}: value {first + col + 1} is {flat[row, col]}, not an index below {bound}",
+                f"{path}:{numbers[row]}: value {first + col + 1} is {_shown(flat[row, col], quoted=False)}, "
+                f"not an index below {bound}",
             )
         kind = "an index (a non-negative integer)"
     row, col = bad
     raise PskdError(
-        BAD_VALUE, f"{path}:{numbers[row]}: value {first + col + 1} {str(flat[row, col])!r} is not {kind}"
+        BAD_VALUE, f"{path}:{numbers[row]}: value {first + col + 1} {_shown(flat[row, col])} is not {kind}"
     )
+
+
+def _shown(token: str, *, quoted: bool = True) -> str:
+    """A value as messages quote it: at most 40 characters of it."""
+    token = str(token)
+    shown = repr(token[:40]) if quoted else token[:40]
+    return shown if len(token) <= 40 else f"{shown}… ({len(token)} characters)"
 
 
 def _is_decimal(text: str) -> bool:

@@ -321,6 +321,8 @@ class _Parser:
         path = path_token.text[1:-1]
         if not path:
             raise self.fail(path_token, "expected a non-empty path between the quotes")
+        if "\0" in path:
+            raise self.fail(path_token, "a path holds no NUL character")
         self.where = f"after stream {path_token.text}"
         stages: dict[str, tuple[int, _Token]] = {}
         while self.peek().kind != "end":
@@ -347,6 +349,10 @@ class _Parser:
         self.expect("punct", "=", "'='")
         self.where = f"after {parameter} ="
         value_token = self.expect("int", None, accepted)
+        digits = value_token.text.lstrip("0")
+        if len(digits) > 40:  # far beyond 2**64 (and int() refuses over 4300 digits)
+            raise self.fail(value_token, f"{parameter} must be {accepted}, got {parameter} = {digits[:20]}… "
+                                         f"({len(digits)} digits)")
         value = int(value_token.text)
         high = MAX_SEED if name_token.text == "shuffle" else None
         if value < low or (high is not None and value >= high):
@@ -403,7 +409,8 @@ def load_pipeline(file_path: str | os.PathLike[str]) -> Pipeline:
     try:
         with open(file_path, encoding="utf-8") as f:
             text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8 (UnicodeDecodeError), or a NUL in the path
+        reason = e.strerror if isinstance(e, OSError) else (
+            "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "a path holds no NUL byte")
         raise PskdError(BAD_PIPELINE, f"{file_path}: cannot read the pipeline file: {reason}") from e
     return parse_pipeline(text, base_dir=os.path.dirname(os.path.abspath(file_path)), source=file_path)

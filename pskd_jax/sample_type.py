@@ -19,10 +19,11 @@ from a template pytree (see :meth:`Layout.from_template`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
 from pskd_jax.errors import NOT_CLOSED, PskdError
 
@@ -30,6 +31,8 @@ MAX_NESTING = 64
 MAX_INDEX_BOUND = 2**64
 # A sample larger than this cannot be addressed by a u64 file offset times any useful count.
 MAX_SAMPLE_ELEMENTS = 2**60
+# numpy holds at most 64 axes, and a leaf read from a file gains one (the sample axis).
+MAX_AXES = 63
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,37 +111,49 @@ class _Token:
     column: int  # 1-based, in characters
 
 
-def _tokenize(text: str) -> list[_Token]:
-    tokens = []
+def _tokenize(text: str) -> Iterator[_Token]:
+    """The tokens of ``text``, made one at a time (a hostile megabyte of ``(`` is refused at the
+    65th, never held as a million tokens), then an end token."""
     position = 0
     while position < len(text):
         match = _TOKEN.match(text, position)
         if match is None:
             raise _error(text, position + 1, f"unexpected character {text[position]!r}")
         if match.lastgroup != "space":
-            tokens.append(_Token(match.lastgroup, match.group(), position + 1))
+            yield _Token(match.lastgroup, match.group(), position + 1)
         position = match.end()
-    tokens.append(_Token("end", "", len(text) + 1))
-    return tokens
+    yield _Token("end", "", len(text) + 1)
+
+
+def _shown(text: str) -> str:
+    """A type text as messages quote it: at most 80 characters."""
+    return repr(text) if len(text) <= 80 else repr(text[:80]) + f"… ({len(text)} characters)"
 
 
 def _error(text: str, column: int, what: str) -> PskdError:
-    return PskdError(NOT_CLOSED, f"sample type {text!r}, column {column}: {what}")
+    return PskdError(NOT_CLOSED, f"sample type {_shown(text)}, column {column}: {what}")
 
 
 class _Parser:
     def __init__(self, text: str, symbols: Mapping[str, int] | None = None):
         self.text = text
-        self.tokens = _tokenize(text)
-        self.position = 0
+        self._tokens = _tokenize(text)
+        self._ahead: collections.deque[_Token] = collections.deque()
         self.symbols = symbols or {}
 
-    def peek(self) -> _Token:
-        return self.tokens[self.position]
+    def peek(self, k: int = 0) -> _Token:
+        """The token k places ahead (the end token once the text is used up)."""
+        while len(self._ahead) <= k:
+            token = next(self._tokens, None)
+            if token is None:
+                return self._ahead[-1]  # the end token
+            self._ahead.append(token)
+        return self._ahead[k]
 
     def take(self) -> _Token:
-        token = self.tokens[self.position]
-        self.position += 1
+        token = self.peek()
+        if token.kind != "end":
+            self._ahead.popleft()
         return token
 
     def fail(self, token: _Token, expected: str) -> PskdError:
@@ -222,6 +237,8 @@ class _Parser:
             self.take()
             return ()
         while True:
+            if len(dims) == MAX_AXES:
+                raise _error(self.text, self.peek().column, f"a leaf of more than {MAX_AXES} axes")
             dims.append(self.dim())
             token = self.take()
             if token.text == "]":
@@ -231,7 +248,7 @@ class _Parser:
 
     def dim(self) -> Dim:
         token = self.peek()
-        if token.kind == "ident" and self.tokens[self.position + 1].text == ":":
+        if token.kind == "ident" and self.peek(1).text == ":":
             self.take()
             self.take()
             return Dim(self.integer(f"length of axis {token.text!r}"), token.text)
@@ -266,16 +283,16 @@ def header_text(text: str) -> str:
     >>> header_text("(R[2], idx[3][])")
     '(ℝ[2], idx[3][])'
     """
-    parser = _Parser(text)
-    parser.whole()
+    _Parser(text).whole()
+    tokens = list(_tokenize(text))  # the text parsed: its tokens are as many as its leaves need
     pieces = []
     last = 0
-    for index, token in enumerate(parser.tokens):
+    for index, token in enumerate(tokens):
         # ``R`` is the real type only where a type starts: not as an axis name (followed by ':')
         # nor as the name after ``params``.
         if token.kind == "ident" and token.text == "R":
-            following = parser.tokens[index + 1].text
-            previous = parser.tokens[index - 1].text if index else ""
+            following = tokens[index + 1].text
+            previous = tokens[index - 1].text if index else ""
             if following == "[" and previous != "params":
                 pieces.append(text[last : token.column - 1])
                 pieces.append("ℝ")
@@ -359,6 +376,9 @@ def _collect(parsed: SampleType, leaves: list[Leaf], path: str) -> Any:
 def _check_sizes(leaves: Sequence[Leaf]) -> None:
     total = 0
     for leaf in leaves:
+        if math.prod(d for d in leaf.shape if d) > MAX_SAMPLE_ELEMENTS:  # numpy counts empty axes as 1
+            raise PskdError(NOT_CLOSED, f"leaf {leaf.path or '(root)'}: more than 2^60 elements "
+                                        "(an empty axis counted as one)")
         total += leaf.size
         if total > MAX_SAMPLE_ELEMENTS:
             raise PskdError(NOT_CLOSED, f"leaf {leaf.path or '(root)'}: a sample of more than 2^60 elements")

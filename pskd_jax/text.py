@@ -504,6 +504,9 @@ def _parse_long(path: PathLike, offset: int, block: bytes, bound: int | None) ->
     limit = min(bound, 1 << 64) if bound is not None else 1 << 64
     values = []
     for match in re.finditer(rb"[0-9]+", block):
+        digits = match.group().lstrip(b"0")
+        if len(digits) > 40:  # far beyond 64 bits (and int() refuses over 4300 digits): shown cut
+            raise _too_large(path, offset + match.start(), f"{digits[:20].decode()}… ({len(digits)} digits)", bound)
         value = int(match.group())
         if value >= limit:
             raise _too_large(path, offset + match.start(), value, bound)

@@ -1,0 +1,111 @@
+"""Prints the "Hardening" section of the README from what was actually run.
+
+    python fuzz/report.py                       # from the last fuzz runs (out/fuzz/*/summary.json)
+    python fuzz/report.py --fuzz-minutes 10     # regenerate everything first: the hostile collection,
+                                                # every fuzz target for 10 minutes (two at a time),
+                                                # the hostile and fault tests
+
+The section counts the hostile files by kind, the fuzz minutes, executions and findings per target,
+the kills per writer of ``tests/test_faults.py``, and the outcome of the hostile and fault tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import targets  # noqa: E402  (fuzz/targets.py)
+import test_faults  # noqa: E402  (its kill counts)
+
+
+def run_fuzzers(minutes: float, workdir: str) -> None:
+    names = list(targets.TARGETS)
+    for first in range(0, len(names), 2):  # two at a time: the fuzzers are single-threaded
+        running = [subprocess.Popen([sys.executable, os.path.join(HERE, "run.py"), name, "--minutes", str(minutes),
+                                     "--workdir", workdir]) for name in names[first : first + 2]]
+        for process in running:
+            process.wait()
+
+
+def run_tests() -> str:
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_hostile.py",
+                          "tests/test_faults.py", "tests/test_fuzz_regressions.py"],
+                         cwd=ROOT, capture_output=True, text=True)
+    lines = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    return lines[-1].strip("= ") if lines else "the tests did not run"
+
+
+def section(workdir: str, tests: str | None) -> str:
+    with open(os.path.join(ROOT, "testdata", "hostile", "manifest.json"), encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    kinds: dict[str, int] = {}
+    for case in cases:
+        kinds[case["kind"]] = kinds.get(case["kind"], 0) + 1
+    valid = sum(case["code"] is None for case in cases)
+    out = ["## Hardening", "",
+           "What was thrown at the toolkit, and what it answered. Regenerate this section with "
+           "`python fuzz/report.py --fuzz-minutes 10` (the hostile collection, every fuzz target for ten "
+           "minutes, the hostile and fault tests, then this text).", "",
+           f"**Hostile files** (`testdata/hostile/`, made by `tools/make_hostile.py`, each with the code it "
+           f"must produce in `manifest.json`): {len(cases)} — "
+           + ", ".join(f"{n} {k}" for k, n in kinds.items())
+           + f"; {valid} of them odd but valid (must be accepted). Each is run through the API and through "
+             "`pskd`, in a process of its own under an address-space limit (its own size + 512 MiB) and a "
+             "20 s alarm; the API's peak allocation must stay within 64 × the input's size + 16 MiB, the "
+             "command must exit 1 with one `pskd: E9xxx:` line, no traceback, and leave no output behind.",
+           "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
+           "`python fuzz/run.py TARGET --minutes M`):", "",
+           "| target | minutes | inputs run | findings in the last run | regressions kept |",
+           "| --- | --- | --- | --- | --- |"]
+    regressions = sorted(os.listdir(os.path.join(HERE, "regressions")))
+    for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
+        path = os.path.join(workdir, name, "summary.json")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+        found = ", ".join(summary["findings"]) or "none"
+        kept = ", ".join(r for r in regressions if r.startswith(name + "-")) or "—"
+        out.append(f"| `{name}` | {summary['minutes']:.1f} | {summary['executions']:,} | {found} | {kept} |")
+    waiting = sorted(os.listdir(os.path.join(HERE, "open"))) if os.path.isdir(os.path.join(HERE, "open")) else []
+    out += ["", f"Every input a fuzzer found a bug with is kept: fixed ones in `fuzz/regressions/` "
+                f"({len(regressions)} files, replayed by `tests/test_fuzz_regressions.py`), ones whose fix belongs "
+                f"to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
+                "collection's cases of open bugs are written by `python tools/make_hostile.py --include-open`.", ""]
+    out += [f"**Faults** (`tests/test_faults.py`): SIGKILL at random points, {test_faults.KILLS} kills each of "
+            f"`pskd pack`, `pskd lm-windows` and `pskd encode`, {test_faults.KILLS // 2} each of `checkpoint.save` "
+            "and `CheckpointManager.save`: the destination held the old content or the new, whole, after every "
+            "kill; a rerun completed and left no temporary file (a killed writer's temporary file is removed by "
+            "the next writer of the same destination, never one a live writer holds). A full disk "
+            "(`RLIMIT_FSIZE`), a read-only directory and a missing parent directory, for each of the three "
+            "commands: exit 1, one `pskd: E9003:` line naming the destination, the old file untouched, nothing "
+            "left behind."]
+    if tests is not None:
+        out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Print the README's Hardening section.")
+    parser.add_argument("--fuzz-minutes", type=float, help="first regenerate everything, fuzzing this long per target")
+    parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "fuzz"))
+    args = parser.parse_args()
+    tests = None
+    if args.fuzz_minutes:
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_hostile.py")], check=True)
+        run_fuzzers(args.fuzz_minutes, args.workdir)
+        tests = run_tests()
+    print(section(args.workdir, tests))
+
+
+if __name__ == "__main__":
+    main()

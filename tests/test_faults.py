@@ -1,0 +1,412 @@
+"""Writers under faults: killed at random points, a full disk, a read-only directory, a missing parent.
+
+The writers are the ``pskd`` commands ``pack``, ``lm-windows`` and ``encode``, and the checkpoint
+``save`` and ``CheckpointManager.save``. Each run happens in a process forked from a worker that
+imported the toolkit once, so a kill costs the time the writer ran, not an interpreter start:
+
+- SIGKILL after a random delay drawn over the whole length of a run (so kills fall before the
+  output is opened, while it is written, and around the rename): the destination then holds the
+  old content or the new, whole (compared byte for byte with reference runs); after the kills a
+  rerun completes, writes the new content, and leaves no temporary file in the directory (a killed
+  writer's temporary file is removed by the next writer of the same destination);
+- a full disk (``RLIMIT_FSIZE`` below the output's size: writes fail with EFBIG), a read-only
+  directory, a missing parent directory: exit status 1, one ``pskd: E9003: …`` line naming the
+  destination, the old destination untouched, no temporary file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+import pytest
+
+import apps.pskd
+from pskd_jax import checkpoint
+from pskd_jax.container import Reader, Writer, write
+from pskd_jax.fileio import atomic_output, remove_stale_temporaries
+from pskd_jax.manager import CheckpointManager
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+KILLS = 12  # per writer
+SEED = 20261129
+
+
+def _digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _temporaries(directory: str) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith(".") and n.endswith(".tmp"))
+
+
+# --------------------------------------------------------------------------------------------
+# The worker: python tests/test_faults.py --worker SCRATCH  (one JSON line per scenario)
+
+
+def _inputs(directory: str) -> dict[str, dict]:
+    """Per writer: how to run it with the old input and with the new one, and its destination."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(SEED)
+    paths = {name: os.path.join(directory, name) for name in
+             ("old.tok", "new.tok", "old.txt", "new.txt", "vocab.json", "old.pack", "new.pack")}
+    for name, n in (("old.tok", 20000), ("new.tok", 200000)):
+        with open(paths[name], "w") as f:
+            f.write(" ".join(map(str, rng.integers(0, 64, n))) + "\n")
+    letters = list("abcdefgh \n")
+    for name, n in (("old.txt", 10000), ("new.txt", 1000000)):
+        with open(paths[name], "w") as f:
+            f.write("".join(rng.choice(letters, n)))
+    with open(paths["vocab.json"], "w") as f:
+        json.dump(sorted(letters), f)
+    for name, n in (("old.pack", 100), ("new.pack", 20000)):
+        rows = rng.integers(0, 10, (n, 8))
+        with open(paths[name], "w") as f:
+            f.write("\n".join(" ".join(map(str, r)) + f" {k}.25" for k, r in enumerate(rows)) + "\n")
+    out = {name: os.path.join(directory, "out", name) for name in ("windows.psk.d", "tokens.txt", "packed.psk.d")}
+    os.makedirs(os.path.join(directory, "out"))
+    return {
+        "lm-windows": {"dest": out["windows.psk.d"],
+                       "old": ["lm-windows", paths["old.tok"], "--vocab", "64", "--seq", "16", "--stride", "1",
+                               "-o", out["windows.psk.d"]],
+                       "new": ["lm-windows", paths["new.tok"], "--vocab", "64", "--seq", "16", "--stride", "1",
+                               "-o", out["windows.psk.d"]]},
+        "encode": {"dest": out["tokens.txt"],
+                   "old": ["encode", paths["old.txt"], "--vocab", paths["vocab.json"], "-o", out["tokens.txt"]],
+                   "new": ["encode", paths["new.txt"], "--vocab", paths["vocab.json"], "-o", out["tokens.txt"]]},
+        "pack": {"dest": out["packed.psk.d"],
+                 "old": ["pack", paths["old.pack"], "--type", "(idx[10][8], ℝ[])", "-o", out["packed.psk.d"]],
+                 "new": ["pack", paths["new.pack"], "--type", "(idx[10][8], ℝ[])", "-o", out["packed.psk.d"]]},
+    }
+
+
+def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = None) -> tuple[int | None, int | None, str]:
+    """Runs ``body`` in a forked child (after ``prepare``); kills it with SIGKILL after ``delay``
+    seconds when given. Returns (exit status, killing signal, stderr)."""
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        try:
+            if log is not None:
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 2)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            if prepare is not None:
+                prepare()
+            body()
+        except SystemExit as e:
+            status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        except BaseException:  # noqa: BLE001 - a traceback on stderr, as the interpreter prints it
+            traceback.print_exc()
+            status = 1
+        finally:
+            sys.stderr.flush()
+            os._exit(status)
+    done, wait_status = 0, 0
+    if delay is not None:
+        deadline = time.monotonic() + delay
+        while not done and time.monotonic() < deadline:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.002)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+    if not done:
+        _, wait_status = os.waitpid(pid, 0)
+    stderr = ""
+    if log is not None:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            stderr = f.read()
+    if os.WIFSIGNALED(wait_status):
+        return None, os.WTERMSIG(wait_status), stderr
+    return os.WEXITSTATUS(wait_status), None, stderr
+
+
+def _cli(argv: list[str]):
+    def body() -> None:
+        sys.argv = ["pskd", *argv]
+        apps.pskd.run()
+
+    return body
+
+
+def _restore_old(dest: str, old_bytes: bytes) -> None:
+    with open(dest + ".reset", "wb") as f:
+        f.write(old_bytes)
+    os.replace(dest + ".reset", dest)
+
+
+def kill_cli_writers(directory: str, rng: random.Random) -> list[dict]:
+    results = []
+    log = os.path.join(directory, "stderr.log")
+    for writer, spec in _inputs(directory).items():
+        dest = spec["dest"]
+        out_dir = os.path.dirname(dest)
+        # Reference runs: the new content, then the old one left in place.
+        started = time.monotonic()
+        status, _, stderr = _fork(_cli(spec["new"]), log=log)
+        duration = time.monotonic() - started
+        assert status == 0, stderr
+        with open(dest, "rb") as f:
+            new_digest = hashlib.sha256(f.read()).hexdigest()
+        status, _, stderr = _fork(_cli(spec["old"]), log=log)
+        assert status == 0, stderr
+        with open(dest, "rb") as f:
+            old_bytes = f.read()
+        old_digest = hashlib.sha256(old_bytes).hexdigest()
+        states, killed, left_temporary = [], 0, 0
+        for _ in range(KILLS):
+            status, signal_number, _ = _fork(_cli(spec["new"]), delay=rng.uniform(0.0, duration), log=log)
+            killed += signal_number == signal.SIGKILL
+            digest = _digest(dest)
+            states.append("old" if digest == old_digest else "new" if digest == new_digest else "torn")
+            left_temporary += bool(_temporaries(out_dir))
+            if digest == new_digest:
+                _restore_old(dest, old_bytes)
+        leftovers_before_rerun = _temporaries(out_dir)
+        status, _, stderr = _fork(_cli(spec["new"]), log=log)
+        results.append({"scenario": f"kill {writer}", "states": states, "killed": killed,
+                        "kills_leaving_a_temporary": left_temporary, "before_rerun": leftovers_before_rerun,
+                        "rerun_status": status, "rerun_stderr": stderr,
+                        "rerun_new": _digest(dest) == new_digest, "after_rerun": _temporaries(out_dir),
+                        "duration": duration})
+    return results
+
+
+def _checkpoint_tree(k: int):
+    return {"w": np.full((1024, 1024), k, np.float32), "b": np.full(2048, k, np.float64), "k": np.int64(k)}
+
+
+def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
+    results = []
+    path = os.path.join(directory, "ck", "c.psk.d")
+    os.makedirs(os.path.dirname(path))
+    checkpoint.save(path, _checkpoint_tree(0))
+    started = time.monotonic()
+    _fork(lambda: checkpoint.save(path, _checkpoint_tree(0)))  # as long as a killed run would take
+    duration = time.monotonic() - started
+    states, left_temporary = [], 0
+    for i in range(1, KILLS // 2 + 1):
+        _fork(lambda i=i: checkpoint.save(path, _checkpoint_tree(i)), delay=rng.uniform(0.0, duration * 1.2))
+        try:
+            back = checkpoint.restore(path, _checkpoint_tree(0), as_numpy=True)
+            k = int(back["k"])
+            whole = all((back[key] == value).all() for key, value in _checkpoint_tree(k).items())
+            states.append("old" if whole and k < i else "new" if whole else "torn")
+        except Exception as e:  # noqa: BLE001 - a torn file is what this test looks for
+            states.append(f"torn ({e})")
+        left_temporary += bool(_temporaries(os.path.dirname(path)))
+    status, _, _ = _fork(lambda: checkpoint.save(path, _checkpoint_tree(99)))
+    results.append({"scenario": "kill checkpoint.save", "states": states, "kills_leaving_a_temporary": left_temporary,
+                    "rerun_status": status, "after_rerun": _temporaries(os.path.dirname(path))})
+
+    run = os.path.join(directory, "run")
+
+    def save(i: int) -> None:
+        with CheckpointManager(run, keep=2) as m:
+            m.save(i, _checkpoint_tree(i))
+
+    save(0)
+    started = time.monotonic()
+    _fork(lambda: save(0))
+    duration = time.monotonic() - started
+    states, left_temporary = [], 0
+    for i in range(1, KILLS // 2 + 1):
+        _fork(lambda i=i: save(i), delay=rng.uniform(0.0, duration * 1.2))
+        try:
+            with CheckpointManager(run, keep=2) as manager:
+                step = manager.latest_step()
+                manager.verify(step)
+                back = manager.restore(step, _checkpoint_tree(0), as_numpy=True)
+                states.append("new" if int(back["k"]) == step == i else "old" if int(back["k"]) == step else "torn")
+        except Exception as e:  # noqa: BLE001
+            states.append(f"torn ({e})")
+        left_temporary += bool(_temporaries(run))
+
+    def final() -> None:
+        with CheckpointManager(run, keep=2) as m:
+            m.save(100, _checkpoint_tree(100))
+    status, _, _ = _fork(final)
+    results.append({"scenario": "kill CheckpointManager.save", "states": states,
+                    "kills_leaving_a_temporary": left_temporary, "rerun_status": status,
+                    "after_rerun": _temporaries(run)})
+    return results
+
+
+def environment_faults(directory: str) -> list[dict]:
+    results = []
+    log = os.path.join(directory, "stderr.log")
+    specs = _inputs(os.path.join(directory, "env"))
+    for writer, spec in specs.items():
+        dest = spec["dest"]
+        status, _, stderr = _fork(_cli(spec["old"]), log=log)
+        assert status == 0, stderr
+        old = _digest(dest)
+
+        def small_disk() -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+        status, signal_number, stderr = _fork(_cli(spec["new"]), prepare=small_disk, log=log)
+        results.append({"scenario": f"full disk {writer}", "status": status, "signal": signal_number,
+                        "stderr": stderr, "dest": dest, "unchanged": _digest(dest) == old,
+                        "temporaries": _temporaries(os.path.dirname(dest))})
+
+    # A read-only directory (as root, whom permissions do not stop, the writer drops to nobody).
+    read_only = os.path.join(directory, "env", "read-only")
+    os.makedirs(read_only)
+    os.chmod(os.path.join(directory, "env"), 0o755)
+    for name in os.listdir(os.path.join(directory, "env")):
+        os.chmod(os.path.join(directory, "env", name), 0o755 if os.path.isdir(os.path.join(directory, "env", name)) else 0o644)
+    os.chmod(read_only, 0o555)
+
+    def as_nobody() -> None:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+
+    for writer, spec in specs.items():
+        dest = os.path.join(read_only, os.path.basename(spec["dest"]))
+        argv = [*spec["new"][:-1], dest]
+        status, signal_number, stderr = _fork(_cli(argv), prepare=as_nobody, log=log)
+        results.append({"scenario": f"read-only directory {writer}", "status": status, "signal": signal_number,
+                        "stderr": stderr, "dest": dest, "unchanged": not os.path.exists(dest),
+                        "temporaries": _temporaries(read_only)})
+        missing = os.path.join(directory, "env", "no-such-directory", os.path.basename(spec["dest"]))
+        argv = [*spec["new"][:-1], missing]
+        status, signal_number, stderr = _fork(_cli(argv), log=log)
+        results.append({"scenario": f"missing parent {writer}", "status": status, "signal": signal_number,
+                        "stderr": stderr, "dest": missing, "unchanged": not os.path.exists(os.path.dirname(missing)),
+                        "temporaries": []})
+    return results
+
+
+def worker(scratch: str) -> None:
+    rng = random.Random(SEED)
+    directory = os.path.join(scratch, "kills")
+    os.makedirs(directory)
+    for result in kill_cli_writers(directory, rng) + kill_checkpoint_writers(directory, rng) \
+            + environment_faults(scratch):
+        print(json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The tests
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict:
+    # Not under pytest's own temporary directory: its 0700 parents would stop the read-only test's
+    # unprivileged writer before the directory under test does.
+    scratch = tempfile.mkdtemp(prefix="pskd-faults-")
+    os.chmod(scratch, 0o755)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=env,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", scratch], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("writer", ["pack", "lm-windows", "encode"])
+def test_a_killed_command_leaves_the_old_or_the_new_file_and_a_rerun_cleans_up(results, writer):
+    r = results[f"kill {writer}"]
+    assert "torn" not in r["states"], r["states"]
+    assert r["killed"] >= KILLS // 3, f"only {r['killed']} of {KILLS} runs were killed before they ended"
+    assert (r["rerun_status"], r["rerun_new"]) == (0, True), r["rerun_stderr"]
+    assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
+
+
+@pytest.mark.parametrize("scenario", ["kill checkpoint.save", "kill CheckpointManager.save"])
+def test_a_killed_checkpoint_save_leaves_a_whole_checkpoint_and_a_rerun_cleans_up(results, scenario):
+    r = results[scenario]
+    assert not [s for s in r["states"] if s.startswith("torn")], r["states"]
+    assert r["rerun_status"] == 0
+    assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
+
+
+def test_kills_did_leave_temporary_files_for_the_rerun_to_remove(results):
+    """Evidence that the cleanup was exercised, not only that nothing happened to need it."""
+    assert sum(results[f"kill {w}"]["kills_leaving_a_temporary"] for w in ("pack", "lm-windows", "encode")) > 0
+
+
+@pytest.mark.parametrize("writer", ["pack", "lm-windows", "encode"])
+@pytest.mark.parametrize("fault", ["full disk", "read-only directory", "missing parent"])
+def test_environment_faults_give_a_clear_error_and_tear_nothing(results, fault, writer):
+    r = results[f"{fault} {writer}"]
+    assert r["signal"] is None, f"killed by signal {r['signal']}"
+    lines = r["stderr"].splitlines()
+    assert r["status"] == 1 and len(lines) == 1 and "Traceback" not in r["stderr"], r["stderr"]
+    assert lines[0].startswith("pskd: E9003: ") and r["dest"] in lines[0], lines[0]
+    assert r["unchanged"], "the destination changed"
+    assert r["temporaries"] == [], f"left behind: {r['temporaries']}"
+
+
+def test_the_cleanup_removes_only_stale_temporaries_of_its_own_destination(tmp_path):
+    dest = tmp_path / "d.psk.d"
+    stale = tmp_path / ".d.psk.d.abcd_123.tmp"  # a killed writer's file: nobody holds it
+    others = [tmp_path / ".e.psk.d.abcd_123.tmp", tmp_path / ".d.psk.d.abcd_123.tmp.keep",
+              tmp_path / "d.psk.d.abcd_123.tmp", tmp_path / ".d.psk.d.toolong99.tmp"]
+    for other in others:
+        other.write_bytes(b"not ours")
+    link = tmp_path / ".d.psk.d.link_123.tmp"
+    link.symlink_to(tmp_path / "d.psk.d.abcd_123.tmp")
+    with Writer(dest, "ℝ[]") as live:  # a live writer of the same destination holds its file
+        live.append(np.arange(3.0))
+        stale.write_bytes(b"old")
+        assert remove_stale_temporaries(str(dest)) == [str(stale)]
+        assert os.path.exists(live._tmp)
+    assert dest.exists() and not stale.exists()
+    assert all(other.exists() for other in others) and link.is_symlink()
+
+
+def test_a_second_writer_of_one_destination_leaves_the_first_ones_file_alone(tmp_path):
+    """Another process writes the destination while this one's writer is open: both finish."""
+    dest = tmp_path / "d.psk.d"
+    with Writer(dest, "ℝ[]") as first:
+        first.append(np.arange(3.0))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        code = f"from pskd_jax.container import write; import numpy as np; write({str(dest)!r}, 'ℝ[]', np.ones(5))"
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+        assert os.path.exists(first._tmp)
+        with Reader(dest) as reader:
+            assert len(reader) == 5
+    with Reader(dest) as reader:
+        assert len(reader) == 3
+    assert _temporaries(str(tmp_path)) == []
+
+
+def test_outputs_get_the_mode_of_the_umask_not_that_of_a_temporary_file(tmp_path):
+    old = os.umask(0o027)
+    try:
+        write(tmp_path / "a.psk.d", "ℝ[]", np.arange(2.0))
+        with atomic_output(str(tmp_path / "b.txt")) as f:
+            f.write(b"b")
+    finally:
+        os.umask(old)
+    assert [(tmp_path / n).stat().st_mode & 0o777 for n in ("a.psk.d", "b.txt")] == [0o640, 0o640]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        sys.path.insert(0, str(ROOT))
+        worker(sys.argv[2])
+    else:
+        sys.exit("usage: python tests/test_faults.py --worker SCRATCH (run by pytest)")

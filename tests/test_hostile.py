@@ -1,0 +1,295 @@
+"""The hostile collection (``testdata/hostile/``, made by ``tools/make_hostile.py``): every file, through
+the API and through the ``pskd`` command, answers with the code its manifest records.
+
+Each case runs in a process of its own, forked from a worker that has imported the toolkit once
+(so that 146 cases times two cost seconds, not a Python start-up each), under:
+
+- an address-space limit (``RLIMIT_AS``, the worker's own plus 512 MiB): an input that makes the
+  toolkit allocate out of all proportion fails instead of swapping the machine;
+- a proportionality check on the API side: the peak of Python and numpy allocations
+  (``tracemalloc``) stays within ``64 × the input's size + 16 MiB``;
+- a time limit (``SIGALRM``, 20 s): no input may hang.
+
+Through the API the only exception allowed is ``PskdError`` with the recorded code; through the
+command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no traceback, and no output
+file (nor temporary file) left behind. A case whose code is ``null`` must succeed both ways.
+A few cases are also run through the installed console script itself, a fresh interpreter each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import traceback
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import apps.pskd
+from pskd_jax import checkpoint, container, convert, inspection, manager, pack, pipeline, text, windows
+from pskd_jax.container import Reader
+from pskd_jax.errors import PskdError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HOSTILE = ROOT / "testdata" / "hostile"
+MANIFEST = json.loads((HOSTILE / "manifest.json").read_text(encoding="utf-8"))
+CASES = MANIFEST["cases"]
+MEMORY_HEADROOM = 512 << 20
+TIME_LIMIT_S = 20
+PEAK_FACTOR, PEAK_SLACK = 64, 16 << 20
+
+FIXTURES = HOSTILE / "_fixtures"
+CHECKPOINT = FIXTURES / "checkpoint.psk.d"
+TEXT = FIXTURES / "text.txt"
+
+
+def cli_arguments(case: dict, path: str, out_dir: str) -> list[str]:
+    kind, args = case["kind"], case.get("args", {})
+    out = os.path.join(out_dir, "out")
+    return {
+        "container": lambda: ["info", path],
+        "pipeline": lambda: ["pipeline", path],
+        "vocab": lambda: ["encode", str(TEXT), "--vocab", path, "-o", out + ".tok"],
+        "tokens": lambda: ["lm-windows", path, "--vocab", str(args.get("vocab")), "--seq", "4", "-o", out + ".psk.d"],
+        "pack": lambda: ["pack", path, "--type", args.get("type", ""), "-o", out + ".psk.d"],
+        "layout": lambda: ["info", str(CHECKPOINT), "--layout", path],
+        "index": lambda: ["verify", path],
+        "safetensors": lambda: ["convert", path, "-o", out + ".psk.d"],
+    }[kind]()
+
+
+def run_api(case: dict, path: str, out_dir: str) -> None:
+    """What a program does with the file (the worker imported everything before forking)."""
+    kind, args = case["kind"], case.get("args", {})
+    out = os.path.join(out_dir, "out")
+    if kind == "container":
+        with Reader(path) as reader:
+            if reader.placement is not None:
+                for k in range(min(len(reader), 4)):
+                    reader[k]
+                if len(reader):
+                    reader.gather([0, len(reader) - 1])
+        inspection.info_lines(path, samples=3)
+    elif kind == "pipeline":
+        p = pipeline.load_pipeline(path)
+        with Reader(p.path) as reader:
+            p.batches_per_epoch(len(reader))
+    elif kind == "vocab":
+        vocab = text.read_vocab(path)
+        text.encode_file(str(TEXT), vocab, out + ".tok")
+    elif kind == "tokens":
+        windows.lm_windows_file(path, out + ".psk.d", vocab=args["vocab"], seq=4)
+    elif kind == "pack":
+        pack.pack_file(path, args["type"], out + ".psk.d")
+    elif kind == "layout":
+        layout = checkpoint.read_layout_file(path).layout
+        inspection.info_lines(str(CHECKPOINT), layout=layout)
+    elif kind == "index":
+        manager.verify_directory(path)
+    elif kind == "safetensors":
+        convert.safetensors_to_pskd(path, out + ".psk.d", durable=False)
+    else:
+        raise AssertionError(f"unknown kind {kind}")
+
+
+# --------------------------------------------------------------------------------------------
+# The worker: python tests/test_hostile.py --worker SCRATCH  (one JSON line per case and side)
+
+
+def _limit_memory() -> None:
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (size + MEMORY_HEADROOM, resource.RLIM_INFINITY))
+
+
+def _in_child(body, result_fd: int) -> None:
+    """Runs ``body`` in the forked child under the limits and sends its outcome; never returns."""
+    status = 0
+    try:
+        signal.alarm(TIME_LIMIT_S)  # default action: the child dies of SIGALRM
+        _limit_memory()
+        outcome = body()
+    except SystemExit as e:  # sys.exit(None) is a success, sys.exit("text") a failure
+        status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+        outcome = None
+    except BaseException:  # noqa: BLE001 - reported to the parent as what it is
+        traceback.print_exc()
+        outcome = {"status": "crash", "traceback": traceback.format_exc()[-4000:]}
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if outcome is not None:
+            os.write(result_fd, json.dumps(outcome).encode())
+    finally:
+        os._exit(status)
+
+
+def _fork(body, stdout_path: str | None = None) -> tuple[dict | None, int | None, int | None]:
+    """Forks, runs ``body`` in the child; returns (its outcome, exit status, killing signal)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        if stdout_path is not None:
+            fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(os.open(stdout_path + ".err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+        _in_child(body, write_fd)
+    os.close(write_fd)
+    chunks = []
+    while chunk := os.read(read_fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, wait_status = os.waitpid(pid, 0)
+    outcome = json.loads(b"".join(chunks)) if chunks else None
+    if os.WIFSIGNALED(wait_status):
+        return outcome, None, os.WTERMSIG(wait_status)
+    return outcome, os.WEXITSTATUS(wait_status), None
+
+
+def worker(scratch: str) -> None:
+    for index, case in enumerate(CASES):
+        path = str(HOSTILE / case["file"])
+        size = (sum(f.stat().st_size for f in pathlib.Path(path).iterdir()) if os.path.isdir(path)
+                else os.path.getsize(path))
+        for side in ("api", "cli"):
+            out_dir = os.path.join(scratch, f"{index}-{side}")
+            os.makedirs(out_dir)
+
+            def api() -> dict:
+                tracemalloc.start()
+                try:
+                    run_api(case, path, out_dir)
+                    result = {"status": "ok"}
+                except PskdError as e:
+                    result = {"status": "error", "code": e.code, "message": e.message[:2000]}
+                result["peak"] = tracemalloc.get_traced_memory()[1]
+                return result
+
+            def cli() -> dict:
+                sys.argv = ["pskd", *cli_arguments(case, path, out_dir)]
+                apps.pskd.run()
+                return {"status": "ok"}
+
+            log = os.path.join(scratch, f"{index}-{side}.log")
+            outcome, status, signal_number = _fork(api if side == "api" else cli, log)
+            with open(log + ".err", encoding="utf-8", errors="replace") as f:
+                stderr = f.read()
+            left = sorted(os.listdir(out_dir))
+            print(json.dumps({"file": case["file"], "side": side, "outcome": outcome, "status": status,
+                              "signal": signal_number, "stderr": stderr[-4000:], "left": left, "size": size}),
+                  flush=True)
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The tests
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict:
+    scratch = tmp_path_factory.mktemp("hostile")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, __file__, "--worker", str(scratch)], cwd=scratch, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = {}
+    for line in run.stdout.splitlines():
+        record = json.loads(line)
+        results[record["file"], record["side"]] = record
+    return results
+
+
+def _id(case: dict) -> str:
+    return case["file"]
+
+
+def _signal_name(number: int) -> str:
+    return signal.Signals(number).name
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_api(outcomes, case):
+    record = outcomes[case["file"], "api"]
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    outcome = record["outcome"]
+    assert outcome is not None and outcome["status"] != "crash", outcome and outcome.get("traceback")
+    if case["code"] is None:
+        assert outcome["status"] == "ok", outcome
+    else:
+        assert (outcome["status"], outcome.get("code")) == ("error", case["code"]), outcome
+        assert outcome["message"], "an error says what and where"
+    assert outcome["peak"] <= PEAK_FACTOR * record["size"] + PEAK_SLACK, (
+        f"allocated {outcome['peak']} bytes for an input of {record['size']}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_cli(outcomes, case):
+    record = outcomes[case["file"], "cli"]
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    stderr = record["stderr"]
+    assert "Traceback" not in stderr, stderr
+    if case["code"] is None:
+        assert record["status"] == 0, stderr
+        return
+    lines = stderr.splitlines()
+    assert record["status"] == 1 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"pskd: {case['code']}: "), stderr
+    assert record["left"] == [], f"left behind: {record['left']}"
+
+
+def test_manifest_lists_every_file_once():
+    files = [case["file"] for case in CASES]
+    assert len(files) == len(set(files))
+    on_disk = {str(p.relative_to(HOSTILE)) for kind in HOSTILE.iterdir() if kind.is_dir() and kind.name != "_fixtures"
+               for p in kind.iterdir()}
+    assert on_disk == set(files)
+    assert all(case["code"] is None or case["code"].startswith("E9") for case in CASES)
+
+
+@pytest.mark.parametrize("name", ["container/type-len-max.psk.d", "container/count-max.psk.d",
+                                  "container/v2-f32-on-idx.psk.d"])
+def test_the_console_script_itself(name):
+    """The installed ``pskd`` (a fresh interpreter, as a user runs it) on a few of the files."""
+    script = shutil.which("pskd", path=os.path.dirname(sys.executable)) or shutil.which("pskd")
+    command = [script] if script else [sys.executable, "-m", "apps.pskd"]
+    case = next(c for c in CASES if c["file"] == name)
+    run = subprocess.run([*command, "info", str(HOSTILE / name)], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr.startswith(f"pskd: {case['code']}: ") and run.stderr.count("\n") == 1, run.stderr
+
+
+def test_a_sample_larger_than_a_numpy_record_is_read(tmp_path, monkeypatch):
+    """A sample of more than 2^31 - 1 bytes (a checkpoint of a few GiB) cannot be one numpy record:
+    the reader opens it (a sparse file here) and gathers leaf by leaf."""
+    path = tmp_path / "big.psk.d"
+    head = container.encode_header("(idx[256][3000000000], ℝ[])", 1, [container.Encoding.F64] * 2)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 3_000_000_000 + 8)
+    with container.Reader(path) as reader:
+        assert reader.sample_bytes == 3_000_000_008 and reader.leaves()[1][0] == 0.0
+    small = tmp_path / "small.psk.d"
+    container.write(small, "(idx[64][4], ℝ[2])", (np.arange(12).reshape(3, 4), np.arange(6.0).reshape(3, 2)))
+    monkeypatch.setattr(container, "MAX_RECORD_BYTES", 8)  # the same path on a small file
+    with container.Reader(small) as reader:
+        tokens, reals = reader.gather([2, 0, -1])
+        assert tokens.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3], [8, 9, 10, 11]]
+        assert reals.tolist() == [[4.0, 5.0], [0.0, 1.0], [4.0, 5.0]]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        sys.path.insert(0, str(ROOT))
+        worker(sys.argv[2])
+    else:
+        sys.exit("usage: python tests/test_hostile.py --worker SCRATCH (run by pytest)")
