@@ -39,7 +39,7 @@ def _safetensors(module: str = "safetensors"):
         return importlib.import_module(module)
     except ImportError:
         raise PskdError(BAD_USAGE, "converting safetensors files needs the safetensors package: "
-                                   "pip install 'pskd_jax[bench]' or pip install safetensors") from None
+                                   "pip install 'pskd_jax[convert]' (or safetensors)") from None
 
 
 def name_keys(name: str) -> list[str | int]:
