@@ -23,10 +23,10 @@ Index format (version 2)::
 
 ``digest`` maps an algorithm to the hex digest of the whole file, as ``xxhsum -H2`` or
 ``sha256sum`` prints it. New checkpoints record ``xxh3_128`` by default, computed while the file is
-written. It catches damage (a flipped byte anywhere, a torn copy), and it is fast enough — 15–18
-GB/s a core against sha256's 1.5 — that ``restore(..., verify=True)`` hashes the file while reading
-it and takes about 1.2–1.4× an unverified restore on this project's 2-core machine, where sha256
-takes about 4× (``bench/bench_checkpoint.py``). It is not cryptographic: a manager made with
+written. It catches damage (a flipped byte anywhere, a torn copy), and it is fast enough — about
+17 GB/s a core against sha256's 1.5 — that ``restore(..., verify=True)`` hashes the file while
+reading it and takes 1.3–1.5× an unverified restore on this project's 2-core machine, where sha256
+takes about 5× (``bench/bench_checkpoint.py``). It is not cryptographic: a manager made with
 ``digest="sha256"`` records sha256 instead, for checks that must hold against a crafted file
 (the digest then needs to be kept somewhere the file's writer cannot reach).
 
@@ -163,7 +163,7 @@ class CheckpointManager:
 
     ``digest`` is the algorithm each save records in the index: ``"xxh3_128"`` (the default: it
     catches damage, and a verified restore stays fast) or ``"sha256"`` (it also holds against a
-    crafted file, at about 4× the cost of an unverified restore when verifying).
+    crafted file, at about 5× the time of an unverified restore when verifying).
     """
 
     def __init__(self, directory: str | os.PathLike, *, keep: int | None = None, durable: bool = True,

@@ -150,8 +150,8 @@ def test_extra_must_be_json_and_steps_integers(tmp_path):
 
 def write_version_1_index(directory, steps) -> None:
     """The index as versions before xxh3_128 wrote it: each entry's sha256 beside its file."""
-    entries = [{"step": step, "file": step_file(step), "layout": f"step-{step:08d}.layout.json", "type": "params Params",
-                "bytes": os.path.getsize(directory / step_file(step)),
+    entries = [{"step": step, "file": step_file(step), "layout": f"step-{step:08d}.layout.json",
+                "type": "params Params", "bytes": os.path.getsize(directory / step_file(step)),
                 "sha256": file_sha256(directory / step_file(step)), "extra": {"step": step}} for step in steps]
     (directory / INDEX).write_text(json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": entries}))
 
