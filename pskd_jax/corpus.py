@@ -279,21 +279,8 @@ def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequen
     for i in range(len(manifest.shards)):
         manifest.shard_path(i)  # refuse to record a path a reader would refuse
     with atomic_output(path) as f:
-        os.fchmod(f.fileno(), 0o666 & ~_umask())  # a manifest is read by others, like any new file
         f.write(manifest_bytes(tokenizer, shards, build))
     return manifest
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux); 0o022 where it cannot be read."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def parse_manifest(data: Any, path: str) -> Manifest:
