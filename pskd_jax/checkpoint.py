@@ -84,7 +84,7 @@ from pskd_jax.encodings import (
     to_index,
 )
 from pskd_jax.errors import BAD_USAGE, BAD_VALUE, DIGEST_MISMATCH, MISMATCH, NOT_CLOSED, TRUNCATED, PskdError
-from pskd_jax.fileio import atomic_output, fsync_directory
+from pskd_jax.fileio import atomic_output, fsync_directory, hash_file
 from pskd_jax.sample_type import Layout, Leaf, ParamsType, header_text, parse_type
 
 CHUNK_BYTES = 8 << 20  # a conversion or a check works on at most this much at a time
@@ -1164,19 +1164,7 @@ def file_digest(path: str | os.PathLike, algorithm: str = CHECKPOINT_DIGEST) -> 
     """
     if algorithm not in DIGESTS:
         raise PskdError(BAD_USAGE, f"{os.fspath(path)}: no digest {algorithm!r}: expected one of {sorted(DIGESTS)}")
-    digest = DIGESTS[algorithm]()
-    buffer = bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
-    try:
-        with open(path, "rb", buffering=0) as f:
-            while True:
-                n = f.readinto(buffer)
-                if not n:
-                    break
-                digest.update(view[:n])
-    except OSError as e:
-        raise PskdError(TRUNCATED, f"{os.fspath(path)}: cannot read: {e.strerror or e}") from None
-    return digest.hexdigest()
+    return hash_file(path, DIGESTS[algorithm](), block=CHUNK_BYTES)
 
 
 def file_sha256(path: str | os.PathLike) -> str:

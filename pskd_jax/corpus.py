@@ -51,7 +51,7 @@ from numpy.lib.stride_tricks import as_strided
 from pskd_jax.container import Reader, encode_header, read_header
 from pskd_jax.encodings import Encoding, index_dtype
 from pskd_jax.errors import BAD_USAGE, CORPUS_DIR, SHARD_MISMATCH, TRUNCATED, PskdError
-from pskd_jax.fileio import atomic_output
+from pskd_jax.fileio import atomic_output, hash_file
 from pskd_jax.text import CODE_POINTS, check_vocab, lm_window_count
 from pskd_jax.windows import window_type
 
@@ -332,16 +332,10 @@ HASH_BLOCK = 1 << 20  # bytes hashed at a time: hashlib and the read both releas
 
 def file_sha256(path: str | os.PathLike) -> str:
     """The sha256 of a whole file, as ``sha256sum`` prints it (E9017 if it cannot be read)."""
-    digest = hashlib.sha256()
-    buffer = bytearray(HASH_BLOCK)
-    view = memoryview(buffer)
     try:
-        with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(buffer):
-                digest.update(view[:n])
-    except OSError as e:
-        raise PskdError(SHARD_MISMATCH, f"{os.fspath(path)}: cannot read: {e.strerror or e}") from None
-    return digest.hexdigest()
+        return hash_file(path, hashlib.sha256(), block=HASH_BLOCK)
+    except PskdError as e:  # a shard that cannot be read does not verify
+        raise PskdError(SHARD_MISMATCH, e.message) from None
 
 
 def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool = True) -> str | None:

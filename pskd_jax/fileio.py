@@ -156,3 +156,21 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         raise
     if durable:
         fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def hash_file(path: str | os.PathLike, digest, *, block: int = 1 << 20) -> str:
+    """Feeds a whole file to ``digest`` (a hashlib-like object) in blocks; returns its hexdigest.
+
+    An unreadable file is E9003 naming it. Reading and hashing both release the GIL, so files hash
+    in parallel on threads.
+    """
+    buffer = bytearray(block)
+    view = memoryview(buffer)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buffer):
+                digest.update(view[:n])
+    except OSError as e:
+        raise PskdError(TRUNCATED, f"{os.fspath(path)}: cannot read: {e.strerror or e}") from None
+    return digest.hexdigest()
+
