@@ -18,8 +18,9 @@ directory and read back from the page cache:
    a bare loop of ``jax.device_put`` on ready-made host batches of the same shape (≥ 0.8×), and
    what one batch costs the loader's producer thread, part by part.
 3. Resident memory of a training-like loop (a jitted step consuming Loader batches for
-   ``--steps`` steps) over a ``--small-mb`` and a ``--large-mb`` file, each in its own process:
-   peak and growth of the whole RSS and of its anonymous part (held to the same ±10%).
+   ``--steps`` steps) over a ``--small-mb`` and a ``--large-mb`` file, each in its own process,
+   with the Reader in each access mode: peak and growth of the whole RSS and of its anonymous
+   part (held to ±10%: the total with ``access="pread"``, what ``apps/train_lm`` uses).
 4. A training step of ``--step-ms`` (a jitted computation, then a sleep to the step's length)
    fed by the Loader: the time the step waited for data over the total (≤ 1%).
 
@@ -46,6 +47,7 @@ from pskd_jax.pipeline import Pipeline, parse_pipeline  # noqa: E402
 
 VOCAB = 65536
 SEED = 1
+MIB = 1 << 20
 
 
 def verdict(ok: bool) -> str:
@@ -118,11 +120,17 @@ def host_batches(path: str, count: int, args: argparse.Namespace) -> None:
 
     B, T = args.batch, args.seq
     reader = pskd_jax.Reader(path)
+    pread_reader = pskd_jax.Reader(path, access="pread")
     batches = pipeline_for(path, B).iter_batches(count)
+    pread_batches = pipeline_for(path, B).iter_batches(count)
 
     def ours():
         _, indices = next(batches)
         reader.gather(indices)
+
+    def ours_pread():
+        _, indices = next(pread_batches)
+        pread_reader.gather(indices)
 
     memmap = np.memmap(path, dtype=np.uint16, mode="r", offset=reader.header.data_offset)
     arange = np.arange(T)
@@ -152,12 +160,13 @@ def host_batches(path: str, count: int, args: argparse.Namespace) -> None:
 
     names = {
         "ours": "pskd_jax: Pipeline order + Reader.gather",
+        "ours_pread": "the same, Reader(access=\"pread\")",
         "numpy": "np.memmap[starts[:, None] + arange(T)]",
         "grain_memmap": "grain MapDataset shuffle+batch, np.memmap source",
         "grain_reader": "grain MapDataset shuffle+batch, Reader source",
         "copyto": "np.copyto of the same bytes (the limit)",
     }
-    steps = {"ours": ours, "numpy": numpy_fancy, "copyto": copyto}
+    steps = {"ours": ours, "ours_pread": ours_pread, "numpy": numpy_fancy, "copyto": copyto}
     if grain is not None:
         steps["grain_memmap"] = grain_batches(MemmapWindows(path, reader.header.data_offset, count, T))
         steps["grain_reader"] = grain_batches(reader)
@@ -176,7 +185,10 @@ def host_batches(path: str, count: int, args: argparse.Namespace) -> None:
         to_grain = ours_rate / max(measured["grain_memmap"], measured["grain_reader"])
         print(f"  ours / grain (the faster source): {to_grain:6.2f}×   target ≥ 10×  ({verdict(to_grain >= 10)})")
     print(f"  ours / np.copyto limit:           {ours_rate / measured['copyto']:6.2f}")
+    print(f"  access=\"pread\" / numpy:           {measured['ours_pread'] / measured['numpy']:6.2f}×   "
+          "(the mode whose resident memory stays flat, part 3)")
     reader.close()
+    pread_reader.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,6 +202,7 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
 
     B, T = args.batch, args.seq
     reader = pskd_jax.Reader(path)
+    pread_reader = pskd_jax.Reader(path, access="pread")
     pipeline = pipeline_for(path, B)
     first = pipeline.iter_batches(count)
     ready = [reader.gather(next(first)[1]) for _ in range(16)]
@@ -200,8 +213,8 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
         jax.device_put(ready[position[0] % len(ready)]).block_until_ready()
         position[0] += 1
 
-    def loader_rate(seconds: float) -> float:
-        loader = Loader(reader, pipeline)
+    def loader_rate(source, seconds: float) -> float:
+        loader = Loader(source, pipeline)
         calls, started = -20, None  # 20 batches for the thread to start and fill the queue
         for batch in loader:
             batch.block_until_ready()
@@ -213,12 +226,14 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
         return calls / (time.perf_counter() - started)
 
     per_round = args.seconds / args.rounds
-    bare_rates, loader_rates = [], []
+    bare_rates, loader_rates, pread_rates = [], [], []
     rates({"bare": bare}, 0.2, 1)  # warm-up
     for _ in range(args.rounds):
         bare_rates.append(rates({"bare": bare}, per_round, 1)["bare"])
-        loader_rates.append(loader_rate(per_round))
+        loader_rates.append(loader_rate(reader, per_round))
+        pread_rates.append(loader_rate(pread_reader, per_round))
     bare_rate, ours = float(np.median(bare_rates)), float(np.median(loader_rates))
+    ours_pread = float(np.median(pread_rates))
 
     # What one batch costs the producer thread, part by part, serially in this thread.
     batches = pipeline.iter_batches(count)
@@ -245,11 +260,15 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
     print(f"2. device batches ({B} × {T} u16, {B * T * 2 / 1e3:.0f} KB) on {jax.devices()[0].platform}")
     print(f"  bare loop of jax.device_put on ready host batches {bare_rate:9.0f} batches/s")
     print(f"  Loader (default prefetch), consumer side           {ours:9.0f} batches/s")
+    print(f"  Loader over Reader(access=\"pread\")                {ours_pread:9.0f} batches/s")
     print(f"  Loader / bare device_put: {ratio:5.2f}×   target ≥ 0.8×   ({verdict(ratio >= 0.8)})")
+    pread_ratio = ours_pread / bare_rate
+    print(f"  the same with pread:      {pread_ratio:5.2f}×   target ≥ 0.8×   ({verdict(pread_ratio >= 0.8)})")
     shown = ", ".join(f"{name} {seconds / n * 1e6:.0f} µs" for name, seconds in parts.items())
     print(f"  producer's serial cost a batch: {shown}; sum {serial * 1e6:.0f} µs "
           f"= {1 / serial:.0f} batches/s if nothing overlaps")
     reader.close()
+    pread_reader.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,7 +295,7 @@ def memory_child(path: str, args: argparse.Namespace) -> None:
 
     from pskd_jax.loader import Loader
 
-    reader = pskd_jax.Reader(path)
+    reader = pskd_jax.Reader(path, access=args.access)
     pipeline = pipeline_for(path, args.batch)
     table = jnp.zeros((256, 8), jnp.float32)
 
@@ -323,42 +342,46 @@ def resident_memory(directory: str, args: argparse.Namespace) -> None:
     for label, mb in sizes.items():
         write_windows(paths[label], mb, args.seq)
         warm_page_cache(paths[label])
-    runs: dict[str, list[dict]] = {label: [] for label in sizes}
-    for _ in range(args.memory_repeats):  # interleaved, so that a busy spell hits both sizes
-        for label, path in paths.items():
-            command = [sys.executable, os.path.abspath(__file__), "--memory-child", path,
-                       "--steps", str(args.steps), "--batch", str(args.batch)]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
-            runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    modes = ("pread", "mmap")
+    runs: dict[tuple[str, str], list[dict]] = {(mode, label): [] for mode in modes for label in sizes}
+    for _ in range(args.memory_repeats):  # interleaved, so that a busy spell hits every case
+        for mode in modes:
+            for label, path in paths.items():
+                command = [sys.executable, os.path.abspath(__file__), "--memory-child", path,
+                           "--steps", str(args.steps), "--batch", str(args.batch), "--access", mode]
+                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                runs[mode, label].append(json.loads(done.stdout.strip().splitlines()[-1]))
     for path in paths.values():
         os.remove(path)
-    results = {label: (sizes[label], {key: float(np.median([run[key] for run in runs[label]]))
-                                      for key in runs[label][0]}) for label in sizes}
-    (small_mb, small), (large_mb, large) = results["small"], results["large"]
-    mib = 1 << 20
+    median = {case: {key: float(np.median([run[key] for run in found])) for key in found[0]}
+              for case, found in runs.items()}
     print(f"3. resident memory of {args.steps} jitted steps fed by the Loader, each file in its own process "
           f"(MiB, median of {args.memory_repeats} runs)")
-    print(f"  {'':36s} {small_mb:>7.0f} MB {large_mb:>7.0f} MB   large / small")
-    rows = [
-        ("peak RSS, total (VmHWM)", "peak_rss", True),
-        ("peak RssAnon in the loop (honest)", "peak_anon", True),
-        ("RssFile at the end (mapped file)", "end_file", True),
-        ("USS at the end", "uss", True),
-        ("RSS growth in the loop, total", "growth_rss", False),  # from ~0: a ratio means nothing
-        ("RSS growth in the loop, anonymous", "growth_anon", False),
-    ]
-    for name, key, with_ratio in rows:
-        ratio = f"{large[key] / small[key]:6.2f}" if with_ratio else "     —"
-        print(f"  {name:36s} {small[key] / mib:10.1f} {large[key] / mib:10.1f}   {ratio}")
-    anon = large["peak_anon"] / small["peak_anon"]
-    total = large["peak_rss"] / small["peak_rss"]
-    print(f"  peak anonymous memory, large / small: {anon:5.2f}   target 0.9–1.1   ({verdict(0.9 <= anon <= 1.1)})")
-    print(f"  peak total RSS, large / small:        {total:5.2f}   target 0.9–1.1   ({verdict(0.9 <= total <= 1.1)})"
-          " — file-backed pages of the map count here")
-    print("  RssAnon is the process's own memory (heap, runtime, batches in flight): the honest figure.")
-    print("  RssFile is the page cache of the mapped file, clean and shared: the kernel drops it under")
-    print("  memory pressure, and a read()-based loader fills the same cache without being charged for")
-    print("  it. One fault here maps a whole large folio, so a few thousand random windows map ~all of it.")
+    for mode in modes:
+        small, large = median[mode, "small"], median[mode, "large"]
+        note = " (apps/train_lm's default)" if mode == "pread" else " (Reader's default)"
+        print(f"  Reader(access={mode!r}){note}")
+        print(f"  {'':36s} {args.small_mb:>7.0f} MB {args.large_mb:>7.0f} MB   large / small")
+        rows = [
+            ("peak RSS, total (VmHWM)", "peak_rss", True),
+            ("peak RssAnon in the loop", "peak_anon", True),
+            ("RssFile at the end (mapped file)", "end_file", True),
+            ("USS at the end", "uss", True),
+            ("RSS growth in the loop, total", "growth_rss", False),  # from ~0: a ratio means nothing
+            ("RSS growth in the loop, anonymous", "growth_anon", False),
+        ]
+        for name, key, with_ratio in rows:
+            ratio = f"{large[key] / small[key]:6.2f}" if with_ratio else "     —"
+            print(f"  {name:36s} {small[key] / MIB:10.1f} {large[key] / MIB:10.1f}   {ratio}")
+        anon = large["peak_anon"] / small["peak_anon"]
+        total = large["peak_rss"] / small["peak_rss"]
+        held = f"target 0.9–1.1   ({verdict(0.9 <= total <= 1.1)})" if mode == "pread" else "(the map's pages: not held)"
+        print(f"  peak total RSS, large / small:        {total:5.2f}   {held}")
+        print(f"  peak anonymous memory, large / small: {anon:5.2f}   target 0.9–1.1   ({verdict(0.9 <= anon <= 1.1)})")
+    print("  With mmap the file's pages count in RssFile as the loop visits them (one fault maps a whole")
+    print("  large folio, so a few thousand random windows map ~all of the file); clean page cache, but")
+    print("  resident. With pread the same page cache is filled and none of it is the process's.")
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,7 +394,7 @@ def step_never_waits(path: str, count: int, args: argparse.Namespace) -> None:
 
     from pskd_jax.loader import Loader
 
-    reader = pskd_jax.Reader(path)
+    reader = pskd_jax.Reader(path, access="pread")  # apps/train_lm's default: the slower gather
     table = jnp.zeros((256, 64), jnp.float32)
 
     @jax.jit
@@ -397,7 +420,8 @@ def step_never_waits(path: str, count: int, args: argparse.Namespace) -> None:
     total = time.perf_counter() - started
     waited = loader.waited_seconds
     steady = (waited - first_wait) / total
-    print(f"4. {args.train_steps} steps of {args.step_ms:.0f} ms fed by the Loader ({total:.2f} s)")
+    print(f"4. {args.train_steps} steps of {args.step_ms:.0f} ms fed by the Loader over Reader(access=\"pread\") "
+          f"({total:.2f} s)")
     print(f"  waited for data: {waited * 1e3:.1f} ms in all, {first_wait * 1e3:.1f} ms of it for the first batch")
     print(f"  waited / total, all batches:         {waited / total:7.3%}")
     print(f"  waited / total, after the first:     {steady:7.3%}   target ≤ 1%   ({verdict(steady <= 0.01)})")
@@ -419,6 +443,7 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=60)
     parser.add_argument("--only", choices=["1", "2", "3", "4"], action="append", help="run only these parts")
     parser.add_argument("--memory-child", metavar="PATH", help=argparse.SUPPRESS)
+    parser.add_argument("--access", default="mmap", help=argparse.SUPPRESS)  # of the memory child
     args = parser.parse_args()
     if args.memory_child:
         memory_child(args.memory_child, args)

@@ -2,8 +2,10 @@
 
 A :class:`Loader` walks a pipeline's batches of sample indices, gathers each batch from its source
 (one vectorised read per leaf or record, no per-sample Python work) and ``jax.device_put``s it on a
-background thread, a bounded number of batches ahead, in pipeline order. Its resident memory is
-that of the batches in flight, never of the dataset.
+background thread, a bounded number of batches ahead, in pipeline order. Its own memory is that
+of the batches in flight, never of the dataset; over a ``Reader(path, access="pread")`` so is the
+process's whole resident set (with the default memory map, the file pages the loop visits count
+in RSS as clean page cache).
 
 With a ``jax.sharding.Sharding`` each batch lands sharded along its batch axis. Under several JAX
 processes each process gathers only the rows of the global batch that its own devices hold and

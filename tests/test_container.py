@@ -395,6 +395,18 @@ def test_round_trip_random_types(tmp_path_factory, file, data):
                 assert got.shape == (len(indices), *shape)
                 check_leaf(got, want[np.array(indices, dtype=np.intp)], kind, bound, enc)
 
+    with Reader(path, access="pread") as reader:  # the same samples read with preadv
+        for k in range(n):
+            sample = flat(reader[k], len(leaves))
+            for got, want, (kind, _, bound), enc in zip(sample, values, leaves, encodings):
+                check_leaf(got, want[k], kind, bound, enc)
+        if n:  # random indices, then a run of consecutive ones (one preadv) and its reverse
+            indices = data.draw(st.lists(st.integers(-n, n - 1), max_size=8)) + list(range(n)) + list(range(n))[::-1]
+            gathered = flat(reader.gather(indices), len(leaves))
+            for got, want, (kind, shape, bound), enc in zip(gathered, values, leaves, encodings):
+                assert got.shape == (len(indices), *shape)
+                check_leaf(got, want[np.array(indices, dtype=np.intp)], kind, bound, enc)
+
     if version == 1 and how != "write":
         # An all-f64 file is the same bytes whichever writer wrote it.
         write(directory / "g.psk.d", text, build(values))
@@ -888,3 +900,120 @@ def test_big_endian_float_arrays_keep_their_encoding(tmp_path):
     assert result.version == 2 and [e.label for e in result.encodings] == ["f32"]
     with Reader(path) as reader:
         assert reader[0].tolist() == [1.5, -2.25]
+
+
+# --------------------------------------------------------------------------------------------
+# access="pread" and bound checks of gathered idx values
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_pread_gathers_what_the_map_gathers(windows_file):
+    path, tokens, values = windows_file
+    rng = np.random.default_rng(3)
+    indices = np.concatenate([rng.integers(-50, 50, size=200), np.arange(10, 40), [49, 0, 1, 2, -1]])
+    with Reader(path) as mapped, Reader(path, access="pread") as read:
+        assert read.access == "pread" and mapped.access == "mmap"
+        got_tokens, got_values = read.gather(indices)
+        want_tokens, want_values = mapped.gather(indices)
+        assert got_tokens.tolist() == want_tokens.tolist() == tokens[indices].tolist()
+        assert bits(got_values) == bits(want_values) == bits(values[indices])
+        assert got_tokens.flags.writeable and got_tokens.flags.c_contiguous
+        assert [x.tolist() for x in read[-3]] == [x.tolist() for x in mapped[-3]]
+        assert read[7][1].shape == ()  # a 0-d array, as from the map
+        assert [len(x) for x in read.gather([])] == [0, 0]
+
+
+def test_pread_reads_each_run_with_one_call(windows_file, monkeypatch):
+    path, tokens, _ = windows_file
+    calls = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: calls.append(offset) or real(fd, buffers, offset))
+    with Reader(path, access="pread") as reader:
+        got, _ = reader.gather([5, 6, 7, 8, 20, 21, 3])
+    assert got.tolist() == tokens[[5, 6, 7, 8, 20, 21, 3]].tolist()
+    assert len(calls) == 3
+
+
+def test_pread_of_a_file_cut_short_after_opening(windows_file):
+    path, _, _ = windows_file
+    with Reader(path, access="pread") as reader:
+        os.truncate(path, os.path.getsize(path) - 3)
+        reader.gather([0, 1])  # still whole
+        error = raises("E9003", reader.gather, [48, 49])
+        assert str(path) in error.message and "cut short" in error.message
+
+
+def test_pread_reader_pickles_with_its_access_and_closes_its_descriptor(windows_file):
+    import pickle
+
+    path, tokens, _ = windows_file
+    before = open_descriptors()
+    with Reader(path):
+        mapped = open_descriptors() - before  # CPython's mmap keeps a descriptor of its own
+    reader = Reader(path, access="pread")
+    assert open_descriptors() == before + mapped + 1
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.access == "pread" and copy.gather([2])[0].tolist() == tokens[[2]].tolist()
+    copy.close()
+    reader.close()
+    assert open_descriptors() == before
+
+
+def test_an_unknown_access_mode_is_refused(windows_file):
+    path, _, _ = windows_file
+    error = raises("E9012", Reader, path, access="read")
+    assert "mmap, pread" in error.message
+
+
+def bad_index_file(tmp_path):
+    """idx[10] tokens stored in u8, one of them 12: only a hand-made or damaged file holds it."""
+    path = tmp_path / "bad.psk.d"
+    tokens = np.arange(12, dtype=np.uint8).reshape(4, 3) % 10
+    tokens[2, 1] = 12
+    put_bytes = encode_header("(idx[10][3], ℝ[])", 4, []) + b"".join(
+        row.tobytes() + struct.pack("<d", 0.5) for row in tokens)
+    path.write_bytes(put_bytes)
+    return path
+
+
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+def test_gathered_idx_values_are_checked_against_their_bound(tmp_path, access):
+    path = bad_index_file(tmp_path)
+    with Reader(path, access=access) as reader:
+        assert reader.gather([0, 1, 3])[0].max() < 10  # the good samples read
+        error = raises("E9004", reader.gather, [0, 2])
+        assert str(path) in error.message and "sample 2" in error.message and "12" in error.message
+        assert "idx[10]" in error.message and "[0]" in error.message  # the leaf's path
+        raises("E9004", reader.__getitem__, -2)
+
+
+def test_a_bound_that_fills_its_dtype_is_not_checked(tmp_path, monkeypatch):
+    path = tmp_path / "full.psk.d"
+    write(path, "idx[256][4]", np.full((3, 4), 255))
+    with Reader(path) as reader:
+        assert reader._bounded == []
+        assert reader.gather([2, 1])[0].tolist() == [255] * 4
+
+
+def resident_file_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssFile:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_pread_keeps_the_file_out_of_the_resident_set(tmp_path):
+    path = tmp_path / "big.psk.d"
+    write(path, "idx[65536][seq: 1025]", np.zeros((32768, 1025), np.uint16))  # 64 MiB
+    indices = np.random.default_rng(0).integers(0, 32768, size=(40, 64))
+    grown = {}
+    for access in ("pread", "mmap"):
+        with Reader(path, access=access) as reader:
+            before = resident_file_bytes()
+            for batch in indices:
+                reader.gather(batch)
+            grown[access] = resident_file_bytes() - before
+    assert grown["pread"] < 2 << 20, grown
+    assert grown["mmap"] > grown["pread"] + (4 << 20), grown  # what pread saves: the map's pages
