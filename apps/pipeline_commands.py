@@ -12,7 +12,7 @@ from pskd_jax.pipeline import load_pipeline, parse_pipeline
 
 def _pipeline(args) -> Iterator[str]:
     if os.path.isfile(args.text):
-        pipeline = load_pipeline(args.text)
+        pipeline = load_pipeline(args.text, root=args.root)
     else:
         pipeline = parse_pipeline(args.text, base_dir=".", source="TEXT")
     with Reader(pipeline.path) as reader:
@@ -35,3 +35,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "or a file holding it (its path is then relative to that file)")
     parser.add_argument("--epoch", type=int, default=1, metavar="E", help="the epoch, from 1")
     parser.add_argument("--batches", type=int, default=4, metavar="K", help="how many batches to print")
+    parser.add_argument("--root", metavar="DIR",
+                        help="a pipeline file may stream files inside DIR (default: only inside its own directory)")

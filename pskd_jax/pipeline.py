@@ -10,7 +10,10 @@ The text (whitespace, newlines included, is free between tokens)::
 
 for example ``stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 32) |> take(n = 100)``.
 A relative path is relative to the file that holds the text (:func:`load_pipeline`) or to the
-base directory the caller names (:func:`parse_pipeline`). ``seed`` is in ``[0, 2**64)``, ``B`` and
+base directory the caller names (:func:`parse_pipeline`). A pipeline *file* may only stream a file
+inside its own directory, or inside a wider ``root`` its reader names: no absolute path, ``..`` or
+symlink takes it elsewhere (a pipeline file found in a shared directory must not make the toolkit
+read ``/etc/shadow``). Text the caller passes itself names any path, like any argument. ``seed`` is in ``[0, 2**64)``, ``B`` and
 ``n`` are at least 1. Text that does not parse is refused with E9010, naming the line and column
 and what was expected there.
 
@@ -403,8 +406,12 @@ def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
     return path if base in ("", ".") else os.path.join(base, path)
 
 
-def load_pipeline(file_path: str | os.PathLike[str]) -> Pipeline:
-    """The pipeline written in a UTF-8 text file; its path is relative to that file's directory."""
+def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Pipeline:
+    """The pipeline written in a UTF-8 text file; its path is relative to that file's directory.
+
+    The file it streams must lie inside ``root`` (default: the pipeline file's directory) once
+    ``..`` and symlinks are resolved; anything else is refused with E9010.
+    """
     file_path = os.fspath(file_path)
     try:
         with open(file_path, encoding="utf-8") as f:
@@ -413,4 +420,19 @@ def load_pipeline(file_path: str | os.PathLike[str]) -> Pipeline:
         reason = e.strerror if isinstance(e, OSError) else (
             "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "a path holds no NUL byte")
         raise PskdError(BAD_PIPELINE, f"{file_path}: cannot read the pipeline file: {reason}") from e
-    return parse_pipeline(text, base_dir=os.path.dirname(os.path.abspath(file_path)), source=file_path)
+    directory = os.path.dirname(os.path.abspath(file_path))
+    pipeline = parse_pipeline(text, base_dir=directory, source=file_path)
+    check_inside(pipeline.path, directory if root is None else os.fspath(root), file_path)
+    return pipeline
+
+
+def check_inside(path: str, root: str, source: str) -> None:
+    """Refuses (E9010) a streamed ``path`` that is not inside ``root`` once resolved."""
+    resolved, top = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([resolved, top]) != top or resolved == top:
+        raise PskdError(
+            BAD_PIPELINE,
+            f"{source}: the stream path {path!r} leads to {resolved}, outside {top}: a pipeline file "
+            "streams only files inside its directory, or inside the root it is loaded with (root=, "
+            "`pskd pipeline --root`, `train_lm --pipeline_root`); or pass the text itself",
+        )

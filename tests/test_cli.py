@@ -213,3 +213,14 @@ def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
     assert pskd_jax.shuffle_order(10, seed=0, epoch=2, start=0, stop=5).tolist() == [9, 1, 3, 6, 8]
     message = fails("E9010", "pipeline", 'stream "w.psk.d" |> batch(B = 0)')
     assert "TEXT:1:" in message
+
+
+def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
+    (tmp_path / "runs").mkdir()
+    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    text_file = tmp_path / "runs" / "train.pipeline"
+    text_file.write_text('stream "../w.psk.d" |> batch(B = 5)\n')
+    message = fails("E9010", "pipeline", text_file)
+    assert str(text_file) in message and "outside" in message and "--root" in message
+    lines = ok("pipeline", text_file, "--root", tmp_path, "--batches", "1")
+    assert lines[-1] == "epoch 1 batch 0: 0 1 2 3 4"

@@ -86,14 +86,41 @@ def test_parse_refuses_what_is_not_text():
 
 
 def test_load_resolves_the_path_against_the_file_directory(tmp_path, monkeypatch):
-    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "data").mkdir(parents=True)
     text_file = tmp_path / "runs" / "train.pipeline"
-    text_file.write_text('stream "../data/train.psk.d" |> shuffle(seed = 3) |> batch(B = 8)\n', encoding="utf-8")
+    text_file.write_text('stream "data/train.psk.d" |> shuffle(seed = 3) |> batch(B = 8)\n', encoding="utf-8")
     monkeypatch.chdir(tmp_path)  # a relative file path; the result must not depend on the cwd later
     pipeline = load_pipeline(os.path.join("runs", "train.pipeline"))
-    assert pipeline.path == os.path.join(str(tmp_path), "runs", "../data/train.psk.d")
-    assert os.path.normpath(pipeline.path) == str(tmp_path / "data" / "train.psk.d")
+    assert pipeline.path == os.path.join(str(tmp_path), "runs", "data/train.psk.d")
     assert (pipeline.seed, pipeline.batch_size, pipeline.take) == (3, 8, None)
+
+
+def test_a_pipeline_file_streams_only_inside_its_directory_or_root(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.psk.d").write_bytes(b"")
+    os.symlink(tmp_path / "data", tmp_path / "runs" / "link-out")
+    os.symlink("inside.psk.d", tmp_path / "runs" / "link-in.psk.d")
+    text_file = tmp_path / "runs" / "train.pipeline"
+
+    def load(path_text, **options):
+        text_file.write_text(f'stream "{path_text}" |> batch(B = 8)\n', encoding="utf-8")
+        return load_pipeline(text_file, **options)
+
+    for outside in ["../data/train.psk.d", str(tmp_path / "data" / "train.psk.d"), "/etc/passwd",
+                    "link-out/train.psk.d", "sub/../../data/train.psk.d", ".", "./"]:
+        with pytest.raises(PskdError) as raised:
+            load(outside)
+        assert raised.value.code == BAD_PIPELINE, outside
+        assert str(text_file) in raised.value.message and "outside" in raised.value.message
+    assert load("link-in.psk.d").path == str(tmp_path / "runs" / "link-in.psk.d")  # a symlink that stays in
+    assert load("sub/../x.psk.d").path.endswith("sub/../x.psk.d")
+    assert os.path.normpath(load("../data/train.psk.d", root=tmp_path).path) == str(tmp_path / "data" / "train.psk.d")
+    assert load("link-out/train.psk.d", root=tmp_path).path.endswith("link-out/train.psk.d")
+    with pytest.raises(PskdError):
+        load("/etc/passwd", root=tmp_path)
+    # Text the caller gives directly is the caller's own argument: any path.
+    assert parse_pipeline('stream "/etc/passwd" |> batch(B = 1)').path == "/etc/passwd"
 
 
 def test_load_errors_name_the_file(tmp_path):
