@@ -15,9 +15,12 @@ A checkpoint is a ``.psk.d`` file holding one sample (SPEC §3–4):
   leaf's key path and index. The caller's tree is never modified.
 
 The write is atomic: a temporary file in the same directory, flushed, synced, renamed over the
-destination, and the directory synced. Memory: leaves already in their encoding are written from
-the caller's own buffers; a conversion works in bounded chunks, so a save needs no second copy of
-the tree.
+destination, and the directory synced. Saves of one destination take turns, in any process (an
+``flock`` on ``.NAME.psk.d.lock`` beside it, removed when the save is done:
+:func:`destination_lock`), so that the checkpoint and its layout file always come from one save;
+the layout file is written once every value was accepted, so a refused save writes no file at all.
+Memory: leaves already in their encoding are written from the caller's own buffers; a conversion
+works in bounded chunks, so a save needs no second copy of the tree.
 
 Beside a ``params`` checkpoint ``NAME.psk.d`` its layout is written as ``NAME.layout.json``
 (:func:`layout_json`), so that ``pskd info``, ``diff`` and ``export`` can open it without the program
@@ -55,6 +58,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -65,7 +69,12 @@ import os
 import queue
 import re
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: saves of one destination are not serialised
+    fcntl = None
 
 import numpy as np
 import xxhash
@@ -85,7 +94,7 @@ from pskd_jax.encodings import (
 )
 from pskd_jax.errors import BAD_USAGE, BAD_VALUE, DIGEST_MISMATCH, MISMATCH, NOT_CLOSED, TRUNCATED, PskdError
 from pskd_jax.fileio import atomic_output, fsync_directory, hash_file
-from pskd_jax.sample_type import Layout, Leaf, ParamsType, header_text, parse_type
+from pskd_jax.sample_type import MAX_NESTING, Layout, Leaf, ParamsType, header_text, parse_type
 
 CHUNK_BYTES = 8 << 20  # a conversion or a check works on at most this much at a time
 READ_PIECE = 1 << 30  # one preadv moves at most this (Linux caps a call near 2 GiB)
@@ -95,6 +104,9 @@ DIGESTS = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}  # algorithm �
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
 LAYOUT_FORMAT = "pskd-layout"
 LAYOUT_VERSION = 1
+# A key path (of a tree to save, a layout file, a safetensors name) holds at most this many keys:
+# the nesting a sample type may have, so that no tree is rebuilt by recursing without bound.
+MAX_KEY_DEPTH = MAX_NESTING
 _IDENT = re.compile(r"[^\W\d]\w*")
 
 
@@ -251,6 +263,8 @@ def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_glob
         layout = Layout.of_type(type_text)
     else:
         type_text = f"params {_type_name(tree, name)}"
+        for path, _ in pairs:  # its layout file could not be read back
+            _check_key_depth(path_keys(path), f"leaf {path}")
         _, rebuild = tree_lib.flatten(tree)
         layout = Layout(tuple(leaves), tuple(range(len(leaves))), rebuild)
     placement = Placement.of(layout, chosen)
@@ -423,6 +437,62 @@ def _bytes_of(chunk: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
 
 
+def lock_path_for(path: str | os.PathLike) -> str:
+    """``dir/NAME.psk.d`` → ``dir/.NAME.psk.d.lock``, the file a save of ``NAME.psk.d`` holds
+    locked while it writes (and removes when it is done)."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, "." + name + ".lock")
+
+
+def _open_lock(lock: str, path: str) -> int:
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        directory = os.path.dirname(os.path.abspath(path))
+        raise PskdError(TRUNCATED, f"{path}: cannot create a file in {directory}: {e.strerror or e}") from None
+    except ValueError:  # a NUL in the path
+        raise PskdError(TRUNCATED, f"{path!r}: cannot create a file: a path holds no NUL byte") from None
+
+
+@contextlib.contextmanager
+def destination_lock(path: str | os.PathLike, *, wait: bool = True) -> Iterator[bool]:
+    """Holds the ``flock`` of :func:`lock_path_for` ``(path)``: one save of a destination at a
+    time, in any process, so that a checkpoint and its layout file always come from the same save.
+    Yields True once held (waiting for another save of the destination to finish); with
+    ``wait=False``, yields False at once when another save holds it.
+
+    The lock file is removed on the way out, while still held; a save that finds the file it locked
+    removed (or replaced) by then locks the new one instead, so two holders never coexist. A lock
+    file left by a killed save is reused by the next save of its destination (and removed then)."""
+    path = os.fspath(path)
+    if fcntl is None:
+        yield True
+        return
+    lock = lock_path_for(path)
+    while True:
+        fd = _open_lock(lock, path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            yield False
+            return
+        except OSError:  # a filesystem without flock: go on unlocked, as where there is no fcntl
+            break
+        try:
+            if os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                break
+        except OSError:
+            pass
+        os.close(fd)  # removed by its last holder while this one waited: lock the current file
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
 def save(
     path: str | os.PathLike,
     tree: Any,
@@ -445,6 +515,9 @@ def save(
     faster, which a checkpoint directory records) in the result's ``xxh3_128``, ``"sha256"`` or
     True (as ``sha256sum`` prints it) in its ``sha256``.
 
+    A save waits for another save of the same destination (in any process) to finish; a tree
+    nested deeper than :data:`MAX_KEY_DEPTH` is refused (E9005), its layout could not be read back.
+
     >>> import numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.psk.d")
     >>> result = save(path, {"w": np.ones((2, 3), np.float32), "step": np.int32(7)})
@@ -463,10 +536,11 @@ def save(
     layout_path = None
     if layout_file and isinstance(parse_type(plan_.type_text), ParamsType):
         layout_path = layout_path_for(path)
-        write_layout(layout_path, plan_, durable=durable)
     hasher = _Hasher(algorithm) if algorithm else None
     try:
-        with atomic_output(path, durable=durable) as f:
+        # One save of a destination at a time (its data and its layout go together), and the
+        # layout is written only once every value was accepted: a refused save writes nothing.
+        with destination_lock(path), atomic_output(path, durable=durable) as f:
             header = plan_.header
             f.write(header)
             if hasher:
@@ -477,6 +551,8 @@ def save(
                     f.write(data)
                     if hasher:
                         hasher.feed(data)
+            if layout_path:
+                write_layout(layout_path, plan_, durable=durable)
     except BaseException:
         if hasher:
             hasher.abandon()
@@ -536,9 +612,10 @@ def save_distributed(
     """Saves a tree of arrays sharded over several JAX processes into one file on a shared
     filesystem; every process calls it (``save`` does so by itself for such trees).
 
-    Process 0 creates the temporary file at its full size and writes the header; after a barrier
-    each process writes the shards it owns (replica 0 of each, at their offsets; process 0 also
-    writes the leaves that are not JAX arrays); after a second barrier process 0 renames the file
+    Process 0 takes the destination's lock (:func:`destination_lock`, held to the commit), creates
+    the temporary file at its full size and writes the header; after a barrier each process writes
+    the shards it owns (replica 0 of each, at their offsets; process 0 also writes the leaves that
+    are not JAX arrays); after a second barrier process 0 writes the layout file, renames the file
     into place and syncs the directory, and a last barrier returns once it is committed. A failure
     in any process fails every process, and nothing is committed. The file is the one a single
     process writes of the same values. ``rounding`` reports this process's shards only.
@@ -555,84 +632,98 @@ def save_distributed(
     layout_path = layout_path_for(path) if layout_file and isinstance(parse_type(plan_.type_text), ParamsType) else None
     header = plan_.header
     error: BaseException | None = None
-    if me == 0:
-        try:
-            if layout_path:
-                write_layout(layout_path, plan_, durable=durable)
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # Process 0 holds the destination's lock from before the layout to the commit.
+    with contextlib.ExitStack() as held:
+        if me == 0:
             try:
-                os.ftruncate(fd, plan_.size)
-                _pwrite_all(fd, memoryview(header), 0, temporary)
+                held.enter_context(destination_lock(path))
+            except BaseException as e:  # handed to every process by _agree
+                error = e
+        if me == 0 and error is None:
+            try:
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.ftruncate(fd, plan_.size)
+                    _pwrite_all(fd, memoryview(header), 0, temporary)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                error = PskdError(TRUNCATED, f"{temporary}: {e.strerror or e}")
+            except BaseException as e:  # handed to every process by _agree
+                error = e
+        _agree(multihost_utils, f"{path}: creating the file", error)
+
+        reports: dict[int, Rounding] = {}
+        try:
+            fd = os.open(temporary, os.O_WRONLY)
+            try:
+                for i, value in enumerate(plan_.arrays):
+                    start = len(header) + placement.offsets[i]
+                    itemsize = placement.disk_dtypes[i].itemsize
+                    if not _is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
+                        if me == 0:
+                            position = start
+                            for chunk in _encode_chunks(i, plan_, round_to_encoding, reports):
+                                data = _bytes_of(chunk)
+                                _pwrite_all(fd, data, position, temporary)
+                                position += len(data)
+                        continue
+                    leaf = placement.layout.leaves[i]
+                    for shard in value.addressable_shards:
+                        if shard.replica_id != 0:
+                            continue
+                        index = tuple(shard.index)
+                        box = np.asarray(shard.data)
+                        origin = tuple(s.indices(d)[0] for s, d in zip(index, leaf.shape))
+                        encoded = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in
+                                                  _encode_chunks(i, plan_, round_to_encoding, reports, box, origin)]) \
+                            if box.size else np.zeros(0, np.uint8)
+                        _, runs, run = _region_runs(leaf.shape, index)
+                        run_bytes = run * itemsize
+                        for k, element in enumerate(runs):
+                            _pwrite_all(fd, memoryview(encoded[k * run_bytes : (k + 1) * run_bytes]),
+                                        start + element * itemsize, temporary)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as e:
             error = PskdError(TRUNCATED, f"{temporary}: {e.strerror or e}")
         except BaseException as e:  # handed to every process by _agree
             error = e
-    _agree(multihost_utils, f"{path}: creating the file", error)
-
-    reports: dict[int, Rounding] = {}
-    try:
-        fd = os.open(temporary, os.O_WRONLY)
         try:
-            for i, value in enumerate(plan_.arrays):
-                start = len(header) + placement.offsets[i]
-                itemsize = placement.disk_dtypes[i].itemsize
-                if not _is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
-                    if me == 0:
-                        position = start
-                        for chunk in _encode_chunks(i, plan_, round_to_encoding, reports):
-                            data = _bytes_of(chunk)
-                            _pwrite_all(fd, data, position, temporary)
-                            position += len(data)
-                    continue
-                leaf = placement.layout.leaves[i]
-                for shard in value.addressable_shards:
-                    if shard.replica_id != 0:
-                        continue
-                    index = tuple(shard.index)
-                    box = np.asarray(shard.data)
-                    origin = tuple(s.indices(d)[0] for s, d in zip(index, leaf.shape))
-                    encoded = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in
-                                              _encode_chunks(i, plan_, round_to_encoding, reports, box, origin)]) \
-                        if box.size else np.zeros(0, np.uint8)
-                    _, runs, run = _region_runs(leaf.shape, index)
-                    run_bytes = run * itemsize
-                    for k, element in enumerate(runs):
-                        _pwrite_all(fd, memoryview(encoded[k * run_bytes : (k + 1) * run_bytes]),
-                                    start + element * itemsize, temporary)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        error = PskdError(TRUNCATED, f"{temporary}: {e.strerror or e}")
-    except BaseException as e:  # handed to every process by _agree
-        error = e
-    try:
-        _agree(multihost_utils, f"{path}: writing the shards", error)
-    except BaseException:
+            _agree(multihost_utils, f"{path}: writing the shards", error)
+        except BaseException:
+            if me == 0:
+                try:
+                    os.unlink(temporary)
+                except OSError:
+                    pass
+            raise
+
+        found: dict[str, str] = {}
         if me == 0:
+            committed = False
             try:
-                os.unlink(temporary)
-            except OSError:
-                pass
-        raise
-
-    found: dict[str, str] = {}
-    if me == 0:
-        try:
-            os.replace(temporary, path)
-            if durable:
-                fsync_directory(directory)
-            if algorithm:
-                found[algorithm] = file_digest(path, algorithm)
-        except OSError as e:
-            error = PskdError(TRUNCATED, f"{path}: {e.strerror or e}")
-    _agree(multihost_utils, f"{path}: committing", error)
-    return SaveResult(path, plan_.type_text, 2 if any(e != Encoding.F64 for e in placement.encodings) else 1,
-                      placement.encodings, [reports[i] for i in sorted(reports)], plan_.size, found.get("sha256"),
-                      layout_path, found.get("xxh3_128"))
+                if layout_path:  # only now that every process accepted its values
+                    write_layout(layout_path, plan_, durable=durable)
+                os.replace(temporary, path)
+                committed = True
+                if durable:
+                    fsync_directory(directory)
+                if algorithm:
+                    found[algorithm] = file_digest(path, algorithm)
+            except OSError as e:
+                error = PskdError(TRUNCATED, f"{path}: {e.strerror or e}")
+            except BaseException as e:  # handed to every process by _agree
+                error = e
+            if not committed:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+        _agree(multihost_utils, f"{path}: committing", error)
+        return SaveResult(path, plan_.type_text, 2 if any(e != Encoding.F64 for e in placement.encodings) else 1,
+                          placement.encodings, [reports[i] for i in sorted(reports)], plan_.size, found.get("sha256"),
+                          layout_path, found.get("xxh3_128"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -709,22 +800,46 @@ def read_layout_file(path: str | os.PathLike) -> LayoutFile:
             content = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError) as e:
         raise PskdError(NOT_CLOSED, f"{path}: cannot read the layout file: {getattr(e, 'strerror', None) or e}") from None
+    except RecursionError:  # the JSON decoder recurses once per nested array or object
+        raise PskdError(NOT_CLOSED, f"{path}: not a layout file (JSON nested too deeply)") from None
     try:
         if content.get("format") != LAYOUT_FORMAT or content.get("version") != LAYOUT_VERSION:
             raise ValueError(f"format {content.get('format')!r} version {content.get('version')!r}, "
                              f"expected {LAYOUT_FORMAT!r} version {LAYOUT_VERSION}")
         leaves, keys, dtypes = [], [], []
-        for entry in content["leaves"]:
+        for k, entry in enumerate(content["leaves"]):
+            where = f"leaf {k} ({str(entry['path'])[:80]})"
             shape = tuple(int(d) for d in entry["shape"])
             bound = entry.get("bound")
             leaves.append(Leaf(str(entry["path"]), shape, int(bound) if bound is not None else None))
-            keys.append(tuple(entry.get("keys") or path_keys(entry["path"])))
+            keys.append(_layout_keys(entry.get("keys") or path_keys(entry["path"]), where))
             dtypes.append(str(entry.get("dtype", "")))
         type_text = str(content["type"])
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
         raise PskdError(NOT_CLOSED, f"{path}: not a layout file ({e})") from None
     return LayoutFile(Layout(tuple(leaves), tuple(range(len(leaves))), _nested_rebuild(keys)), type_text,
                       tuple(dtypes), tuple(keys))
+
+
+def _layout_keys(keys: Any, where: str) -> tuple[str | int, ...]:
+    """A leaf's ``keys`` in a layout file: a list of strings and integers, at most
+    :data:`MAX_KEY_DEPTH` of them (ValueError otherwise)."""
+    if not isinstance(keys, list):
+        raise ValueError(f"{where}: keys {str(keys)[:80]} is not a list")
+    for key in keys:
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise ValueError(f"{where}: the key {str(key)[:80]} is not a string or an integer")
+    if len(keys) > MAX_KEY_DEPTH:
+        raise ValueError(f"{where}: a key path {len(keys)} keys deep (at most {MAX_KEY_DEPTH})")
+    return tuple(keys)
+
+
+def _check_key_depth(keys: Sequence[Any], what: str) -> None:
+    """Refuses a key path deeper than :data:`MAX_KEY_DEPTH` (E9005 naming ``what``)."""
+    if len(keys) > MAX_KEY_DEPTH:
+        raise PskdError(MISMATCH, f"{what[:200]}: a key path {len(keys)} keys deep; a checkpoint's tree "
+                                  f"nests at most {MAX_KEY_DEPTH} deep")
 
 
 def read_layout(path: str | os.PathLike) -> Layout:
@@ -746,6 +861,7 @@ def nest(keys: Sequence[Sequence[str | int]], values: Sequence[Any]) -> Any:
         return values[0]
     root: dict = {}
     for key_path, value in zip(keys, values):
+        _check_key_depth(key_path, f"the key path {_abridged(key_path)}")
         node = root
         for depth, key in enumerate(key_path):
             last = depth == len(key_path) - 1
@@ -758,6 +874,12 @@ def nest(keys: Sequence[Sequence[str | int]], values: Sequence[Any]) -> Any:
                 if not isinstance(node, dict):
                     raise PskdError(MISMATCH, f"the key path {list(key_path)} goes through a leaf")
     return _listify(root)
+
+
+def _abridged(keys: Sequence[Any]) -> str:
+    """A key path for a message: its first keys when it is long."""
+    keys = list(keys)
+    return str(keys) if len(keys) <= 8 else str(keys[:8])[:-1] + f", … ({len(keys)} keys)]"
 
 
 def _listify(node: Any) -> Any:
@@ -1189,11 +1311,14 @@ __all__ = [
     "LayoutFile",
     "CHECKPOINT_DIGEST",
     "DIGESTS",
+    "MAX_KEY_DEPTH",
     "SaveResult",
     "file_digest",
     "file_sha256",
+    "destination_lock",
     "find_layout",
     "layout_path_for",
+    "lock_path_for",
     "nest",
     "path_keys",
     "plan",

@@ -11,7 +11,12 @@ a key containing ``.`` cannot be written as a name and is refused.
 A ``.psk.d`` written from a safetensors file stores its leaves in tree order; the safetensors
 library writes tensors in an order of its own (by dtype, then name), so the checkpoint's order is
 kept in the metadata (``pskd.order``) and used when converting back: ``.psk.d`` → safetensors →
-``.psk.d`` gives the same bytes.
+``.psk.d`` gives the same bytes. A recorded order that is not a list of exactly the file's names
+is ignored (the file's own order is used).
+
+A name holds at most :data:`pskd_jax.checkpoint.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
+the output is written atomically (a temporary file, renamed into place); an import that refuses
+the data (a NaN, a negative integer) writes nothing, neither the checkpoint nor its layout file.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ import numpy as np
 from pskd_jax import checkpoint
 from pskd_jax.container import Reader
 from pskd_jax.encodings import REAL_DTYPES, Encoding
-from pskd_jax.errors import BAD_USAGE, MISMATCH, NOT_CLOSED, NOT_PSKD, TRUNCATED, PskdError
-from pskd_jax.fileio import temporary_path_for
+from pskd_jax.errors import BAD_USAGE, MISMATCH, NOT_CLOSED, NOT_PSKD, PskdError
+from pskd_jax.fileio import atomic_output
 
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
@@ -79,6 +84,11 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     if not tensors:
         raise PskdError(MISMATCH, f"{source}: no tensors to convert")
     keys = [name_keys(n) for n in order]
+    for tensor_name, tensor_keys in zip(order, keys):
+        if len(tensor_keys) > checkpoint.MAX_KEY_DEPTH:
+            shown = tensor_name if len(tensor_name) <= 80 else tensor_name[:80] + "…"
+            raise PskdError(MISMATCH, f"{source}: tensor {shown!r}: a name of {len(tensor_keys)} keys; a "
+                                      f"checkpoint's tree nests at most {checkpoint.MAX_KEY_DEPTH} deep")
     tree = checkpoint.nest(keys, [tensors[n] for n in order])
     if name is None and metadata.get(TYPE_KEY, "").startswith("params "):
         name = metadata[TYPE_KEY].split(" ", 1)[1]
@@ -92,7 +102,8 @@ def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
             order = json.loads(recorded)
         except ValueError:
             order = None
-        if isinstance(order, list) and sorted(order) == sorted(names):
+        # (only a list of the names themselves: sorting a list of mixed types would raise)
+        if isinstance(order, list) and all(isinstance(n, str) for n in order) and sorted(order) == sorted(names):
             return order
     return names
 
@@ -105,7 +116,7 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     file beside the checkpoint; a closed type needs none. Each tensor gets the dtype the leaf was
     saved from when the layout file records it (float16, int32, bool …), else its stored dtype."""
     source, destination = os.fspath(source), os.fspath(destination)
-    save_file = _safetensors("safetensors.numpy").save_file
+    serialize = _safetensors("safetensors.numpy").save
     dtypes: tuple[str, ...] = ()
     if isinstance(layout, (str, os.PathLike)) or layout is None:
         layout_path = os.fspath(layout) if layout is not None else checkpoint.layout_path_for(source)
@@ -127,26 +138,20 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
             name = keys_name(checkpoint.path_keys(leaf.path), leaf.path)
             if name in tensors:
                 raise PskdError(MISMATCH, f"leaf {leaf.path}: the name {name!r} is taken by another leaf")
-            value = np.array(view[0])
+            value = np.asarray(view[0])  # a view of the map: the serialized file is the one copy
             wanted = _dtype_named(dtypes[i]) if i < len(dtypes) else None
             if wanted is not None and wanted != value.dtype:
                 value = value.astype(wanted)  # exact: the leaf was saved from this dtype
             tensors[name] = value
         metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: reader.header.type_text}
-    fd, temporary = temporary_path_for(destination)
-    os.close(fd)
-    try:
-        save_file(tensors, temporary, metadata=metadata)
-        os.replace(temporary, destination)
-    except BaseException as e:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise PskdError(TRUNCATED, f"{destination}: {e.strerror or e}") from None
-        raise
-    return len(tensors)
+        # The library serializes to bytes, written through atomic_output (a temporary file locked by
+        # this writer, so that no other writer's cleanup removes it; renamed into place).
+        data = serialize(tensors, metadata=metadata)
+        count = len(tensors)
+        del tensors
+    with atomic_output(destination) as f:
+        f.write(data)
+    return count
 
 
 def _dtype_named(name: str) -> np.dtype | None:

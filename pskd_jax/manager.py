@@ -7,13 +7,21 @@ The directory holds::
     step-00000100.psk.d           one checkpoint a step (see pskd_jax.checkpoint)
     step-00000100.layout.json     its layout, for tools that open it without the program
 
+One manager at a time has a directory open for writing: it holds ``DIR/.pskd-checkpoints.lock``
+(an ``flock``) from its creation to :meth:`CheckpointManager.close`, and a second manager of the
+same directory, in any process, is refused at once (E9014 naming the directory) instead of
+interleaving its files and index with the first's. ``read_only=True`` opens a directory without the
+lock (to list, restore and verify while another process trains); ``pskd verify`` takes no lock.
+The lock file is not a checkpoint: nothing that lists steps reads it.
+
 The index is the source of truth. A step is complete when the index lists it: the step's file is
 renamed into place (atomically, synced) *before* the index that names it is rewritten (atomically,
 synced), so a crash at any point leaves either the old index or the new one, and never an index
 naming a file that is not whole. A file the index does not name (a crash between the two renames)
 and temporary files are not checkpoints: they are ignored, and removed when the manager opens the
-directory or prunes. Pruning rewrites the index first and deletes files after, and never removes
-the newest complete checkpoint.
+directory — a temporary file only when no live writer holds it (see :mod:`pskd_jax.fileio`), a
+step's file only when no save of that step is under way. Pruning rewrites the index first and
+deletes files after, and never removes the newest complete checkpoint.
 
 Index format (version 2)::
 
@@ -45,21 +53,33 @@ import json
 import os
 import re
 import threading
+import weakref
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no directory lock
+    fcntl = None
 
 import numpy as np
 
 from pskd_jax import checkpoint
 from pskd_jax import tree as tree_lib
 from pskd_jax.errors import BAD_USAGE, CHECKPOINT_DIR, PskdError
-from pskd_jax.fileio import atomic_output
+from pskd_jax.fileio import atomic_output, remove_stale_temporaries
 
 INDEX = "checkpoints.json"
 INDEX_FORMAT = "pskd-checkpoints"
 INDEX_VERSION = 2
 _READ_VERSIONS = (1, 2)
+LOCK = ".pskd-checkpoints.lock"  # held by the manager that has the directory open
 _STEP_FILE = re.compile(r"step-(\d+)\.(psk\.d|layout\.json)$")
-_TEMPORARY = re.compile(r"^\.(step-\d+\.(psk\.d|layout\.json)|checkpoints\.json)\..*\.tmp$")
+# The temporary files of the directory's files: atomic_output's (eight characters drawn by tempfile)
+# and save_distributed's.
+_TEMPORARY = re.compile(r"\.(?P<file>step-\d+\.(?:psk\.d|layout\.json)|checkpoints\.json)"
+                        r"\.(?:(?P<random>[a-z0-9_]{8})|(?P<distributed>distributed))\.tmp")
+# The lock file of a save of a step (checkpoint.destination_lock), left by a killed save.
+_SAVE_LOCK = re.compile(r"\.(?P<file>step-\d+\.psk\.d)\.lock")
 
 
 def step_file(step: int) -> str:
@@ -77,6 +97,8 @@ def read_index(directory: str) -> list[dict]:
         return []
     except (OSError, ValueError) as e:
         raise PskdError(CHECKPOINT_DIR, f"{path}: cannot read the checkpoint index: {getattr(e, 'strerror', None) or e}") from None
+    except RecursionError:  # the JSON decoder recurses once per nested array or object
+        raise PskdError(CHECKPOINT_DIR, f"{path}: not a checkpoint index (JSON nested too deeply)") from None
     try:
         version = content.get("version")
         if content.get("format") != INDEX_FORMAT or version not in _READ_VERSIONS:
@@ -84,12 +106,24 @@ def read_index(directory: str) -> list[dict]:
                              f"(this version reads {INDEX_FORMAT!r} versions {list(_READ_VERSIONS)})")
         entries = [_entry_of_version(dict(entry), version) for entry in content["checkpoints"]]
         for entry in entries:
-            if not isinstance(entry["step"], int) or not isinstance(entry["file"], str) \
-                    or os.path.basename(entry["file"]) != entry["file"] or not _is_digest_map(entry.get("digest")):
-                raise ValueError(f"malformed entry {entry!r}")
+            if not isinstance(entry["step"], int) or not _is_file_name(entry["file"]) \
+                    or not (entry.get("layout") is None or _is_file_name(entry["layout"])) \
+                    or not _is_digest_map(entry.get("digest")):
+                raise ValueError(f"malformed entry {_abridged(entry)}")
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise PskdError(CHECKPOINT_DIR, f"{path}: not a checkpoint index ({e})") from None
     return sorted(entries, key=lambda e: e["step"])
+
+
+def _is_file_name(name: Any) -> bool:
+    """A name of a file of the directory itself: no directory part, no NUL (which no path holds)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "\x00" not in name \
+        and os.path.basename(name) == name
+
+
+def _abridged(entry: dict) -> str:
+    text = repr(entry)
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def _is_digest_map(digest: Any) -> bool:
@@ -149,6 +183,34 @@ def _snapshot(tree: Any) -> Any:
     return rebuild(copies)
 
 
+def _checkpoint_of(name: str) -> str:
+    """``step-00000001.layout.json`` → ``step-00000001.psk.d`` (a step's files share its lock)."""
+    return name[: -len(".layout.json")] + ".psk.d" if name.endswith(".layout.json") else name
+
+
+def _lock_directory(directory: str) -> int:
+    """Takes ``DIR/.pskd-checkpoints.lock`` (``flock``) and returns its descriptor, or refuses at
+    once (E9014 naming the directory) when another manager holds it."""
+    path = os.path.join(directory, LOCK)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        raise PskdError(CHECKPOINT_DIR, f"{directory}: cannot create the lock {LOCK}: {e.strerror} (to only read "
+                                        "the checkpoints, open the directory with read_only=True)") from None
+    if fcntl is None:
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise PskdError(CHECKPOINT_DIR, f"{directory}: another CheckpointManager has this checkpoint directory "
+                                        f"open (it holds {path}); close it first, or open this one with "
+                                        "read_only=True to only read") from None
+    except OSError:
+        pass  # a filesystem without flock: unlocked, as where there is no fcntl
+    return fd
+
+
 class CheckpointManager:
     """Checkpoints of a training run in one directory, by step.
 
@@ -164,10 +226,14 @@ class CheckpointManager:
     ``digest`` is the algorithm each save records in the index: ``"xxh3_128"`` (the default: it
     catches damage, and a verified restore stays fast) or ``"sha256"`` (it also holds against a
     crafted file, at about 5× the time of an unverified restore when verifying).
+
+    The manager holds the directory's lock (:data:`LOCK`) until :meth:`close` (or the end of a
+    ``with`` block): another manager of the directory, in this process or another, is refused with
+    E9014 until then. ``read_only=True`` takes no lock, removes nothing and refuses to save.
     """
 
     def __init__(self, directory: str | os.PathLike, *, keep: int | None = None, durable: bool = True,
-                 name: str | None = None, digest: str = checkpoint.CHECKPOINT_DIGEST):
+                 name: str | None = None, digest: str = checkpoint.CHECKPOINT_DIGEST, read_only: bool = False):
         if keep is not None and keep < 1:
             raise PskdError(CHECKPOINT_DIR, f"keep={keep}: keep at least the newest checkpoint (keep >= 1, or None for all)")
         if digest not in checkpoint.DIGESTS:
@@ -178,14 +244,27 @@ class CheckpointManager:
         self.name = name
         self.digest = digest
         self._lock = threading.Lock()  # the index and the directory's files
+        self.read_only = read_only
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._closed = False
+        self._release = None  # releases the directory lock (once); also when the manager is collected
+        if read_only:
+            read_index(self.directory)
+            return
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as e:
             raise PskdError(CHECKPOINT_DIR, f"{self.directory}: cannot create the directory: {e.strerror}") from None
-        read_index(self.directory)  # a malformed index fails now, not at the first save
-        self._remove_leftovers()
+        except ValueError:  # a NUL in the path
+            raise PskdError(CHECKPOINT_DIR, f"{self.directory!r}: not a directory name (it holds a NUL)") from None
+        self._release = weakref.finalize(self, os.close, _lock_directory(self.directory))
+        try:
+            read_index(self.directory)  # a malformed index fails now, not at the first save
+            self._remove_leftovers()
+        except BaseException:
+            self._release()
+            raise
 
     # -- listing ---------------------------------------------------------------------------------
 
@@ -258,7 +337,16 @@ class CheckpointManager:
         if error is not None:
             raise error
 
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise PskdError(CHECKPOINT_DIR, f"{self.directory}: this CheckpointManager was opened read_only; "
+                                            "it does not save")
+        if self._closed:
+            raise PskdError(CHECKPOINT_DIR, f"{self.directory}: this CheckpointManager is closed (its lock on "
+                                            "the directory released); open a new one to save")
+
     def _check_step(self, step: int) -> int:
+        self._check_writable()
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise PskdError(CHECKPOINT_DIR, f"step {step!r}: a step is an integer >= 0")
         return int(step)
@@ -299,19 +387,47 @@ class CheckpointManager:
                         pass
 
     def _remove_leftovers(self) -> None:
-        """Removes temporary files and step files the index does not name (interrupted saves)."""
+        """Removes what interrupted saves left: temporary files no live writer holds, step files
+        the index does not name (when no save of that step is under way), lock files of killed
+        saves. Run holding the directory lock, so no other manager is between a rename and its
+        index; a plain ``checkpoint.save`` into the directory still keeps its files."""
         with self._lock:
             named = set()
             for entry in read_index(self.directory):
                 named.add(entry["file"])
                 if entry.get("layout"):
                     named.add(entry["layout"])
-            for name in os.listdir(self.directory):
-                if _TEMPORARY.match(name) or (_STEP_FILE.fullmatch(name) and name not in named):
-                    try:
-                        os.unlink(os.path.join(self.directory, name))
-                    except OSError:
-                        pass
+            try:
+                names = os.listdir(self.directory)
+            except OSError as e:
+                raise PskdError(CHECKPOINT_DIR, f"{self.directory}: cannot list the directory: {e.strerror}") from None
+            temporaries, distributed, unnamed, locks = set(), set(), set(), set()
+            for name in names:
+                if match := _TEMPORARY.fullmatch(name):
+                    if match.group("random"):
+                        temporaries.add(match.group("file"))
+                    elif match.group("file").endswith(".psk.d"):
+                        distributed.add(match.group("file"))
+                elif match := _SAVE_LOCK.fullmatch(name):
+                    locks.add(match.group("file"))
+                elif _STEP_FILE.fullmatch(name) and name not in named:
+                    unnamed.add(name)
+            for file in sorted(temporaries):
+                # atomic_output's writers hold their temporary file's flock until the rename
+                remove_stale_temporaries(os.path.join(self.directory, file))
+            for file in sorted(distributed | locks | {_checkpoint_of(name) for name in unnamed}):
+                # each save of a step holds its lock (checkpoint.destination_lock) until it is done
+                path = os.path.join(self.directory, file)
+                with checkpoint.destination_lock(path, wait=False) as idle:
+                    if not idle:
+                        continue
+                    leftovers = [f".{file}.distributed.tmp"] * (file in distributed)
+                    leftovers += sorted(n for n in unnamed if _checkpoint_of(n) == file)
+                    for name in leftovers:
+                        try:
+                            os.unlink(os.path.join(self.directory, name))
+                        except OSError:
+                            pass
 
     # -- restoring -------------------------------------------------------------------------------
 
@@ -329,7 +445,13 @@ class CheckpointManager:
         return verify_directory(self.directory, step=step)
 
     def close(self) -> None:
-        self.wait()
+        """Waits for a background save, then releases the directory to another manager."""
+        self._closed = True
+        try:
+            self.wait()
+        finally:
+            if self._release is not None:
+                self._release()
 
     def __enter__(self) -> "CheckpointManager":
         return self
@@ -338,5 +460,5 @@ class CheckpointManager:
         self.close()
 
 
-__all__ = ["CheckpointManager", "INDEX", "entry_digests", "read_index", "step_file", "verify_directory",
+__all__ = ["CheckpointManager", "INDEX", "LOCK", "entry_digests", "read_index", "step_file", "verify_directory",
            "write_index"]

@@ -392,6 +392,89 @@ def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path)
     assert all_files(tmp_path) == ["c.layout.json", "c.psk.d"]
 
 
+def test_a_refused_save_writes_no_file_not_even_the_layout(tmp_path):
+    with pytest.raises(PskdError) as e:
+        ck.save(tmp_path / "new.psk.d", {"w": np.array([1.0, np.nan], np.float32)})
+    assert e.value.code == "E9004"
+    assert all_files(tmp_path) == []
+    # over an older checkpoint of another structure, the old checkpoint and its layout stay a pair
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones(3, np.float32)})
+    layout = (tmp_path / "c.layout.json").read_bytes()
+    with pytest.raises(PskdError):
+        ck.save(tmp_path / "c.psk.d", {"a": [np.ones(2), np.array(-1, dtype=object)], "b": np.zeros(4)})
+    assert (tmp_path / "c.layout.json").read_bytes() == layout
+    assert ck.restore(tmp_path / "c.psk.d", as_numpy=True)["w"].tolist() == [1.0, 1.0, 1.0]
+    assert all_files(tmp_path) == ["c.layout.json", "c.psk.d"]
+
+
+def nested(depth: int, leaf) -> dict:
+    tree = leaf
+    for _ in range(depth):
+        tree = {"k": tree}
+    return tree
+
+
+def test_trees_nest_at_most_max_key_depth(tmp_path):
+    assert ck.MAX_KEY_DEPTH == 64
+    ck.save(tmp_path / "deep.psk.d", nested(64, np.ones(2)))
+    back = ck.restore(tmp_path / "deep.psk.d", as_numpy=True)  # through its layout file
+    for _ in range(64):
+        back = back["k"]
+    assert back.tolist() == [1.0, 1.0]
+    with pytest.raises(PskdError) as e:
+        ck.save(tmp_path / "deeper.psk.d", nested(65, np.ones(2)))
+    assert e.value.code == "E9005" and "65 keys deep" in e.value.message and "['k']['k']" in e.value.message
+    assert not (tmp_path / "deeper.psk.d").exists() and not (tmp_path / "deeper.layout.json").exists()
+    for depth in (65, 3000):
+        with pytest.raises(PskdError) as e:
+            ck.nest([["a"] * depth, ["b"]], [1, 2])
+        assert e.value.code == "E9005" and f"({depth} keys)" in e.value.message
+
+
+def layout_text(tmp_path, change) -> str:
+    import json
+
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones((2, 3), np.float32), "k": np.uint8(7)})
+    content = json.loads((tmp_path / "c.layout.json").read_text())
+    change(content)
+    return json.dumps(content)
+
+
+@pytest.mark.parametrize("what, text", [
+    ("nested 100000 deep", lambda tmp_path: "[" * 100000 + "]" * 100000),
+    ("a bound of Infinity", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=float("inf")))),
+    ("a bound of 184467440737E551615 (infinite as a float)",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=0)).replace('"bound": 0',
+                                                                                            '"bound": 184467440737E551615')),
+    ("a shape of -Infinity", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(shape=[2, float("-inf")]))),
+    ("a key that is a list", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=[[1, 2]]))),
+    ("a key that is an object", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=[{}]))),
+    ("keys that are a string", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys="w"))),
+    ("a key path 5000 keys deep", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 5000))),
+    ("a key path 65 keys deep", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 65))),
+])
+def test_a_hostile_layout_file_is_e9001_naming_it(tmp_path, what, text):
+    layout_text(tmp_path, lambda d: None)  # the checkpoint the layout is tried on
+    path = tmp_path / "hostile.layout.json"
+    path.write_text(text(tmp_path))
+    with pytest.raises(PskdError) as e:
+        ck.read_layout_file(path)
+    assert e.value.code == "E9001" and str(path) in e.value.message, what
+    with pytest.raises(PskdError) as e:
+        ck.restore(tmp_path / "c.psk.d", layout=str(path), as_numpy=True)
+    assert e.value.code == "E9001"
+
+
+def test_a_layout_key_path_64_keys_deep_is_read(tmp_path):
+    path = tmp_path / "ok.layout.json"
+    path.write_text(layout_text(tmp_path, lambda d: [d["leaves"][0].update(keys=["k"] * 63 + ["w"]),
+                                                    d["leaves"][1].update(keys=["k"] * 63 + ["b"])]))
+    back = ck.restore(tmp_path / "c.psk.d", layout=str(path), as_numpy=True)
+    for _ in range(63):
+        back = back["k"]
+    assert sorted(back) == ["b", "w"] and int(back["b"]) == 7
+
+
 def test_sha256_checked_while_restoring(tmp_path, rng):
     tree = {"w": random_finite(rng, np.float32, (256, 64))}
     result = ck.save(tmp_path / "c.psk.d", tree, digest=True)

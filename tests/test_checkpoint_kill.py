@@ -82,17 +82,17 @@ def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
     directory = tmp_path / "run"
     for _ in range(KILLS):
         run_and_kill("manager", directory, rng)
-        manager = CheckpointManager(directory, keep=2)
-        latest = manager.latest_step()
-        assert latest is not None
-        back = manager.restore(target=expected(0), verify=True)
-        assert int(back["k"]) == latest and manager.extra() == {"k": latest}
-        np.testing.assert_array_equal(back["w"], expected(latest)["w"])
-        manager.verify()
-        # the reopened manager removed what the killed save left behind
-        names = set(os.listdir(directory))
-        assert all(not name.endswith(".tmp") for name in names)
-        assert {f"step-{s:08d}.psk.d" for s in manager.all_steps()} == {n for n in names if n.endswith(".psk.d")}
+        with CheckpointManager(directory, keep=2) as manager:  # (closed: the next child opens the directory)
+            latest = manager.latest_step()
+            assert latest is not None
+            back = manager.restore(target=expected(0), verify=True)
+            assert int(back["k"]) == latest and manager.extra() == {"k": latest}
+            np.testing.assert_array_equal(back["w"], expected(latest)["w"])
+            manager.verify()
+            # the reopened manager removed what the killed save left behind
+            names = set(os.listdir(directory))
+            assert all(not name.endswith(".tmp") and not name.endswith(".psk.d.lock") for name in names)
+            assert {f"step-{s:08d}.psk.d" for s in manager.all_steps()} == {n for n in names if n.endswith(".psk.d")}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,7 @@ import pytest
 
 from pskd_jax.checkpoint import file_digest, file_sha256
 from pskd_jax.errors import PskdError
-from pskd_jax.manager import INDEX, CheckpointManager, read_index, step_file
+from pskd_jax.manager import INDEX, LOCK, CheckpointManager, read_index, step_file
 
 
 def params(step: int) -> dict:
@@ -43,8 +43,9 @@ def test_keep_prunes_oldest_and_never_the_newest(tmp_path):
     for step in range(1, 6):
         manager.save(step, params(step))
     assert manager.all_steps() == [4, 5]
-    assert sorted(os.listdir(tmp_path)) == [INDEX, "step-00000004.layout.json", "step-00000004.psk.d",
+    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000004.layout.json", "step-00000004.psk.d",
                                             "step-00000005.layout.json", "step-00000005.psk.d"]
+    manager.close()
     one = CheckpointManager(tmp_path, keep=1)
     one.save(6, params(6))
     assert one.all_steps() == [6]
@@ -97,12 +98,15 @@ def test_half_written_steps_are_not_complete_and_are_cleaned(tmp_path):
     manager.save(1, params(1))
     # a crash between the rename of step 2 and the index: the file is whole but not indexed
     (tmp_path / step_file(2)).write_bytes((tmp_path / step_file(1)).read_bytes())
-    # a crash in the middle of writing step 3: a temporary file
-    (tmp_path / ".step-00000003.psk.d.abc123.tmp").write_bytes(b"PSKD\x02")
+    # a crash in the middle of writing step 3: a temporary file (named as fileio names them)
+    (tmp_path / ".step-00000003.psk.d.abc123_z.tmp").write_bytes(b"PSKD\x02")
+    # a save of step 4 killed while it held its lock (checkpoint.destination_lock)
+    (tmp_path / ".step-00000004.psk.d.lock").write_bytes(b"")
     assert manager.all_steps() == [1] and manager.latest_step() == 1
+    manager.close()
     reopened = CheckpointManager(tmp_path)
     assert reopened.latest_step() == 1
-    assert sorted(os.listdir(tmp_path)) == [INDEX, "step-00000001.layout.json", "step-00000001.psk.d"]
+    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000001.layout.json", "step-00000001.psk.d"]
     with pytest.raises(PskdError) as e:
         reopened.restore(2)
     assert e.value.code == "E9014" and "step 2" in e.value.message
@@ -161,6 +165,7 @@ def test_a_version_1_index_recording_sha256_still_verifies(tmp_path):
     manager.save(1, params(1))
     manager.save(2, params(2))
     write_version_1_index(tmp_path, [1, 2])
+    manager.close()
     old = CheckpointManager(tmp_path)
     assert old.all_steps() == [1, 2] and old.extra(2) == {"step": 2}
     assert read_index(str(tmp_path))[0]["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
@@ -217,9 +222,85 @@ def test_a_manager_may_record_sha256_instead(tmp_path):
     assert entry["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
     assert int(manager.restore(1, params(0), verify=True)["step"]) == 1
     # the default manager on the same directory keeps reading it, and records xxh3_128 for its own saves
+    manager.close()
     mixed = CheckpointManager(tmp_path)
     mixed.save(2, params(2))
     assert [list(e["digest"]) for e in read_index(str(tmp_path))] == [["sha256"], ["xxh3_128"]]
     assert [e["step"] for e in mixed.verify()] == [1, 2]
     with pytest.raises(PskdError, match="E9012.*md5"):
         CheckpointManager(tmp_path, digest="md5")
+
+
+@pytest.mark.parametrize("what, text", [
+    ("nested 100000 deep", "[" * 100000 + "]" * 100000),
+    ("a NUL in a file name", json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": [
+        {"step": 1, "file": "a\u0000b", "sha256": "0" * 64}]})),
+    ("a file name of '..'", json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": [
+        {"step": 1, "file": "..", "sha256": "0" * 64}]})),
+    ("a NUL in a layout file name", json.dumps({"format": "pskd-checkpoints", "version": 2, "checkpoints": [
+        {"step": 1, "file": "a.psk.d", "layout": "a\u0000b", "digest": {"xxh3_128": "0" * 32}}]})),
+])
+def test_a_hostile_index_is_e9014_naming_it(tmp_path, what, text):
+    (tmp_path / INDEX).write_text(text)
+    for attempt in (lambda: read_index(str(tmp_path)), lambda: CheckpointManager(tmp_path),
+                    lambda: CheckpointManager(tmp_path, read_only=True)):
+        with pytest.raises(PskdError) as e:
+            attempt()
+        assert e.value.code == "E9014" and INDEX in e.value.message, what
+    if "NUL" in what:
+        assert "malformed entry" in e.value.message and "\\x00" in e.value.message
+    # a manager refused for its index has released the directory
+    (tmp_path / INDEX).unlink()
+    CheckpointManager(tmp_path).close()
+
+
+def test_one_manager_at_a_time_has_a_directory(tmp_path):
+    first = CheckpointManager(tmp_path)
+    first.save(1, params(1))
+    with pytest.raises(PskdError) as e:
+        CheckpointManager(tmp_path)
+    assert e.value.code == "E9014" and str(tmp_path) in e.value.message and "read_only=True" in e.value.message
+    # a read-only manager reads beside it, and does not save
+    reader = CheckpointManager(tmp_path, read_only=True)
+    assert reader.all_steps() == [1] and int(reader.restore(1, params(0))["step"]) == 1
+    with pytest.raises(PskdError, match="E9014.*read_only"):
+        reader.save(2, params(2))
+    # the lock file is not a checkpoint
+    assert (tmp_path / LOCK).exists() and first.all_steps() == [1] and [e["step"] for e in first.verify()] == [1]
+    first.close()
+    with pytest.raises(PskdError, match="E9014.*closed"):
+        first.save(2, params(2))
+    with CheckpointManager(tmp_path) as second:
+        second.save(2, params(2))
+    with CheckpointManager(tmp_path) as third:  # after a with block, too
+        assert third.all_steps() == [1, 2]
+    # a manager dropped without close() releases the directory when it is collected
+    CheckpointManager(tmp_path)
+    CheckpointManager(tmp_path).close()
+
+
+def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
+    from pskd_jax import checkpoint
+    from pskd_jax.fileio import atomic_output
+
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, params(1))
+    stale = tmp_path / ".step-00000002.psk.d.stale_01.tmp"  # a killed writer's: nobody holds it
+    stale.write_bytes(b"PSKD")
+    unnamed = tmp_path / step_file(5)  # renamed into place by a save still running (not indexed yet)
+    unnamed.write_bytes(b"PSKD")
+    distributed = tmp_path / ".step-00000005.psk.d.distributed.tmp"
+    distributed.write_bytes(b"PSKD")
+    with atomic_output(str(tmp_path / step_file(3))) as live, \
+            checkpoint.destination_lock(str(tmp_path / step_file(5))):
+        live.write(b"PSKD")
+        [live_name] = [n for n in os.listdir(tmp_path) if n.startswith(".step-00000003.psk.d.")]
+        CheckpointManager(tmp_path).close()
+        names = os.listdir(tmp_path)
+        assert live_name in names, "a live writer's temporary file was removed"
+        assert step_file(5) in names and distributed.name in names, "a running save's files were removed"
+        assert stale.name not in names
+    # once nobody holds them, they are leftovers (as is step 3, renamed into place but never indexed)
+    assert step_file(3) in os.listdir(tmp_path)
+    CheckpointManager(tmp_path).close()
+    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000001.layout.json", "step-00000001.psk.d"]

@@ -116,3 +116,82 @@ def test_wrong_extensions_are_bad_usage(tmp_path):
     with pytest.raises(PskdError) as e:
         convert.convert(tmp_path / "a.bin", tmp_path / "b.psk.d")
     assert e.value.code == "E9012"
+
+
+def write_safetensors(path, header: dict, data: bytes) -> None:
+    import json
+    import struct
+
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+
+
+@pytest.mark.parametrize("recorded", ['[1, "a"]', '[["a"], "b"]', '{"a": 1}', '["a", "a"]', "not json"])
+def test_a_recorded_order_that_is_not_the_names_is_ignored(tmp_path, recorded):
+    header = {"__metadata__": {"pskd.order": recorded},
+              "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "a": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}}
+    write_safetensors(tmp_path / "o.safetensors", header, np.array([1, 2, 3], np.float32).tobytes())
+    convert.safetensors_to_pskd(tmp_path / "o.safetensors", tmp_path / "o.psk.d")
+    back = ck.restore(tmp_path / "o.psk.d", as_numpy=True)
+    assert back["a"].tolist() == [3.0] and back["b"].tolist() == [1.0, 2.0]
+
+
+def test_a_name_deeper_than_a_tree_nests_is_e9005_naming_the_tensor(tmp_path):
+    for depth in (3000, 65):
+        name = ".".join(["a"] * depth)
+        write_safetensors(tmp_path / "d.safetensors", {name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+                          bytes(8))
+        with pytest.raises(PskdError) as e:
+            convert.safetensors_to_pskd(tmp_path / "d.safetensors", tmp_path / "d.psk.d")
+        assert e.value.code == "E9005" and f"a name of {depth} keys" in e.value.message
+        assert "d.safetensors: tensor 'a.a.a" in e.value.message
+    name = ".".join(["a"] * 64)
+    write_safetensors(tmp_path / "d.safetensors", {name: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},
+                      bytes(8))
+    convert.safetensors_to_pskd(tmp_path / "d.safetensors", tmp_path / "d.psk.d")
+    convert.pskd_to_safetensors(tmp_path / "d.psk.d", tmp_path / "back.safetensors")
+    assert list(safetensors_numpy.load_file(str(tmp_path / "back.safetensors"))) == [name]
+
+
+@pytest.mark.parametrize("dtype, values", [("F32", np.array([1.0, np.nan], np.float32)),
+                                           ("I32", np.array([1, -1], np.int32))])
+def test_a_refused_import_writes_no_file(tmp_path, dtype, values):
+    write_safetensors(tmp_path / "in.safetensors", {"a": {"dtype": dtype, "shape": [2], "data_offsets": [0, 8]}},
+                      values.tobytes())
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PskdError) as e:
+        convert.convert(tmp_path / "in.safetensors", tmp_path / "out" / "o.psk.d")
+    assert e.value.code == "E9004"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+
+
+def test_an_export_keeps_its_temporary_file_locked_until_it_is_in_place(tmp_path, monkeypatch):
+    """Another writer of the same destination removes the temporary files nobody holds (a killed
+    writer's): the export's own must be held from its creation to its rename."""
+    import contextlib
+    import safetensors.numpy
+
+    from pskd_jax.fileio import remove_stale_temporaries
+
+    ck.save(tmp_path / "c.psk.d", {"w": np.arange(6, dtype=np.float32)})
+    destination = str(tmp_path / "c.safetensors")
+    removed = []
+    real_save_file, real_atomic_output = safetensors.numpy.save_file, getattr(convert, "atomic_output", None)
+
+    def save_file_then_cleanup(tensors, filename, metadata=None):  # (what the export used before)
+        real_save_file(tensors, filename, metadata=metadata)
+        removed.extend(remove_stale_temporaries(destination))
+
+    @contextlib.contextmanager
+    def atomic_output_then_cleanup(path, **options):
+        with real_atomic_output(path, **options) as f:
+            yield f
+            removed.extend(remove_stale_temporaries(destination))
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", save_file_then_cleanup)
+    monkeypatch.setattr(convert, "atomic_output", atomic_output_then_cleanup, raising=False)
+    assert convert.pskd_to_safetensors(tmp_path / "c.psk.d", destination) == 1
+    assert removed == []
+    assert safetensors_numpy.load_file(destination)["w"].tolist() == list(range(6))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.layout.json", "c.psk.d", "c.safetensors"]

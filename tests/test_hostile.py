@@ -55,7 +55,7 @@ def cli_arguments(case: dict, path: str, out_dir: str) -> list[str]:
     out = os.path.join(out_dir, "out")
     return {
         "container": lambda: ["info", path],
-        "pipeline": lambda: ["pipeline", path],
+        "pipeline": lambda: ["pipeline", path, "--root", str(HOSTILE)],
         "vocab": lambda: ["encode", str(TEXT), "--vocab", path, "-o", out + ".tok"],
         "tokens": lambda: ["lm-windows", path, "--vocab", str(args.get("vocab")), "--seq", "4", "-o", out + ".psk.d"],
         "pack": lambda: ["pack", path, "--type", args.get("type", ""), "-o", out + ".psk.d"],
@@ -78,7 +78,7 @@ def run_api(case: dict, path: str, out_dir: str) -> None:
                     reader.gather([0, len(reader) - 1])
         inspection.info_lines(path, samples=3)
     elif kind == "pipeline":
-        p = pipeline.load_pipeline(path)
+        p = pipeline.load_pipeline(path, root=HOSTILE)  # cases stream ../_fixtures and ../container
         with Reader(p.path) as reader:
             p.batches_per_epoch(len(reader))
     elif kind == "vocab":

@@ -10,7 +10,7 @@ meets it (``tests/test_hostile.py`` runs each through the API and through the ``
 | kind        | API                                             | command                                 |
 | ----------- | ----------------------------------------------- | --------------------------------------- |
 | container   | ``Reader`` over every sample, ``info_lines``    | ``pskd info FILE``                      |
-| pipeline    | ``load_pipeline``, then ``Reader`` of its path  | ``pskd pipeline FILE``                  |
+| pipeline    | ``load_pipeline(root=ROOT)``, ``Reader`` of it  | ``pskd pipeline FILE --root ROOT``      |
 | vocab       | ``read_vocab``, then ``encode_file``            | ``pskd encode TEXT --vocab FILE``       |
 | tokens      | ``lm_windows_file(vocab=args.vocab, seq=4)``    | ``pskd lm-windows FILE --vocab V …``    |
 | pack        | ``pack_file(FILE, args.type, …)``               | ``pskd pack FILE --type T …``           |
@@ -18,9 +18,11 @@ meets it (``tests/test_hostile.py`` runs each through the API and through the ``
 | index       | ``verify_directory(DIR)``                       | ``pskd verify DIR``                     |
 | safetensors | ``safetensors_to_pskd``                         | ``pskd convert FILE -o OUT.psk.d``      |
 
-``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input that is odd but
-valid and must be accepted. Whatever the case, nothing may raise another exception, print a
-traceback, run past the time limit or allocate more than the tests' memory limit.
+``ROOT`` is this collection's directory: pipeline cases stream files of ``_fixtures/`` and
+``container/``. ``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input
+that is odd but valid and must be accepted. Whatever the case, nothing
+may raise another exception, print a traceback, run past the time limit or allocate more than the
+tests' memory limit.
 
 The fixtures that layout and pipeline cases point at (a real ``params`` checkpoint, a small data
 file) are written here too, under ``_fixtures/``; they are not cases.
@@ -297,15 +299,16 @@ def layouts(c: Collection) -> None:
         "a layout whose samples are larger than the file's data (the file reads as truncated)")
     add("keys-twice", changed(lambda d: [leaf.update(keys=["x"]) for leaf in d["leaves"]]), "E9005",
         "two leaves of one key path")
-    add("nested-100000", "[" * 100000, "E9001", "arrays nested 100000 deep",
-        open_bug="checkpoint.read_layout_file raises RecursionError")
+    add("nested-100000", "[" * 100000, "E9001", "arrays nested 100000 deep")
     add("keys-unhashable", changed(lambda d: d["leaves"][0].update(keys=[[1, 2]])), "E9001",
-        "a key that is a list", open_bug="TypeError (unhashable type: 'list') when the layout rebuilds the tree")
+        "a key that is a list")
     add("bound-infinity", changed(lambda d: d["leaves"][2].update(bound=float("inf"))), "E9001",
-        "an index bound of Infinity (found by fuzzing as 184467440737E551615)",
-        open_bug="OverflowError (cannot convert float infinity to integer) in checkpoint.read_layout_file")
+        "an index bound of Infinity (found by fuzzing as 184467440737E551615)")
     add("keys-5000-deep", changed(lambda d: d["leaves"][0].update(keys=["k"] * 5000)), "E9001",
-        "a key path 5000 keys deep", open_bug="RecursionError when the layout rebuilds the tree")
+        "a key path 5000 keys deep")
+    add("keys-65-deep", changed(lambda d: d["leaves"][0].update(keys=["k"] * 65)), "E9001",
+        "a key path 65 keys deep (64 is the most a tree nests)")
+    add("keys-string", changed(lambda d: d["leaves"][0].update(keys="w")), "E9001", "keys that are a string")
 
 
 def indexes(c: Collection) -> None:
@@ -331,10 +334,12 @@ def indexes(c: Collection) -> None:
         "an absolute file path")
     add("file-missing", index([{"step": 1, "file": "step-00000001.psk.d", "sha256": "0" * 64}]), "E9003",
         "a file the directory does not hold")
-    add("nested-100000", "[" * 100000, "E9014", "arrays nested 100000 deep",
-        open_bug="manager.read_index raises RecursionError")
+    add("nested-100000", "[" * 100000, "E9014", "arrays nested 100000 deep")
     add("file-nul", index([{"step": 1, "file": "a\u0000b", "sha256": "0" * 64}]), "E9014",
-        "a NUL in a file name", open_bug="ValueError (embedded null byte) from open() in checkpoint.file_sha256")
+        "a NUL in a file name")
+    add("file-dot-dot", index([{"step": 1, "file": "..", "sha256": "0" * 64}]), "E9014", "a file name of '..'")
+    add("layout-nul", index([{"step": 1, "file": "a.psk.d", "layout": "a\u0000b", "sha256": "0" * 64}]),
+        "E9014", "a NUL in a layout file name")
 
 
 def safetensors_files(c: Collection) -> None:
@@ -359,17 +364,17 @@ def safetensors_files(c: Collection) -> None:
     add("leaf-and-node", st(json.dumps({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                                         "a.b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}),
                             bytes(8)), "E9005", "a name that is a leaf and a node (a and a.b)")
-    left = "checkpoint.save writes OUT.layout.json before refusing the data, and leaves it behind"
-    add("nan", st(tensor(), np.array([1.0, np.nan], np.float32).tobytes()), "E9004", "a NaN in an f32 tensor",
-        open_bug=left)
+    # (a refused import leaves no file: neither OUT.psk.d nor OUT.layout.json)
+    add("nan", st(tensor(), np.array([1.0, np.nan], np.float32).tobytes()), "E9004", "a NaN in an f32 tensor")
     add("negative-int", st(tensor(dtype="I32"), np.array([1, -1], np.int32).tobytes()), "E9004",
-        "a negative integer (indices are not negative)", open_bug=left)
+        "a negative integer (indices are not negative)")
     add("order-mixed", st(json.dumps({"__metadata__": {"pskd.order": '[1, "a"]'},
                                       "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}), bytes(8)),
-        None, "a recorded order that is not the names (ignored)",
-        open_bug="E9002 'not a safetensors file': sorted() of the recorded order raises TypeError in convert")
-    add("names-3000-deep", st(tensor(name=".".join(["a"] * 3000))), "E9005", "a name 3000 keys deep",
-        open_bug="RecursionError in checkpoint.nest")
+        None, "a recorded order that is not the names (ignored)")
+    add("names-3000-deep", st(tensor(name=".".join(["a"] * 3000)), bytes(8)), "E9005", "a name 3000 keys deep")
+    add("names-65-deep", st(tensor(name=".".join(["a"] * 65)), bytes(8)), "E9005",
+        "a name 65 keys deep (64 is the most a tree nests)")
+    add("names-64-deep", st(tensor(name=".".join(["a"] * 64)), bytes(8)), None, "a name 64 keys deep")
 
 
 # --------------------------------------------------------------------------------------------
