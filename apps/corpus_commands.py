@@ -1,8 +1,9 @@
-"""The corpus commands: ``pskd corpus build``, ``pskd corpus verify``, ``pskd corpus info``."""
+"""The corpus commands: ``pskd corpus build``, ``verify``, ``info`` and ``merge``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable, Iterator
@@ -83,9 +84,18 @@ def _info(args) -> Iterator[str]:
     yield from corpus.info_lines(args.manifest, shards=args.shards)
 
 
+def _merge(args) -> Iterator[str]:
+    output = args.output
+    if os.path.isdir(output):  # a directory: its shards.json
+        output = os.path.join(output, corpus.MANIFEST)
+    m = corpus.merge_manifests(args.manifests, output)
+    yield (f"pskd: wrote {output} ({len(m.shards)} shards from {len(args.manifests)} manifests, {m.tokens} tokens, "
+           f"{m.documents} documents, vocabulary {m.vocab_size} with boundary {m.boundary})")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    group = subparsers.add_parser("corpus", help="Build, verify and inspect sharded token corpora.",
-                                  description="Build, verify and inspect sharded token corpora.")
+    group = subparsers.add_parser("corpus", help="Build, verify, inspect and merge sharded token corpora.",
+                                  description="Build, verify, inspect and merge sharded token corpora.")
     commands = group.add_subparsers(dest="corpus_command", metavar="SUBCOMMAND", required=True)
 
     def command(name: str, handler, help_text: str) -> argparse.ArgumentParser:
@@ -113,3 +123,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("info", _info, "Shards, tokens, documents, the boundary's share and tokens per document.")
     p.add_argument("manifest", metavar="DIR/shards.json")
     p.add_argument("--shards", action="store_true", help="also one line per shard")
+
+    p = command("merge", _merge, "One manifest listing the shards of several, in the order given (corpora built "
+                "apart become one); shard paths are rewritten relative to the output's directory.")
+    p.add_argument("manifests", nargs="+", metavar="PART/shards.json",
+                   help="manifests of one tokenizer and one set of build options, each shard listed once")
+    p.add_argument("-o", "--output", required=True, metavar="DIR/shards.json",
+                   help="the merged manifest (written atomically), in a directory above every shard; a directory "
+                        "means its shards.json")

@@ -6,7 +6,7 @@
                                                 # the hostile and fault tests
 
 The section counts the hostile files by kind, the fuzz minutes, executions and findings per target,
-the kills per writer of ``tests/test_faults.py``, and the outcome of the hostile and fault tests.
+the kills per writer of ``tests/test_faults.py`` (``pskd corpus build`` included), and the outcome of the hostile and fault tests.
 """
 
 from __future__ import annotations
@@ -82,13 +82,15 @@ def section(workdir: str, tests: str | None) -> str:
                 f"to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
                 "collection's cases of open bugs are written by `python tools/make_hostile.py --include-open`.", ""]
     out += [f"**Faults** (`tests/test_faults.py`): SIGKILL at random points, {test_faults.KILLS} kills each of "
-            f"`pskd pack`, `pskd lm-windows` and `pskd encode`, {test_faults.KILLS // 2} each of `checkpoint.save` "
-            "and `CheckpointManager.save`: the destination held the old content or the new, whole, after every "
-            "kill; a rerun completed and left no temporary file (a killed writer's temporary file is removed by "
-            "the next writer of the same destination, never one a live writer holds). A full disk "
-            "(`RLIMIT_FSIZE`), a read-only directory and a missing parent directory, for each of the three "
-            "commands: exit 1, one `pskd: E9003:` line naming the destination, the old file untouched, nothing "
-            "left behind."]
+            f"`pskd pack`, `pskd lm-windows`, `pskd encode` and `pskd corpus build`, {test_faults.KILLS // 2} each "
+            "of `checkpoint.save` and `CheckpointManager.save`: the destination held the old content or the new, "
+            "whole, after every kill (a corpus: its old or new `shards.json` and every shard it lists, or no "
+            "`shards.json` and the journal of the unfinished build); a rerun completed and left no temporary file "
+            "(a killed writer's temporary file is removed by the next writer of the same destination, never one a "
+            "live writer holds), and the rerun corpus build equals a reference build byte for byte, the old "
+            "corpus's extra shards removed. A full disk (`RLIMIT_FSIZE`), a read-only directory and a missing "
+            "parent directory, for each of `pack`, `lm-windows` and `encode`: exit 1, one `pskd: E9003:` line "
+            "naming the destination, the old file untouched, nothing left behind."]
     if tests is not None:
         out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
     return "\n".join(out)

@@ -31,6 +31,12 @@ holds ``..``, or resolves (through symlinks) outside that directory is refused (
 shards that are up to date); readers need only the other fields. The global token stream is the
 concatenation of the shards in manifest order.
 
+The manifest is read strictly: anything but UTF-8 JSON (NaN, Infinity, a key twice in one object,
+nesting deeper than the parser goes), a field of another type than the above (``1.0`` or ``true``
+for an integer included), a count beyond ``2**63 - 1``, more documents than tokens, a ``build`` or
+``source`` key not listed above, or a path holding a NUL byte is E9016 naming the field, never
+another exception. :func:`write_manifest` refuses to write what a reader would refuse.
+
 Errors: a malformed manifest or an unsafe path E9016; a shard that is missing, truncated, or whose
 bytes or count differ from the manifest E9017, naming the shard.
 """
@@ -43,6 +49,7 @@ import hashlib
 import json
 import operator
 import os
+import re
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -133,10 +140,19 @@ class Tokenizer:
     @classmethod
     def from_json(cls, data: Any, name: str) -> "Tokenizer":
         if not isinstance(data, dict) or data.get("kind") not in ("bytes", "chars"):
+            got = f"the kind {_kind(data.get('kind'))}" if isinstance(data, dict) else _kind(data)
             raise PskdError(CORPUS_DIR, f"{name}: tokenizer must be {{\"kind\": \"bytes\"}} or "
-                            f"{{\"kind\": \"chars\", \"vocab\": [...]}}, got {data!r:.80}")
+                            f"{{\"kind\": \"chars\", \"vocab\": [...]}}, got {got}")
         if data["kind"] == "bytes":
             return cls.bytes()
+        vocab = data.get("vocab")
+        if not isinstance(vocab, list):
+            raise PskdError(CORPUS_DIR, f"{name}: a chars tokenizer's 'vocab' is a list of characters, got "
+                            f"{_kind(vocab)}")
+        for i, token in enumerate(vocab):
+            if not isinstance(token, str) or len(token) != 1:
+                raise PskdError(CORPUS_DIR, f"{name}: tokenizer vocab: token {i} is {_kind(token)}, not one "
+                                "character")
         try:
             return cls.chars(data.get("vocab"), f"{name}: tokenizer vocab")
         except PskdError as e:
@@ -168,23 +184,84 @@ class Shard:
     @classmethod
     def from_json(cls, data: Any, where: str) -> "Shard":
         if not isinstance(data, dict):
-            raise PskdError(CORPUS_DIR, f"{where}: a shard entry is an object, got {data!r:.80}")
-        for key in ("tokens", "documents"):
-            value = data.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise PskdError(CORPUS_DIR, f"{where}: {key!r} must be an integer >= 0, got {value!r}")
+            raise PskdError(CORPUS_DIR, f"{where}: a shard entry is an object, got {_kind(data)}")
+        tokens = _count(data.get("tokens"), f"{where}: 'tokens'")
+        documents = _count(data.get("documents"), f"{where}: 'documents'")
+        if documents > tokens:
+            raise PskdError(CORPUS_DIR, f"{where}: {documents} documents in {tokens} tokens; every document "
+                            "ends with a boundary token, so a shard holds at least as many tokens as documents")
         path, digest = data.get("path"), data.get("sha256")
         if not isinstance(path, str) or not path:
-            raise PskdError(CORPUS_DIR, f"{where}: 'path' must be a non-empty string, got {path!r}")
+            raise PskdError(CORPUS_DIR, f"{where}: 'path' must be a non-empty string, got {_kind(path)}")
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise PskdError(CORPUS_DIR, f"{where}: 'sha256' must be 64 lowercase hex digits, got {digest!r}")
-        skipped = data.get("skipped", 0)
-        if isinstance(skipped, bool) or not isinstance(skipped, int) or skipped < 0:
-            raise PskdError(CORPUS_DIR, f"{where}: 'skipped' must be an integer >= 0, got {skipped!r}")
+            raise PskdError(CORPUS_DIR, f"{where}: 'sha256' must be 64 lowercase hex digits, got {_kind(digest)}")
+        skipped = _count(data.get("skipped", 0), f"{where}: 'skipped'")
         source = data.get("source")
-        if source is not None and not isinstance(source, dict):
-            raise PskdError(CORPUS_DIR, f"{where}: 'source' must be an object, got {source!r:.80}")
-        return cls(path, data["tokens"], data["documents"], digest, skipped, source)
+        if source is not None:
+            _check_source(source, where)
+        return cls(path, tokens, documents, digest, skipped, source)
+
+
+PATH_MAX = 4096  # Linux's limit on a path: longer is refused before the system is asked
+MAX_COUNT = (1 << 63) - 1  # a .psk.d count, and any count a manifest records, fits in a signed 64-bit integer
+BUILD_KEYS = ("text_key", "max_document_tokens", "skip_bad")
+
+
+def _kind(value: Any) -> str:
+    """A JSON value in an error message: short, whatever its size or depth."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (dict, list)):
+        n = len(value)
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {n} entr{'y' if n == 1 else 'ies'}"
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 80 else f"{value[:77]!r}…"
+    if isinstance(value, float):
+        return f"the real number {value!r}"
+    return repr(value)
+
+
+def _count(value: Any, what: str) -> int:
+    """An integer 0 <= value <= MAX_COUNT (not a bool, not a real such as 1.0), else E9016."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise PskdError(CORPUS_DIR, f"{what} must be an integer from 0 to 2**63 - 1, got {_kind(value)}")
+    return value
+
+
+def _check_source(source: Any, where: str) -> None:
+    """``source``: ``{"path": str, "size": int >= 0, "mtime_ns": int}`` as a build records it."""
+    if not isinstance(source, dict) or set(source) != {"path", "size", "mtime_ns"}:
+        keys = sorted(source) if isinstance(source, dict) else None
+        raise PskdError(CORPUS_DIR, f"{where}: 'source' must be an object of exactly 'path', 'size' and 'mtime_ns', "
+                        f"got {_kind(source) if keys is None else 'the keys ' + _kind(keys)[:200]}")
+    if not isinstance(source["path"], str):
+        raise PskdError(CORPUS_DIR, f"{where}: 'source' 'path' must be a string, got {_kind(source['path'])}")
+    _count(source["size"], f"{where}: 'source' 'size'")
+    mtime = source["mtime_ns"]
+    if isinstance(mtime, bool) or not isinstance(mtime, int) or not -MAX_COUNT <= mtime <= MAX_COUNT:
+        raise PskdError(CORPUS_DIR, f"{where}: 'source' 'mtime_ns' must be a 64-bit integer, got {_kind(mtime)}")
+
+
+def check_build(build: Any, where: str) -> dict[str, Any]:
+    """The ``build`` object: any of ``text_key`` (a non-empty string), ``max_document_tokens``
+    (null or an integer >= 1) and ``skip_bad`` (true or false), nothing else (E9016)."""
+    if not isinstance(build, dict):
+        raise PskdError(CORPUS_DIR, f"{where}: 'build' must be an object, got {_kind(build)}")
+    unknown = [k for k in build if k not in BUILD_KEYS]
+    if unknown:
+        raise PskdError(CORPUS_DIR, f"{where}: 'build' holds {_kind(unknown[0])}; its keys are "
+                        + ", ".join(map(repr, BUILD_KEYS)))
+    if "text_key" in build and (not isinstance(build["text_key"], str) or not build["text_key"]):
+        raise PskdError(CORPUS_DIR, f"{where}: 'build' 'text_key' must be a non-empty string, got "
+                        f"{_kind(build['text_key'])}")
+    limit = build.get("max_document_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_COUNT):
+        raise PskdError(CORPUS_DIR, f"{where}: 'build' 'max_document_tokens' must be null or an integer >= 1, got "
+                        f"{_kind(limit)}")
+    if "skip_bad" in build and not isinstance(build["skip_bad"], bool):
+        raise PskdError(CORPUS_DIR, f"{where}: 'build' 'skip_bad' must be true or false, got "
+                        f"{_kind(build['skip_bad'])}")
+    return build
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,12 +311,24 @@ def safe_path(directory: str, relative: str, where: str) -> str:
     ...
     pskd_jax.errors.PskdError: E9016: m: path '../x.psk.d' leaves the manifest's directory (it holds '..')
     """
+    if len(relative) > PATH_MAX:
+        raise PskdError(CORPUS_DIR, f"{where}: path {relative[:40]!r}… of {len(relative)} characters is longer "
+                        f"than a path may be ({PATH_MAX})")
+    if "\0" in relative:
+        raise PskdError(CORPUS_DIR, f"{where}: path {relative!r} holds a NUL byte, which no file name holds")
+    try:
+        os.fsencode(relative)
+    except UnicodeError:
+        raise PskdError(CORPUS_DIR, f"{where}: path {relative!r} holds a lone surrogate, which no file name "
+                        "of this system holds") from None
     if os.path.isabs(relative) or relative.startswith(("/", "\\")):
         raise PskdError(CORPUS_DIR, f"{where}: path {relative!r} is absolute; shard paths are relative to the "
                         "manifest's directory")
     parts = relative.replace("\\", "/").split("/")
     if ".." in parts:
         raise PskdError(CORPUS_DIR, f"{where}: path {relative!r} leaves the manifest's directory (it holds '..')")
+    if parts[-1] in ("", "."):
+        raise PskdError(CORPUS_DIR, f"{where}: path {relative!r} names a directory, not a shard file")
     path = os.path.join(directory, *[p for p in parts if p not in ("", ".")])
     root = os.path.realpath(directory)
     real = os.path.realpath(path)
@@ -260,11 +349,26 @@ def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str
     return data
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any) -> str:
+    """``json.dumps`` keeping non-ASCII characters as they are, except lone surrogates (a file name
+    that is not UTF-8, as Python decodes it), written as ``\\uXXXX`` escapes: the text then always
+    encodes as UTF-8, and decodes back to the same value.
+
+    >>> json_text({"path": "caf" + chr(0xDCE9) + ".txt", "é": 1})
+    '{"path": "caf\\\\udce9.txt", "é": 1}'
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
 def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None) -> bytes:
     """The manifest's bytes: one top-level key a line, one shard a line (diffable, deterministic)."""
     data = manifest_json(tokenizer, shards, build)
     entries = data.pop("shards")
-    dump = lambda v: json.dumps(v, ensure_ascii=False)  # noqa: E731
+    dump = json_text
     lines = [f"  {dump(k)}: {dump(v)}," for k, v in data.items()]
     body = ",\n".join(f"    {dump(e)}" for e in entries)
     text = "{\n" + "\n".join(lines) + '\n  "shards": [' + (f"\n{body}\n  " if entries else "") + "]\n}\n"
@@ -273,13 +377,17 @@ def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[st
 
 def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequence[Shard],
                    build: dict[str, Any] | None = None) -> Manifest:
-    """Writes ``shards.json`` atomically (the old file or the new one, never a torn one)."""
+    """Writes ``shards.json`` atomically (the old file or the new one, never a torn one).
+
+    What a reader would refuse is refused here first (E9016): the bytes are parsed back and every
+    shard path checked before anything is written."""
     path = os.fspath(path)
-    manifest = Manifest(path, tokenizer, tuple(shards), dict(build or {}))
+    data = manifest_bytes(tokenizer, shards, build)
+    manifest = parse_manifest(decode_manifest(data, path), path)
     for i in range(len(manifest.shards)):
-        manifest.shard_path(i)  # refuse to record a path a reader would refuse
+        manifest.shard_path(i)
     with atomic_output(path) as f:
-        f.write(manifest_bytes(tokenizer, shards, build))
+        f.write(data)
     return manifest
 
 
@@ -288,22 +396,45 @@ def parse_manifest(data: Any, path: str) -> Manifest:
     if not isinstance(data, dict):
         raise PskdError(CORPUS_DIR, f"{path}: a corpus manifest is a JSON object, got {type(data).__name__}")
     if data.get("format") != FORMAT:
-        raise PskdError(CORPUS_DIR, f"{path}: format is {data.get('format')!r}, expected {FORMAT!r}")
-    if data.get("version") != VERSION:
-        raise PskdError(CORPUS_DIR, f"{path}: version {data.get('version')!r}; this reader reads version {VERSION}")
+        raise PskdError(CORPUS_DIR, f"{path}: format is {_kind(data.get('format'))}, expected {FORMAT!r}")
+    version = data.get("version")
+    if type(version) is not int or version != VERSION:  # not 1.0, not true
+        raise PskdError(CORPUS_DIR, f"{path}: version {_kind(version)}; this reader reads version {VERSION}")
     tokenizer = Tokenizer.from_json(data.get("tokenizer"), path)
     for key, expected in (("vocab_size", tokenizer.vocab_size), ("boundary", tokenizer.boundary)):
-        if data.get(key) != expected or isinstance(data.get(key), bool):
-            raise PskdError(CORPUS_DIR, f"{path}: {key} is {data.get(key)!r}, but a {tokenizer.kind} tokenizer of "
-                            f"{tokenizer.size} tokens makes it {expected}")
+        if type(data.get(key)) is not int or data.get(key) != expected:
+            raise PskdError(CORPUS_DIR, f"{path}: {key} is {_kind(data.get(key))}, but a {tokenizer.kind} tokenizer "
+                            f"of {tokenizer.size} tokens makes it {expected}")
     shards = data.get("shards")
     if not isinstance(shards, list):
-        raise PskdError(CORPUS_DIR, f"{path}: 'shards' must be a list, got {shards!r:.80}")
-    build = data.get("build", {})
-    if not isinstance(build, dict):
-        raise PskdError(CORPUS_DIR, f"{path}: 'build' must be an object, got {build!r:.80}")
+        raise PskdError(CORPUS_DIR, f"{path}: 'shards' must be a list, got {_kind(shards)}")
+    build = check_build(data.get("build", {}), path)
     return Manifest(path, tokenizer, tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards)),
                     build)
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"the key {_kind(twice)} appears twice in one object")
+    return data
+
+
+def decode_manifest(raw: bytes, path: str) -> Any:
+    """The JSON value of a manifest's bytes, E9016 for anything but strict JSON: not UTF-8, not
+    JSON, NaN or Infinity, a key twice in one object, nesting too deep for the parser, an integer
+    of more digits than Python converts."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_constant, object_pairs_hook=_object)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        what = "nested too deep" if isinstance(e, RecursionError) else str(e)
+        raise PskdError(CORPUS_DIR, f"{path}: not a JSON manifest ({what[:200]})") from None
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
@@ -314,11 +445,9 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
             raw = f.read()
     except OSError as e:
         raise PskdError(CORPUS_DIR, f"{path}: cannot read the corpus manifest: {e.strerror or e}") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deep
-        raise PskdError(CORPUS_DIR, f"{path}: not a JSON manifest ({e})") from None
-    manifest = parse_manifest(data, path)
+    except ValueError:  # a NUL byte in the path
+        raise PskdError(CORPUS_DIR, f"{path!r}: cannot read the corpus manifest: a path holds no NUL byte") from None
+    manifest = parse_manifest(decode_manifest(raw, path), path)
     for i in range(len(manifest.shards)):
         manifest.shard_path(i)
     return manifest
@@ -439,27 +568,48 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
 
     Every shard path is rewritten relative to ``output``'s directory, which must hold them all
     (E9016 otherwise), and every manifest must have the same tokenizer and build options. This is
-    how corpora built apart (one process, machine or job per part) become one.
+    how corpora built apart (one process, machine or job per part) become one. A shard file listed
+    twice (one manifest given twice, or two that list one file) is refused (E9016): its tokens
+    would appear twice in the stream. The output is written atomically.
     """
     if not manifests:
         raise PskdError(BAD_USAGE, "merge needs at least one manifest")
     output = os.fspath(output)
     root = os.path.dirname(os.path.abspath(output))
     first = read_manifest(manifests[0])
-    shards = []
+    shards: list[Shard] = []
+    seen: dict[str, str] = {}  # a shard's real path → the manifest that listed it first
     for path in manifests:
-        m = read_manifest(path)
-        if m.tokenizer != first.tokenizer or m.build != first.build:
-            raise PskdError(CORPUS_DIR, f"{m.path}: its tokenizer or build options differ from {first.path}'s; "
-                            "only corpora built alike merge")
+        m = first if path is manifests[0] else read_manifest(path)
+        if m.tokenizer != first.tokenizer:
+            raise PskdError(CORPUS_DIR, f"{m.path}: its tokenizer ({_describe_tokenizer(m.tokenizer)}) differs from "
+                            f"{first.path}'s ({_describe_tokenizer(first.tokenizer)}); only corpora of one "
+                            "vocabulary merge")
+        if m.build != first.build:
+            differ = sorted(k for k in set(m.build) | set(first.build) if m.build.get(k) != first.build.get(k))
+            raise PskdError(CORPUS_DIR, f"{m.path}: its build options differ from {first.path}'s ("
+                            + ", ".join(f"{k} {m.build.get(k)!r} against {first.build.get(k)!r}" for k in differ)
+                            + "); only corpora built alike merge")
         for i, shard in enumerate(m.shards):
             where = os.path.abspath(m.shard_path(i))
+            real = os.path.realpath(where)
+            if real in seen:
+                raise PskdError(CORPUS_DIR, f"{m.path}: shard {i} {shard.path} is {real}, which {seen[real]} lists "
+                                "already; a merged corpus lists each shard once")
+            seen[real] = m.path
             relative = os.path.relpath(where, root)
             if relative.split(os.sep)[0] == "..":
                 raise PskdError(CORPUS_DIR, f"{m.path}: shard {shard.path} lies outside {root}, the directory of "
                                 f"{output}; put the merged manifest in a directory above every shard")
             shards.append(dataclasses.replace(shard, path=relative.replace(os.sep, "/")))
     return write_manifest(output, first.tokenizer, shards, first.build)
+
+
+def _describe_tokenizer(t: Tokenizer) -> str:
+    if t.kind == "bytes":
+        return f"bytes, vocabulary {t.vocab_size}"
+    shown = "".join(t.vocab[:20])
+    return f"chars, {t.size} characters {shown!r}{'…' if t.size > 20 else ''}, vocabulary {t.vocab_size}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -683,11 +833,15 @@ __all__ = [
     "Tokenizer",
     "VERSION",
     "VerifyResult",
+    "check_build",
+    "decode_manifest",
     "file_sha256",
     "info_lines",
     "is_manifest",
+    "json_text",
     "manifest_bytes",
     "merge_manifests",
+    "parse_manifest",
     "read_manifest",
     "safe_path",
     "shard_problem",

@@ -31,7 +31,10 @@ and written, atomically, only when every shard is done; the journal is then remo
 keeps every shard whose entry (in the journal or a previous ``shards.json``) names the same input
 (path, size, modification time) and the same options, and whose file still matches its entry
 (count, size, sha256); it rebuilds the others. The result is the same bytes as an uninterrupted
-build's.
+build's. Once ``shards.json`` is written, the shard files of an earlier build that it does not list
+(``shard-NNNNN.psk.d`` names only: a build of fewer inputs) are removed. A shard name that is a
+symbolic link is replaced by the shard, never written through. ``DIR/.pskd-corpus.lock`` stays
+after the build (see :func:`directory_lock` for why).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import fcntl
 import json
 import multiprocessing
 import os
+import re
+import stat
 import sys
 import threading
 import time
@@ -55,7 +60,9 @@ from pskd_jax.corpus import (
     Manifest,
     Shard,
     Tokenizer,
+    decode_manifest,
     file_sha256,
+    json_text,
     parse_manifest,
     shard_problem,
     write_manifest,
@@ -97,16 +104,32 @@ class ShardWriter:
         self._held = 0
         self._item = tokenizer.dtype.itemsize
         self._data_offset = len(tokenizer.header(0))
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        except OSError as e:
-            raise PskdError(TRUNCATED, f"{path}: cannot write: {e.strerror or e}") from None
+        self._fd = self._open(path)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits for any other writer of this shard
             self._restart()
         except BaseException:
             os.close(self._fd)
             raise
+
+    @staticmethod
+    def _open(path: str) -> int:
+        """Opens (creating) the shard file itself: a symbolic link at ``path`` is replaced by the
+        shard, never written through (it could point anywhere, outside the corpus included)."""
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        for _ in range(100):  # another process may make a link again between the unlink and the open
+            try:
+                return os.open(path, flags, 0o644)
+            except OSError as e:
+                if not (os.path.islink(path) and getattr(os, "O_NOFOLLOW", 0)):
+                    raise PskdError(TRUNCATED, f"{path}: cannot write: {e.strerror or e}") from None
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise PskdError(TRUNCATED, f"{path}: cannot replace the symbolic link: {e.strerror or e}") from None
+        raise PskdError(TRUNCATED, f"{path}: cannot write: a symbolic link keeps reappearing there")
 
     def _sync(self) -> None:
         if self.durable:
@@ -306,7 +329,8 @@ def _worker_bytes(n: int) -> None:
 def _run_task(task: _Task, on_bytes: Callable[[int], None] | None = None) -> ShardResult:
     """Keeps the recorded shard when it is intact and of the same input, else builds it."""
     on_bytes = on_bytes or _worker_bytes
-    if task.recorded is not None and shard_problem(task.shard_path, task.recorded, task.tokenizer) is None:
+    if task.recorded is not None and not os.path.islink(task.shard_path) \
+            and shard_problem(task.shard_path, task.recorded, task.tokenizer) is None:  # a link is replaced
         on_bytes(task.recorded.source["size"] if task.recorded.source else 0)
         return ShardResult(task.recorded, (), True, 0)
     done = 0
@@ -372,14 +396,28 @@ class _Journal:
 
     @staticmethod
     def _line(data: Any) -> bytes:
-        return (json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8")
+        return (json_text(data) + "\n").encode("utf-8")  # a file name that is not UTF-8 included
 
 
 @contextlib.contextmanager
 def directory_lock(directory: str) -> Iterator[int]:
-    """Holds ``DIR/.pskd-corpus.lock`` (``flock``), refusing at once if another build holds it."""
+    """Holds ``DIR/.pskd-corpus.lock`` (``flock``), refusing at once if another build holds it.
+
+    The lock file stays in the directory after the build, on purpose. Removing it would be racy: a
+    second build that opened the file just before the first one unlinked it would then lock an
+    inode no longer in the directory, while a third build creates and locks a new file under the
+    name, and the two would run at once. (The alternative, unlinking while holding the lock and
+    having every opener check after locking that the name still is the inode it locked, is only
+    safe if every opener does so; leaving the file is safe with any.) The file is empty, and
+    nothing reads the directory for it: ``verify``, ``info``, ``merge`` and the readers open the
+    manifest and the shards it lists only.
+    """
     path = os.path.join(directory, LOCK)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+                     0o644)
+    except OSError as e:
+        raise PskdError(CORPUS_DIR, f"{directory}: cannot open the build lock {path}: {e.strerror or e}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -395,15 +433,44 @@ def _recorded(directory: str, journal: _Journal, tokenizer: Tokenizer, options: 
     """Shards finished by earlier builds with the same tokenizer and options: the journal's, and
     those of a ``shards.json`` left by a finished build."""
     entries: dict[str, Shard] = {}
-    try:
-        with open(os.path.join(directory, MANIFEST), "rb") as f:
-            old = parse_manifest(json.loads(f.read().decode("utf-8")), os.path.join(directory, MANIFEST))
+    path = os.path.join(directory, MANIFEST)
+    try:  # the entries only: the build uses its own shard paths, and replaces a link at one
+        with open(path, "rb") as f:
+            old = parse_manifest(decode_manifest(f.read(), path), path)
         if old.tokenizer == tokenizer and old.build == options:
             entries.update((s.path, s) for s in old.shards)
-    except (OSError, ValueError, RecursionError, PskdError):
+    except (OSError, PskdError):  # none, or not one to trust: every shard is rebuilt
         pass
     entries.update(journal.read())
     return entries
+
+
+_SHARD_NAME = re.compile(r"shard-([0-9]{5,})\.psk\.d")
+
+
+def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
+    """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
+    inputs than the last one); returns them. Only names this module gives shards
+    (:func:`shard_name`) are candidates, and only files or links, never a directory: other files
+    in the directory are the user's."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        match = _SHARD_NAME.fullmatch(name)
+        if match is None or shard_name(int(match[1])) != name or name in keep:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
@@ -453,6 +520,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
         finally:
             journal.close()
         manifest = write_manifest(os.path.join(directory, MANIFEST), tokenizer, [r.entry for r in results], options)
+        remove_stale_shards(directory, {s.path for s in manifest.shards})
         os.unlink(journal.path)
         fsync_directory(directory)
     examples = tuple(e for r in results for e in r.examples)[:EXAMPLES]
@@ -535,5 +603,6 @@ __all__ = [
     "build_shard",
     "directory_lock",
     "pool_context",
+    "remove_stale_shards",
     "shard_name",
 ]

@@ -264,6 +264,8 @@ def iter_tokens(path: str, tokenizer: Tokenizer, *, max_document_tokens: int | N
         raw = open(path, "rb")
     except OSError as e:
         raise PskdError(BAD_CORPUS_INPUT, f"{path}: cannot read: {e.strerror or e}") from None
+    if on_bytes is not None and not raw.seekable():  # a named pipe: no position to report
+        on_bytes = None
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         for first, block in _line_blocks(f, path):
             texts, lines = _jsonl_texts(path, block, first, text_key, bad)

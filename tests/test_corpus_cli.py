@@ -7,6 +7,8 @@ import json
 import os
 import pathlib
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,22 +26,25 @@ from pskd_jax.errors import PskdError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+# The console script the package installs beside this interpreter, as a user runs it.
+SCRIPT = shutil.which("pskd", path=os.path.dirname(sys.executable))
 
 
-def pskd(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=ENV, timeout=120)
+def pskd(*args, cwd=None, script=False) -> subprocess.CompletedProcess:
+    command = [SCRIPT] if script and SCRIPT else [sys.executable, "-m", "apps.pskd"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd or ROOT, env=ENV,
+                          timeout=120)
 
 
-def ok(*args, cwd=None) -> list[str]:
-    result = pskd(*args, cwd=cwd)
+def ok(*args, cwd=None, script=False) -> list[str]:
+    result = pskd(*args, cwd=cwd, script=script)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # not a terminal: no progress bar
     return result.stdout.splitlines()
 
 
-def fails(code: str, *args) -> str:
-    result = pskd(*args)
+def fails(code: str, *args, cwd=None, script=False) -> str:
+    result = pskd(*args, cwd=cwd, script=script)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
@@ -132,6 +137,102 @@ def test_verify_failures(tmp_path):
     fails("E9016", "corpus", "info", tmp_path / "nothing.json")
 
 
+def test_merge(tmp_path):
+    assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
+    for name, n in (("a", 30), ("b", 20), ("c", 25)):
+        documents(tmp_path / f"{name}.jsonl", n, ord(name))
+    a, b, c, vocab = (tmp_path / n for n in ("a.jsonl", "b.jsonl", "c.jsonl", "vocab.json"))
+    in_process("corpus", "build", a, b, "-o", tmp_path / "all/one")
+    in_process("corpus", "build", c, "-o", tmp_path / "all/two")
+    in_process("corpus", "build", a, b, c, "-o", tmp_path / "whole")
+    in_process("chars", c, "-o", vocab)
+    in_process("corpus", "build", c, "--vocab", vocab, "-o", tmp_path / "all/chars")
+    in_process("corpus", "build", c, "--max-document-tokens", "9", "-o", tmp_path / "all/short")
+    lines = ok("corpus", "merge", "all/one/shards.json", "all/two/shards.json", "-o", "all/shards.json", cwd=tmp_path,
+               script=True)
+    whole = corpus.read_manifest(tmp_path / "whole" / "shards.json")
+    assert lines == [f"pskd: wrote all/shards.json (3 shards from 2 manifests, {whole.tokens} tokens, "
+                     f"{whole.documents} documents, vocabulary 257 with boundary 256)"]
+    merged = corpus.read_manifest(tmp_path / "all" / "shards.json")
+    assert [s.path for s in merged.shards] == ["one/shard-00000.psk.d", "one/shard-00001.psk.d",
+                                               "two/shard-00000.psk.d"]
+    assert [s.sha256 for s in merged.shards] == [s.sha256 for s in whole.shards]
+    corpus.verify_corpus(tmp_path / "all" / "shards.json")
+    first = (tmp_path / "all" / "shards.json").read_bytes()
+    lines = in_process("corpus", "merge", tmp_path / "all/one/shards.json", tmp_path / "all/two/shards.json", "-o",
+                       tmp_path / "all")
+    assert lines[0].startswith(f"pskd: wrote {tmp_path / 'all' / 'shards.json'} (3 shards from 2 manifests")
+    assert (tmp_path / "all" / "shards.json").read_bytes() == first  # a directory: its shards.json
+
+    (tmp_path / "all" / "bad").mkdir()
+    (tmp_path / "all" / "bad" / "shards.json").write_text('{"format": "pskd-corpus", "version": Infinity}')
+    for args, what in [
+        (["all/one/shards.json", "all/chars/shards.json"], "all/chars/shards.json: its tokenizer \\(chars, "),
+        (["all/one/shards.json", "all/short/shards.json"],
+         "all/short/shards.json: its build options differ from .*all/one/shards.json's "
+         "\\(max_document_tokens 9 against None\\)"),
+        (["all/one/shards.json", "all/two/shards.json", "all/one/shards.json"], "all/one/shards.json: shard 0 "
+                                                                                "shard-00000.psk.d is .*, which "
+                                                                                ".*all/one/shards.json lists already"),
+        (["all/one/shards.json", "all/bad/shards.json"], "all/bad/shards.json: not a JSON manifest \\(Infinity"),
+        (["all/one/shards.json", "all/none/shards.json"], "all/none/shards.json: cannot read the corpus manifest"),
+        (["all/one/shards.json", "whole/shards.json"], "whole/shards.json: shard shard-00000.psk.d lies outside"),
+    ]:
+        if args[-1] in ("all/chars/shards.json", "all/bad/shards.json"):  # as a user meets them
+            err = fails("E9016", "corpus", "merge", *args, "-o", "all/shards.json", cwd=tmp_path, script=True)
+        else:  # the others in this process
+            with pytest.raises(PskdError) as info:
+                in_process("corpus", "merge", *[tmp_path / a for a in args], "-o", tmp_path / "all/shards.json")
+            err = f"pskd: {info.value}"
+        assert err.startswith("pskd: E9016: ") and re.search(what, err), (what, err)
+    assert (tmp_path / "all" / "shards.json").read_bytes() == first  # untouched by the failed merges
+    assert [n for n in os.listdir(tmp_path / "all") if n.endswith(".tmp")] == []
+    err = pskd("corpus", "merge", "-o", "all/shards.json", cwd=tmp_path, script=True).stderr
+    assert "the following arguments are required: PART/shards.json" in err
+
+
+def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
+    """A real build holds the directory (it waits on a named pipe for its second input); a second
+    build of the directory, in another process, is refused at once."""
+    documents(tmp_path / "a.jsonl", 20, 1)
+    pipe = tmp_path / "slow.jsonl"
+    os.mkfifo(pipe)
+    out = tmp_path / "c"
+    first = subprocess.Popen([sys.executable, "-m", "apps.pskd", "corpus", "build", str(tmp_path / "a.jsonl"),
+                              str(pipe), "-o", str(out)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".shards.journal").exists():  # written once the lock is held
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.01)
+        err = fails("E9016", "corpus", "build", "a.jsonl", "-o", "c", cwd=tmp_path)
+        assert err == ("pskd: E9016: c: another corpus build is running in this directory (it holds "
+                       "c/.pskd-corpus.lock); wait for it to finish or build into another directory\n")
+        with pytest.raises(PskdError, match="E9016: .*another corpus build is running"):  # other inputs, a pool
+            in_process("corpus", "build", tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--workers", "2", "-o", out)
+        assert first.poll() is None
+        while True:  # the first build waits for a writer of its pipe
+            try:
+                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+                time.sleep(0.01)
+        os.write(fd, b'{"text": "late"}\n')
+        os.close(fd)
+        stdout, stderr = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, stderr
+    assert stdout.startswith(f"pskd: wrote {out / 'shards.json'} (2 shards,")
+    assert (out / ".pskd-corpus.lock").exists()  # left in place on purpose (see directory_lock)
+    ok("corpus", "verify", "c/shards.json", cwd=tmp_path)
+    ok("corpus", "build", "a.jsonl", "-o", "c", cwd=tmp_path)  # the directory is free again
+
+
 # ---------------------------------------------------------------------------------------------
 # Killed and resumed
 
@@ -153,7 +254,7 @@ def finished_shards(out: pathlib.Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/test_faults.py
 def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
     inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
     assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0

@@ -1,7 +1,7 @@
 """Writers under faults: killed at random points, a full disk, a read-only directory, a missing parent.
 
-The writers are the ``pskd`` commands ``pack``, ``lm-windows`` and ``encode``, and the checkpoint
-``save`` and ``CheckpointManager.save``. Each run happens in a process forked from a worker that
+The writers are the ``pskd`` commands ``pack``, ``lm-windows``, ``encode`` and ``corpus build``, and
+the checkpoint ``save`` and ``CheckpointManager.save``. Each run happens in a process forked from a worker that
 imported the toolkit once, so a kill costs the time the writer ran, not an interpreter start:
 
 - SIGKILL after a random delay drawn over the whole length of a run (so kills fall before the
@@ -9,6 +9,12 @@ imported the toolkit once, so a kill costs the time the writer ran, not an inter
   old content or the new, whole (compared byte for byte with reference runs); after the kills a
   rerun completes, writes the new content, and leaves no temporary file in the directory (a killed
   writer's temporary file is removed by the next writer of the same destination);
+- for ``corpus build`` the destination is a directory: after a kill it holds the old corpus or the
+  new one, whole (``shards.json`` and every shard it lists, byte for byte), or no ``shards.json``
+  and the journal of the unfinished build (a build removes the old manifest before it changes any
+  shard); the kills of one series resume each other's work, and a rerun finishes the build: the
+  directory then equals a reference build's, file for file and byte for byte (stale shards of the
+  old, bigger corpus, the journal and temporary files gone);
 - a full disk (``RLIMIT_FSIZE`` below the output's size: writes fail with EFBIG), a read-only
   directory, a missing parent directory: exit status 1, one ``pskd: E9003: …`` line naming the
   destination, the old destination untouched, no temporary file.
@@ -188,6 +194,81 @@ def kill_cli_writers(directory: str, rng: random.Random) -> list[dict]:
     return results
 
 
+def _tree(directory: str) -> dict[str, bytes]:
+    """Every file of a directory (no subdirectories in a corpus), name → bytes."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def _corpus_state(directory: str, old: dict[str, bytes], new: dict[str, bytes]) -> str:
+    """``old`` or ``new`` when ``shards.json`` and every shard it lists are those of that build,
+    ``building`` when there is no ``shards.json`` but a journal, ``torn`` otherwise."""
+    try:
+        with open(os.path.join(directory, "shards.json"), "rb") as f:
+            manifest = f.read()
+    except FileNotFoundError:
+        return "building" if os.path.exists(os.path.join(directory, ".shards.journal")) else "torn (no journal)"
+    for name, files in (("old", old), ("new", new)):
+        if manifest == files["shards.json"]:
+            listed = [entry["path"] for entry in json.loads(manifest)["shards"]]
+            damaged = [p for p in listed if _digest(os.path.join(directory, p)) != hashlib.sha256(files[p]).hexdigest()]
+            return f"torn ({name} manifest, shards {damaged})" if damaged else name
+    return "torn (another manifest)"
+
+
+def kill_corpus_build(directory: str, rng: random.Random) -> dict:
+    """``pskd corpus build`` of three inputs killed over and over in a directory that holds the
+    corpus of five other inputs; then run to its end."""
+    inputs = os.path.join(directory, "corpus-inputs")
+    os.makedirs(inputs)
+    data = np.random.default_rng(SEED + 1)
+    words = np.array(["corpus", "shard", "tökén", "window", "boundary", "données", "🙂", "a", "the"])
+
+    def jsonl(name: str, documents: int) -> str:
+        path = os.path.join(inputs, name)
+        with open(path, "w", encoding="utf-8") as f:
+            for i in range(documents):
+                text = " ".join(data.choice(words, int(data.integers(0, 60))))
+                f.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
+        return path
+
+    old = [jsonl(f"old{i}.jsonl", 200) for i in range(5)]
+    new = [jsonl(f"new{i}.jsonl", 2500 + 500 * i) for i in range(3)]
+    argv = lambda paths, out: ["corpus", "build", *paths, "-o", out, "--chunk-tokens", "4000"]  # noqa: E731
+    log = os.path.join(directory, "stderr.log")
+    reference, dest = os.path.join(directory, "corpus-reference"), os.path.join(directory, "corpus")
+    started = time.monotonic()
+    status, _, stderr = _fork(_cli(argv(new, reference)), log=log)
+    duration = time.monotonic() - started
+    assert status == 0, stderr
+    new_files = _tree(reference)
+    status, _, stderr = _fork(_cli(argv(old, dest)), log=log)
+    assert status == 0, stderr
+    old_files = _tree(dest)
+    states, killed = [], 0
+    for _ in range(KILLS):
+        _, signal_number, _ = _fork(_cli(argv(new, dest)), delay=rng.uniform(0.0, duration), log=log)
+        killed += signal_number == signal.SIGKILL
+        states.append(_corpus_state(dest, old_files, new_files))
+        if states[-1] == "new":  # back to the old corpus, whole
+            shutil.rmtree(dest)
+            os.makedirs(dest)
+            for name, content in old_files.items():
+                with open(os.path.join(dest, name), "wb") as f:
+                    f.write(content)
+    before_rerun = sorted(set(os.listdir(dest)) - set(new_files))
+    status, _, stderr = _fork(_cli(argv(new, dest)), log=log)
+    after = _tree(dest)
+    return {"scenario": "kill corpus build", "states": states, "killed": killed, "before_rerun": before_rerun,
+            "rerun_status": status, "rerun_stderr": stderr, "rerun_new": after == new_files,
+            "after_rerun": sorted(set(after) - set(new_files)),
+            "missing_after_rerun": sorted(set(new_files) - set(after)),
+            "duration": duration}
+
+
 def _checkpoint_tree(k: int):
     return {"w": np.full((1024, 1024), k, np.float32), "b": np.full(2048, k, np.float64), "k": np.int64(k)}
 
@@ -299,8 +380,8 @@ def worker(scratch: str) -> None:
     rng = random.Random(SEED)
     directory = os.path.join(scratch, "kills")
     os.makedirs(directory)
-    for result in kill_cli_writers(directory, rng) + kill_checkpoint_writers(directory, rng) \
-            + environment_faults(scratch):
+    for result in kill_cli_writers(directory, rng) + [kill_corpus_build(directory, rng)] \
+            + kill_checkpoint_writers(directory, rng) + environment_faults(scratch):
         print(json.dumps(result), flush=True)
 
 
@@ -332,6 +413,16 @@ def test_a_killed_command_leaves_the_old_or_the_new_file_and_a_rerun_cleans_up(r
     assert r["killed"] >= KILLS // 3, f"only {r['killed']} of {KILLS} runs were killed before they ended"
     assert (r["rerun_status"], r["rerun_new"]) == (0, True), r["rerun_stderr"]
     assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
+
+
+def test_a_killed_corpus_build_leaves_a_whole_corpus_or_its_journal_and_a_rerun_finishes_it(results):
+    r = results["kill corpus build"]
+    assert not [s for s in r["states"] if s.startswith("torn")], r["states"]
+    assert set(r["states"]) <= {"old", "new", "building"}, r["states"]
+    assert r["killed"] >= KILLS // 3, f"only {r['killed']} of {KILLS} runs were killed before they ended"
+    assert r["states"].count("building") >= 2, r["states"]  # kills did land mid-build (and the next run resumed)
+    assert (r["rerun_status"], r["rerun_new"]) == (0, True), r["rerun_stderr"]
+    assert (r["after_rerun"], r["missing_after_rerun"]) == ([], []), "not the reference build's files"
 
 
 @pytest.mark.parametrize("scenario", ["kill checkpoint.save", "kill CheckpointManager.save"])
