@@ -101,12 +101,15 @@ def remove_stale_temporaries(path: str) -> list[str]:
     return removed
 
 
+_ATTEMPTS = 100  # temporary files made before giving up, when a cleanup keeps removing them
+
+
 def temporary_path_for(path: str) -> tuple[int, str]:
     """Creates a hidden temporary file beside ``path``, locked by the descriptor returned with it
     (keep it open until the file is renamed into place); first removes stale ones of ``path``."""
     directory = os.path.dirname(os.path.abspath(path))
     remove_stale_temporaries(path)
-    while True:
+    for _ in range(_ATTEMPTS):
         try:
             fd, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
         except OSError as e:
@@ -122,11 +125,16 @@ def temporary_path_for(path: str) -> tuple[int, str]:
         try:
             # Blocking: another writer's cleanup may hold the new file for an instant (and remove it).
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts): unlocked, as without fcntl
+            return fd, temporary
+        try:
             if os.stat(temporary, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                 return fd, temporary
-        except OSError:
+        except FileNotFoundError:
             pass
         os.close(fd)  # removed by a cleanup in that instant: make another
+    raise PskdError(TRUNCATED, f"{path}: cannot keep a temporary file in {directory}: each of {_ATTEMPTS} was "
+                               "removed as soon as it was made")
 
 
 @contextlib.contextmanager

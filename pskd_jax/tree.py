@@ -23,6 +23,9 @@ from pskd_jax.errors import MISMATCH, PskdError
 from pskd_jax.sample_type import Layout, Leaf
 
 Rebuild = Callable[[Sequence[Any]], Any]
+# Deeper than any model, well inside Python's recursion limit (a checkpoint's layout file allows 64
+# keys and says so itself): a cyclic or hostile structure gets E9005, not RecursionError.
+MAX_TREE_DEPTH = 256
 
 
 def _is_namedtuple(node: Any) -> bool:
@@ -77,10 +80,11 @@ def _looks_like_array(node: Any) -> bool:
     return hasattr(node, "shape") and hasattr(node, "dtype")
 
 
-def flatten(tree: Any, *, path: str = "") -> tuple[list[tuple[str, Any]], Rebuild]:
+def flatten(tree: Any, *, path: str = "", _depth: int = 0) -> tuple[list[tuple[str, Any]], Rebuild]:
     """Flattens a pytree in declaration order into (key path, leaf) pairs, and a rebuild function.
 
-    ``None`` is an empty node, as in JAX.
+    ``None`` is an empty node, as in JAX. A tree nested deeper than :data:`MAX_TREE_DEPTH`
+    containers (a cycle: a list holding itself) is refused with E9005.
 
     >>> pairs, rebuild = flatten({"b": 1.0, "a": [2.0, 3.0]})
     >>> [p for p, _ in pairs]
@@ -94,10 +98,13 @@ def flatten(tree: Any, *, path: str = "") -> tuple[list[tuple[str, Any]], Rebuil
     if opened is None:
         return [(path, tree)], lambda values: values[0]
     children, make = opened
+    if _depth >= MAX_TREE_DEPTH:
+        shown = path if len(path) <= 200 else path[:200] + "…"
+        raise PskdError(MISMATCH, f"{shown}: a tree nested deeper than {MAX_TREE_DEPTH} containers (a cycle?)")
     pairs: list[tuple[str, Any]] = []
     rebuilds: list[tuple[int, int, Rebuild]] = []
     for key, child in children:
-        child_pairs, child_rebuild = flatten(child, path=path + key)
+        child_pairs, child_rebuild = flatten(child, path=path + key, _depth=_depth + 1)
         rebuilds.append((len(pairs), len(child_pairs), child_rebuild))
         pairs.extend(child_pairs)
 

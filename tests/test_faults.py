@@ -501,3 +501,19 @@ if __name__ == "__main__":
         worker(sys.argv[2])
     else:
         sys.exit("usage: python tests/test_faults.py --worker SCRATCH (run by pytest)")
+
+
+def test_a_file_system_without_flock_still_gets_atomic_output(tmp_path, monkeypatch):
+    import errno
+
+    from pskd_jax import fileio
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fileio.fcntl, "flock", no_locks)
+    destination = tmp_path / "out.bin"
+    with fileio.atomic_output(str(destination)) as f:
+        f.write(b"whole")
+    assert destination.read_bytes() == b"whole"
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]  # no temporary made and left per retry

@@ -371,3 +371,21 @@ def test_data_modules_do_not_import_jax():
                                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "ok"
+
+
+def test_a_cyclic_or_very_deep_tree_is_refused_not_a_recursion_error():
+    from pskd_jax.tree import MAX_TREE_DEPTH, flatten
+
+    cyclic: list = [np.ones(2)]
+    cyclic.append(cyclic)
+    deep: object = np.ones(2)
+    for _ in range(5000):
+        deep = {"k": deep}
+    for tree in (cyclic, deep):
+        with pytest.raises(PskdError) as e:
+            flatten(tree)
+        assert e.value.code == "E9005" and f"deeper than {MAX_TREE_DEPTH}" in e.value.message
+    fits: object = np.ones(2)
+    for _ in range(MAX_TREE_DEPTH):
+        fits = [fits]
+    assert len(flatten(fits)[0]) == 1
