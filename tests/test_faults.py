@@ -240,17 +240,24 @@ def kill_corpus_build(directory: str, rng: random.Random) -> dict:
     argv = lambda paths, out: ["corpus", "build", *paths, "-o", out, "--chunk-tokens", "4000"]  # noqa: E731
     log = os.path.join(directory, "stderr.log")
     reference, dest = os.path.join(directory, "corpus-reference"), os.path.join(directory, "corpus")
-    started = time.monotonic()
-    status, _, stderr = _fork(_cli(argv(new, reference)), log=log)
-    duration = time.monotonic() - started
-    assert status == 0, stderr
+    durations = []
+    for out in (os.path.join(directory, "corpus-timing"), reference):  # the faster of two: a busy spell
+        started = time.monotonic()                                    # would put the kills past the end
+        status, _, stderr = _fork(_cli(argv(new, out)), log=log)
+        durations.append(time.monotonic() - started)
+        assert status == 0, stderr
+    duration = min(durations)
     new_files = _tree(reference)
     status, _, stderr = _fork(_cli(argv(old, dest)), log=log)
     assert status == 0, stderr
     old_files = _tree(dest)
     states, killed = [], 0
     for _ in range(KILLS):
-        _, signal_number, _ = _fork(_cli(argv(new, dest)), delay=rng.uniform(0.0, duration), log=log)
+        # A run that resumes a killed build has only the rest of it to do: its kill is drawn over
+        # less time, or most resumed runs would end before their kill.
+        resuming = bool(states) and states[-1] == "building"
+        delay = rng.uniform(0.0, duration / 2 if resuming else duration)
+        _, signal_number, _ = _fork(_cli(argv(new, dest)), delay=delay, log=log)
         killed += signal_number == signal.SIGKILL
         states.append(_corpus_state(dest, old_files, new_files))
         if states[-1] == "new":  # back to the old corpus, whole
@@ -376,12 +383,64 @@ def environment_faults(directory: str) -> list[dict]:
     return results
 
 
+def corpus_environment_faults(directory: str) -> list[dict]:
+    """``pskd corpus build`` over an existing corpus on a full disk (then run again with room), and
+    into a read-only directory."""
+    log = os.path.join(directory, "stderr.log")
+    base = os.path.join(directory, "corpus-env")
+    os.makedirs(os.path.join(base, "inputs"))
+    data = np.random.default_rng(SEED + 2)
+    words = np.array(["full", "disk", "read", "only", "données", "🙂", "a"])
+
+    def jsonl(name: str, documents: int) -> str:
+        path = os.path.join(base, "inputs", name)
+        with open(path, "w", encoding="utf-8") as f:
+            for _ in range(documents):
+                f.write(json.dumps({"text": " ".join(data.choice(words, 40))}, ensure_ascii=False) + "\n")
+        return path
+
+    small, large = jsonl("small.jsonl", 50), jsonl("large.jsonl", 3000)  # ~0.8 MB of shards
+    build = lambda source, out: _cli(["corpus", "build", source, "-o", out, "--chunk-tokens", "4000"])  # noqa: E731
+    reference, dest = os.path.join(base, "reference"), os.path.join(base, "corpus")
+    for source, out in ((large, reference), (small, dest)):
+        status, _, stderr = _fork(build(source, out), log=log)
+        assert status == 0, stderr
+    new, old = _tree(reference), _tree(dest)
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+
+    status, signal_number, stderr = _fork(build(large, dest), prepare=small_disk, log=log)
+    result = {"scenario": "full disk corpus build", "status": status, "signal": signal_number, "stderr": stderr,
+              "dest": dest, "state": _corpus_state(dest, old, new), "temporaries": _temporaries(dest)}
+    rerun_status, _, rerun_stderr = _fork(build(large, dest), log=log)
+    result.update(rerun_status=rerun_status, rerun_stderr=rerun_stderr, rerun_state=_corpus_state(dest, old, new))
+    results = [result]
+
+    read_only = os.path.join(base, "read-only")
+    os.makedirs(read_only)
+    os.chmod(read_only, 0o555)
+
+    def as_nobody() -> None:
+        if os.geteuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+
+    target = os.path.join(read_only, "corpus")
+    status, signal_number, stderr = _fork(build(large, target), prepare=as_nobody, log=log)
+    results.append({"scenario": "read-only directory corpus build", "status": status, "signal": signal_number,
+                    "stderr": stderr, "dest": target, "state": "absent" if not os.path.exists(target) else "created",
+                    "temporaries": _temporaries(read_only)})
+    return results
+
+
 def worker(scratch: str) -> None:
     rng = random.Random(SEED)
     directory = os.path.join(scratch, "kills")
     os.makedirs(directory)
     for result in kill_cli_writers(directory, rng) + [kill_corpus_build(directory, rng)] \
-            + kill_checkpoint_writers(directory, rng) + environment_faults(scratch):
+            + kill_checkpoint_writers(directory, rng) + environment_faults(scratch) \
+            + corpus_environment_faults(scratch):
         print(json.dumps(result), flush=True)
 
 
@@ -448,6 +507,21 @@ def test_environment_faults_give_a_clear_error_and_tear_nothing(results, fault, 
     assert lines[0].startswith("pskd: E9003: ") and r["dest"] in lines[0], lines[0]
     assert r["unchanged"], "the destination changed"
     assert r["temporaries"] == [], f"left behind: {r['temporaries']}"
+
+
+@pytest.mark.parametrize("fault", ["full disk", "read-only directory"])
+def test_environment_faults_of_a_corpus_build_give_a_clear_error_and_tear_nothing(results, fault):
+    r = results[f"{fault} corpus build"]
+    assert r["signal"] is None, f"killed by signal {r['signal']}"
+    lines = r["stderr"].splitlines()
+    assert r["status"] == 1 and len(lines) == 1 and "Traceback" not in r["stderr"], r["stderr"]
+    assert lines[0].startswith(("pskd: E9003: ", "pskd: E9016: ")) and r["dest"] in lines[0], lines[0]
+    assert r["temporaries"] == [], f"left behind: {r['temporaries']}"
+    if fault == "full disk":  # the old corpus whole, or its journal for the rerun, which finishes
+        assert r["state"] in ("old", "building"), r["state"]
+        assert (r["rerun_status"], r["rerun_state"]) == (0, "new"), r["rerun_stderr"]
+    else:
+        assert r["state"] == "absent"
 
 
 def test_the_cleanup_removes_only_stale_temporaries_of_its_own_destination(tmp_path):
