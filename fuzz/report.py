@@ -90,7 +90,18 @@ def section(workdir: str, tests: str | None) -> str:
             "live writer holds), and the rerun corpus build equals a reference build byte for byte, the old "
             "corpus's extra shards removed. A full disk (`RLIMIT_FSIZE`), a read-only directory and a missing "
             "parent directory, for each of `pack`, `lm-windows` and `encode`: exit 1, one `pskd: E9003:` line "
-            "naming the destination, the old file untouched, nothing left behind."]
+            "naming the destination, the old file untouched, nothing left behind; `pskd corpus build` on a full "
+            "disk leaves the old corpus or its journal (and a rerun with room finishes it), and into a "
+            "read-only directory creates nothing.", "",
+            "**Two writers at once** (real processes): a second `CheckpointManager` of one directory is refused "
+            "with E9014 while the first is open (`read_only=True` and `pskd verify` still read); two "
+            "`checkpoint.save`s of one file take turns under a lock, never mixing data and layout "
+            "(`tests/test_checkpoint_concurrent.py`); a second `pskd corpus build` of one directory is refused "
+            "with E9016 (`tests/test_corpus_cli.py`); two `atomic_output` writers of one file never remove each "
+            "other's temporary file.", "",
+            "**Paths**: a pipeline file, a `shards.json` and a checkpoint index may not lead outside their "
+            "directory — absolute paths, `..` and symlinks out are refused (E9010, E9016, E9014), with cases in "
+            "the hostile collection; a pipeline file may be given a wider root (`root=`, `--root`)."]
     if tests is not None:
         out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
     return "\n".join(out)

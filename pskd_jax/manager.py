@@ -156,6 +156,20 @@ def write_index(directory: str, entries: list[dict], *, durable: bool = True) ->
         f.write((json.dumps(content, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
+def entry_path(directory: str, entry: dict) -> str:
+    """The path of an index entry's file, refused (E9014) when it, or its layout file, resolves
+    through a symlink to somewhere outside the directory: an index reads only its own files."""
+    root = os.path.realpath(directory)
+    for name in (entry["file"], entry.get("layout")):
+        if name is None:
+            continue
+        real = os.path.realpath(os.path.join(directory, name))
+        if os.path.dirname(real) != root:
+            raise PskdError(CHECKPOINT_DIR, f"{directory}: step {entry['step']}: {name} leads to {real}, outside "
+                                            "the checkpoint directory (through a symlink)")
+    return os.path.join(directory, entry["file"])
+
+
 def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
     """Checks the checkpoints of a directory (or one step) against their recorded digests (every
     algorithm an entry records that this version knows); returns the entries checked. E9013 names
@@ -166,7 +180,7 @@ def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
         if not entries:
             raise PskdError(CHECKPOINT_DIR, f"{directory}: no complete checkpoint for step {step}")
     for entry in entries:
-        checkpoint.verify_file(os.path.join(directory, entry["file"]), **entry_digests(entry))
+        checkpoint.verify_file(entry_path(directory, entry), **entry_digests(entry))
     return entries
 
 
@@ -293,7 +307,7 @@ class CheckpointManager:
 
     def path(self, step: int | None = None) -> str:
         """The file of a complete step (the latest by default)."""
-        return os.path.join(self.directory, self._entry(step)["file"])
+        return entry_path(self.directory, self._entry(step))
 
     def extra(self, step: int | None = None) -> Any:
         """The extra JSON saved with a step (the latest by default), e.g. the loader's state."""
@@ -437,7 +451,7 @@ class CheckpointManager:
         ``verify=True`` checks the file against the digest recorded in the index (xxh3_128, or
         sha256) while reading, and raises E9013 naming the checkpoint when they differ."""
         entry = self._entry(step)
-        path = os.path.join(self.directory, entry["file"])
+        path = entry_path(self.directory, entry)
         return checkpoint.restore(path, target, **(entry_digests(entry) if verify else {}), **options)
 
     def verify(self, step: int | None = None) -> list[dict]:

@@ -304,3 +304,32 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
     assert step_file(3) in os.listdir(tmp_path)
     CheckpointManager(tmp_path).close()
     assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000001.layout.json", "step-00000001.psk.d"]
+
+
+@pytest.mark.parametrize("which", ["file", "layout"])
+def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, which):
+    import shutil
+    import subprocess
+    import sys
+
+    from pskd_jax.manager import verify_directory
+
+    directory = tmp_path / "ckpts"
+    with CheckpointManager(directory) as manager:
+        manager.save(1, params(1))
+    name = step_file(1) if which == "file" else step_file(1).replace(".psk.d", ".layout.json")
+    outside = tmp_path / ("elsewhere-" + name)
+    shutil.move(directory / name, outside)
+    os.symlink(outside, directory / name)  # the same bytes, but outside the directory
+    reader = CheckpointManager(directory, read_only=True)
+    for attempt in (lambda: reader.restore(), lambda: reader.path(1), lambda: verify_directory(str(directory))):
+        with pytest.raises(PskdError) as e:
+            attempt()
+        assert e.value.code == "E9014" and "outside the checkpoint directory" in e.value.message
+        assert str(outside) in e.value.message
+    run = subprocess.run([sys.executable, "-m", "apps.pskd", "verify", str(directory)], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr.startswith("pskd: E9014: ") and "Traceback" not in run.stderr
+    os.unlink(directory / name)  # a symlink that stays inside is fine
+    shutil.move(outside, directory / ("copy-" + name))
+    os.symlink("copy-" + name, directory / name)
+    assert reader.restore(as_numpy=True)["w"].tolist() == params(1)["w"].tolist()
