@@ -100,8 +100,8 @@ def section(workdir: str, tests: str | None) -> str:
             "with E9016 (`tests/test_corpus_cli.py`); two `atomic_output` writers of one file never remove each "
             "other's temporary file.", "",
             "**Paths**: a pipeline file, a `shards.json` and a checkpoint index may not lead outside their "
-            "directory — absolute paths, `..` and symlinks out are refused (E9010, E9016, E9014), with cases in "
-            "the hostile collection; a pipeline file may be given a wider root (`root=`, `--root`)."]
+            "directory — absolute paths, `..` and symlinks out are refused (E9010, E9016, E9014), tested in the "
+            "hostile collection and in unit tests; a pipeline file may be given a wider root (`root=`, `--root`)."]
     if tests is not None:
         out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
     return "\n".join(out)
