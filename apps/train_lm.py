@@ -42,10 +42,10 @@ flags.DEFINE_integer("seq", None, "Window length when the pipeline streams a cor
 flags.DEFINE_integer("stride", None, "Distance between window starts in a corpus (default: --seq).")
 flags.DEFINE_bool("verify_corpus", False, "Hash every shard of a corpus against its manifest first.")
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
-                  "How an lm-windows file is read: pread keeps the process's resident memory that of "
-                  "the batches in flight whatever the file's size; mmap copies from a memory map, "
-                  "~3.5x faster per window, but the pages it visits count in the resident set. "
-                  "(A corpus is always mapped.)")
+                  "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
+                  "process's resident memory that of the batches in flight whatever the data's size; "
+                  "mmap copies from a memory map, ~3.5x faster per window, but the pages it visits "
+                  "count in the resident set.")
 
 
 def _progress(step: int, total: int, loss: float | None, rate: float) -> None:
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
             if FLAGS.seq is None:
                 raise PskdError("E9012", f"{pipeline.path} is a corpus: give the window length with --seq T")
             reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
-                                          verify=FLAGS.verify_corpus)
+                                          verify=FLAGS.verify_corpus, access=FLAGS.access)
             vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
         else:
             reader = Reader(pipeline.path, access=FLAGS.access)

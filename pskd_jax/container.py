@@ -39,7 +39,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import mmap
 import operator
@@ -213,6 +212,25 @@ class Placement:
         """The dtype of leaf i's values in memory (bfloat16 for bf16, whose disk dtype is u2)."""
         leaf = self.layout.leaves[i]
         return REAL_DTYPES[self.encodings[i]] if leaf.is_real else self.disk_dtypes[i]
+
+
+def pread_spans(fds: int | Sequence[int], spans: Sequence[memoryview], offsets: Sequence[int], path: str) -> None:
+    """Fills each buffer of ``spans`` from its file descriptor (one for all, or one a span) at its
+    offset: one ``preadv`` a span (called through ``map``: no Python loop per span), more only after
+    a short read (a span past 2 GiB). E9003 when a file ends first: it was cut short since it was
+    opened."""
+    fds = [fds] * len(spans) if isinstance(fds, int) else fds
+    try:
+        done = list(map(os.preadv, fds, ([span] for span in spans), offsets))
+        for fd, view, offset, got in zip(fds, spans, offsets, done):
+            while got < len(view):
+                more = os.preadv(fd, [view[got:]], offset + got)
+                if more == 0:
+                    raise PskdError(TRUNCATED, f"{path}: the file ends at byte {offset + got}, inside the "
+                                               "samples it announced (cut short since it was opened)")
+                got += more
+    except OSError as e:
+        raise PskdError(TRUNCATED, f"{path}: cannot read: {e.strerror or e}") from None
 
 
 def _check_leaf(leaf: Leaf, where: str) -> None:
@@ -509,22 +527,9 @@ class Reader:
         breaks = np.flatnonzero(np.diff(positions) != 1) + 1
         firsts = np.concatenate(([0], breaks)).tolist()
         ends = np.concatenate((breaks, [len(positions)])).tolist()
-        spans = [[flat[a * size : b * size]] for a, b in zip(firsts, ends)]
+        spans = [flat[a * size : b * size] for a, b in zip(firsts, ends)]
         offsets = (self.header.data_offset + positions[firsts].astype(np.int64) * size).tolist()
-        try:
-            done = list(map(os.preadv, itertools.repeat(self._fd), spans, offsets))
-            for (view,), offset, got in zip(spans, offsets, done):
-                while got < len(view):  # a short read: a span past 2 GiB, or a file cut since opened
-                    more = os.preadv(self._fd, [view[got:]], offset + got)
-                    if more == 0:
-                        raise PskdError(
-                            TRUNCATED,
-                            f"{self.path}: the file ends at byte {offset + got}, inside the samples it "
-                            "announced (cut short since it was opened)",
-                        )
-                    got += more
-        except OSError as e:
-            raise PskdError(TRUNCATED, f"{self.path}: cannot read: {e.strerror or e}") from None
+        pread_spans(self._fd, spans, offsets, self.path)
         return out
 
     def _record_view(self) -> np.ndarray | None:

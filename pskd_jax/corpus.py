@@ -55,7 +55,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pskd_jax.container import Reader, encode_header, read_header
+from pskd_jax.container import ACCESS_MODES, Reader, encode_header, pread_spans, read_header
 from pskd_jax.encodings import Encoding, index_dtype
 from pskd_jax.errors import BAD_USAGE, CORPUS_DIR, SHARD_MISMATCH, TRUNCATED, PskdError
 from pskd_jax.fileio import atomic_output, hash_file
@@ -631,10 +631,17 @@ class CorpusWindows:
     that cross a boundary from pieces.
     ``verify=True`` hashes every shard first (:func:`verify_corpus`); in any case each shard's
     type, count and size are checked against the manifest when it is opened (E9017).
+
+    ``access="pread"`` reads each window's T + 1 tokens with one ``preadv`` instead (pieces for a
+    window across shards), as ``Reader(access="pread")`` does: slower per window, but the shards'
+    pages never join the process's resident set.
     """
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
-                 verify: bool = False, workers: int | None = None):
+                 verify: bool = False, workers: int | None = None, access: str = "mmap"):
+        if access not in ACCESS_MODES:
+            raise PskdError(BAD_USAGE, f"{manifest_path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
+        self.access = access
         stride = seq if stride is None else stride
         for name, value in (("seq", seq), ("stride", stride)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -652,7 +659,7 @@ class CorpusWindows:
                 problem = shard_problem(path, shard, self.tokenizer, digest=False)
                 if problem is not None:
                     raise PskdError(SHARD_MISMATCH, f"{self.path}: shard {i} {shard.path}: {problem}")
-                reader = Reader(path)
+                reader = Reader(path, access=access)
                 self._readers.append(reader)
                 self._tokens.append(reader.leaves()[0])
         except BaseException:
@@ -741,10 +748,37 @@ class CorpusWindows:
             if self._counts[k]:
                 local = at - int(self._offsets[k])
                 take = min(stop - at, int(self._counts[k]) - local)
-                out[at - start : at - start + take] = self._tokens[k][local : local + take]
+                if self.access == "pread":
+                    self._read_tokens(k, local, out[at - start : at - start + take])
+                else:
+                    out[at - start : at - start + take] = self._tokens[k][local : local + take]
                 at += take
             k += 1
         return out
+
+    def _read_tokens(self, shard: int, local: int, out: np.ndarray) -> None:
+        """Tokens ``local ..`` of a shard into ``out`` with one ``preadv`` (``access="pread"``)."""
+        reader = self._readers[shard]
+        item = self.dtype.itemsize
+        pread_spans(reader._fd, [memoryview(out.view(np.uint8))], [reader.header.data_offset + local * item],
+                    reader.path)
+
+    def _gather_read(self, starts: np.ndarray, shard: np.ndarray, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``gather`` with ``access="pread"``: each window inside one shard read with one ``preadv``
+        (through ``map``), the rare one across shards from pieces."""
+        n, seq, item = len(starts), self.seq, self.dtype.itemsize
+        windows = np.empty((n, seq + 1), self.dtype)
+        flat = memoryview(windows.reshape(-1).view(np.uint8))
+        width = (seq + 1) * item
+        rows = np.flatnonzero(inside).tolist()
+        inner_shards = shard[inside]
+        fds = [self._readers[k]._fd for k in inner_shards.tolist()]
+        data_offsets = np.array([r.header.data_offset for r in self._readers], dtype=np.int64)
+        offsets = (data_offsets.take(inner_shards) + (starts[inside] - self._offsets.take(inner_shards)) * item)
+        pread_spans(fds, [flat[r * width : (r + 1) * width] for r in rows], offsets.tolist(), self.path)
+        for row in np.flatnonzero(~inside).tolist():
+            windows[row] = self.stream(int(starts[row]), int(starts[row]) + seq + 1)
+        return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
 
     def gather(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Windows ``indices`` as ``(inputs, targets)``, each ``(len(indices), seq)`` and contiguous."""
@@ -766,6 +800,8 @@ class CorpusWindows:
         position *= self.stride  # each window's start in the stream
         shard = self._bounds.searchsorted(position, side="right")
         inside = position < self._inside_end.take(shard)  # all T + 1 tokens in the start's shard
+        if self.access == "pread":
+            return self._gather_read(position, shard, inside)
         crossing = np.flatnonzero(~inside) if n else position[:0]
         starts = position.copy() if len(crossing) else position
         position += self._shift.take(shard)  # now a record index of the views
@@ -787,10 +823,10 @@ class CorpusWindows:
     def __getstate__(self) -> dict[str, Any]:
         """The manifest path and the window shape; the shards are mapped again where unpickled."""
         return {"path": self.path, "seq": self.seq, "stride": self.stride,
-                "manifest": self.manifest.to_bytes()}
+                "manifest": self.manifest.to_bytes(), "access": self.access}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], seq=state["seq"], stride=state["stride"])
+        self.__init__(state["path"], seq=state["seq"], stride=state["stride"], access=state.get("access", "mmap"))
         if self.manifest.to_bytes() != state["manifest"]:
             self.close()
             raise PskdError(SHARD_MISMATCH, f"{self.path}: the manifest changed since the source was pickled")
