@@ -547,7 +547,14 @@ class Reader:
         leaf = placement.layout.leaves[i]
         value_dtype = placement.value_dtype(i)
         if records is None or n == 0:
-            return np.zeros((n, *leaf.shape), dtype=value_dtype)
+            shape = (n, *leaf.shape)
+            if math.prod(d for d in shape if d) * value_dtype.itemsize > MAX_COUNT:  # numpy refuses even 0 elements
+                raise PskdError(
+                    TRUNCATED,
+                    f"{self.path}: {n} samples of leaf {leaf.path or '(root)'} (shape {list(leaf.shape)}) span "
+                    "more than the 2^63 bytes an array can address",
+                )
+            return np.zeros(shape, dtype=value_dtype)
         disk = placement.disk_dtypes[i]
         if len(placement.disk_dtypes) == 1:
             return records.view(disk).reshape(n, *leaf.shape).view(value_dtype)
