@@ -22,6 +22,14 @@ Targets (``TARGETS``):
   is read, verified and restored through the manager.
 - ``safetensors``: two bytes give a data length, the rest is a safetensors header (JSON); the file
   built from them is imported with ``convert``.
+- ``manifest``: the bytes are a ``shards.json`` beside the shards of a small real corpus (built
+  once); ``read_manifest``, ``info_lines``, ``verify_corpus``, and ``CorpusWindows(seq=4)`` whose
+  windows must be the stream of the shards' tokens (and which must open whenever verify passed).
+- ``jsonl``: the first byte picks the options (skip bad documents, a character tokenizer, a limit
+  of tokens per document, ``.jsonl`` / ``.txt`` / gzip-compressed ``.jsonl.gz`` / raw bytes as
+  ``.jsonl.gz``), the rest is a corpus input built with ``build_corpus``; a build must agree with a
+  line-by-line reading of the input (its tokens, documents and bad documents), and the corpus it
+  writes must verify and give the windows of its tokens.
 
 This module is imported by ``fuzz/run.py`` (and by the regression tests); ``prepare`` makes the
 fixture files a target needs in a scratch directory.
@@ -37,7 +45,8 @@ from typing import Callable
 
 import numpy as np
 
-from pskd_jax import checkpoint, convert, inspection, manager, pack, pipeline, sample_type, text, windows
+from pskd_jax import (checkpoint, convert, corpus, corpus_build, inspection, manager, pack, pipeline, sample_type,
+                      text, windows)
 from pskd_jax.container import Reader, write, write_encoded
 from pskd_jax.errors import PskdError
 
@@ -72,6 +81,39 @@ class Scratch:
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
+
+    @property
+    def corpus_dir(self) -> str:
+        """A directory of real shards (built once, on first use): ``shard-00000.psk.d`` and
+        ``shard-00001.psk.d`` of the bytes tokenizer (documents "hello", "ab" / "xyz", the shards of
+        the hostile collection's manifest cases) and ``s.psk.d`` of the chars tokenizer
+        ``CORPUS_CHARS`` (documents "ab\\nba", "b"). The valid manifests are ``bytes.json`` and
+        ``chars.json``; the target writes its input as ``shards.json`` beside them."""
+        directory = os.path.join(self.fixtures, "corpus")
+        if os.path.exists(os.path.join(directory, "chars.json")):
+            return directory
+        build = os.path.join(self.fixtures, "corpus-build")
+        shutil.rmtree(build, ignore_errors=True)
+        os.makedirs(build)
+        for name, documents in (("a.jsonl", ["hello", "ab"]), ("b.jsonl", ["xyz"]), ("c.jsonl", ["ab\nba", "b"])):
+            _write(os.path.join(build, name), "".join(json.dumps({"text": d}) + "\n" for d in documents).encode())
+        os.makedirs(directory, exist_ok=True)
+        corpus_build.build_corpus([os.path.join(build, n) for n in ("a.jsonl", "b.jsonl")], os.path.join(build, "b"),
+                                  durable=False)
+        corpus_build.build_corpus([os.path.join(build, "c.jsonl")], os.path.join(build, "c"),
+                                  tokenizer=corpus.Tokenizer.chars(CORPUS_CHARS), durable=False)
+        for name in ("shard-00000.psk.d", "shard-00001.psk.d"):
+            shutil.copyfile(os.path.join(build, "b", name), os.path.join(directory, name))
+        shutil.copyfile(os.path.join(build, "c", "shard-00000.psk.d"), os.path.join(directory, "s.psk.d"))
+        shutil.copyfile(os.path.join(build, "b", corpus.MANIFEST), os.path.join(directory, "bytes.json"))
+        with open(os.path.join(build, "c", corpus.MANIFEST), "rb") as f:
+            chars = f.read().replace(b'"shard-00000.psk.d"', b'"s.psk.d"')
+        _write(os.path.join(directory, "chars.json"), chars)
+        return directory
+
+
+CORPUS_CHARS = ["a", "b", "\n"]
+JSONL_CHARS = [chr(c) for c in range(32, 127)] + ["\n", "é", "漢"]
 
 
 def _write(path: str, data: bytes) -> str:
@@ -247,6 +289,180 @@ def t_safetensors(s: Scratch, data: bytes) -> None:
         pass
 
 
+def t_manifest(s: Scratch, data: bytes) -> None:
+    path = _write(os.path.join(s.corpus_dir, corpus.MANIFEST), data)
+    try:
+        manifest = corpus.read_manifest(path)
+        corpus.info_lines(path, shards=True)
+        try:
+            corpus.verify_corpus(path, workers=1)
+            verified = True
+        except PskdError:
+            verified = False
+        try:
+            windows_source = corpus.CorpusWindows(path, seq=4)
+        except PskdError as e:
+            if verified:
+                raise Finding(f"verify passed, but the windows refuse the corpus: {e}") from e
+            raise
+        with windows_source as w:
+            _check_windows(w, [manifest.shard_path(i) for i in range(len(manifest.shards))])
+    except PskdError:
+        pass
+
+
+def _check_windows(w: "corpus.CorpusWindows", shard_paths: list[str]) -> None:
+    """The windows are the stream of the shards' tokens, read one shard at a time."""
+    parts = []
+    for shard_path in shard_paths:
+        with Reader(shard_path) as reader:
+            parts.append(np.asarray(reader.leaves()[0]).copy())
+    stream = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    n = len(w)
+    expected = windows.lm_window_count(len(stream), w.seq, w.stride) if len(stream) else 0
+    if n != expected or w.total_tokens != len(stream):
+        raise Finding(f"{n} windows over {w.total_tokens} tokens; the shards hold {len(stream)} tokens, "
+                      f"{expected} windows")
+    if len(stream) and int(stream.max()) >= w.vocab_size:
+        raise Finding("a verified shard holds a token at or above the vocabulary size")
+    if not n:
+        return
+    indices = np.array(sorted({0, n - 1, n // 2, 1 % n}) + [-1], dtype=np.int64)
+    inputs, targets = w.gather(indices)
+    for row, k in enumerate(indices.tolist()):
+        start = (k % n) * w.stride
+        if (inputs[row].tolist() != stream[start : start + w.seq].tolist()
+                or targets[row].tolist() != stream[start + 1 : start + w.seq + 1].tolist()):
+            raise Finding(f"window {k} differs from tokens {start}..{start + w.seq} of the shards")
+        one_in, _ = w[k]
+        if one_in.tolist() != inputs[row].tolist():
+            raise Finding(f"window {k}: [] and gather disagree")
+
+
+JSONL_MODES = (".jsonl", ".txt", ".jsonl.gz", "raw.jsonl.gz")
+MAY_REFUSE = "bad bytes after the limit of tokens"  # the build may refuse the input, or accept its tokens
+
+
+def t_jsonl(s: Scratch, data: bytes) -> None:
+    if not data:
+        return
+    flags, body = data[0], data[1:]
+    skip_bad, use_chars, limit = bool(flags & 1), bool(flags & 2), (3 if flags & 4 else None)
+    mode = JSONL_MODES[(flags >> 3) % len(JSONL_MODES)]
+    tokenizer = corpus.Tokenizer.chars(JSONL_CHARS) if use_chars else corpus.Tokenizer.bytes()
+    folder = s.path("jsonl")
+    shutil.rmtree(folder, ignore_errors=True)  # a fresh build each time (a rerun keeps shards by mtime)
+    os.makedirs(folder)
+    source = os.path.join(folder, "in" + (".jsonl.gz" if mode.endswith(".gz") else mode))
+    if mode == ".jsonl.gz":
+        import gzip
+        _write(source, gzip.compress(body, compresslevel=1, mtime=0))
+    else:
+        _write(source, body)
+    out = os.path.join(folder, "corpus")
+    expected = None if mode == "raw.jsonl.gz" else _expected_corpus(body, mode, tokenizer, skip_bad, limit)
+    try:
+        result = corpus_build.build_corpus([source], out, tokenizer=tokenizer, max_document_tokens=limit,
+                                           skip_bad=skip_bad, durable=False)
+    except PskdError as e:
+        if expected is not None and expected[3] is None:
+            raise Finding(f"the build refused an input a line-by-line reading accepts: {e}") from e
+        if os.path.exists(os.path.join(out, corpus.MANIFEST)):
+            raise Finding("a failed build left shards.json")
+        return
+    if expected is not None:
+        tokens, documents, skipped, bad = expected
+        if bad is not None and bad is not MAY_REFUSE:
+            raise Finding(f"the build accepted an input with a bad document ({bad})")
+        m = result.manifest
+        with Reader(m.shard_path(0)) as reader:
+            built = np.asarray(reader.leaves()[0]).tolist()
+        got = (built, m.shards[0].documents, m.shards[0].skipped)
+        if bad is MAY_REFUSE and got == ([], 0, 1):
+            pass  # skip_bad, and the build saw the bad bytes: the document is left out
+        elif got != (tokens, documents, skipped):
+            raise Finding(f"the build made {len(built)} tokens, {m.shards[0].documents} documents, "
+                          f"{m.shards[0].skipped} skipped; a line-by-line reading makes {len(tokens)}, "
+                          f"{documents}, {skipped}")
+    manifest_path = os.path.join(out, corpus.MANIFEST)
+    try:
+        corpus.verify_corpus(manifest_path, workers=1)
+        corpus.info_lines(manifest_path, shards=True)
+        with corpus.CorpusWindows(manifest_path, seq=2, stride=1) as w:
+            _check_windows(w, [w.manifest.shard_path(i) for i in range(len(w.manifest.shards))])
+    except PskdError as e:
+        raise Finding(f"a corpus the build wrote does not read back: {e}") from e
+
+
+def _expected_corpus(body: bytes, mode: str, tokenizer: "corpus.Tokenizer", skip_bad: bool, limit: int | None):
+    """(tokens, documents, skipped, the first bad document or None) by reading the input one line
+    at a time, as the corpus_tokens docstring describes it (the build reads it in blocks)."""
+    tokens: list[int] = []
+    documents = skipped = 0
+
+    def encode(text_value: str) -> list[int] | None:
+        if tokenizer.kind == "bytes":
+            try:
+                raw = text_value.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+            return list(raw[:limit] if limit is not None else raw)
+        chars = text_value[:limit] if limit is not None else text_value
+        if any(ch not in tokenizer.vocab for ch in chars):
+            return None
+        return [tokenizer.vocab.index(ch) for ch in chars]
+
+    if mode == ".txt":
+        try:
+            doc = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            doc = None
+            prefix = body[: e.start].decode("utf-8")
+            if limit is not None and (e.start if tokenizer.kind == "bytes" else len(prefix)) >= limit:
+                # A .txt document is streamed and read only up to its limit: bad bytes after it may
+                # go unseen (the build then keeps the limit's tokens), or be seen in the same block.
+                encoded = encode(prefix)
+                return ((encoded + [tokenizer.boundary], 1, 0, MAY_REFUSE) if encoded is not None
+                        else ([], 0, 1, None) if skip_bad else ([], 0, 0, "the document"))
+        encoded = None if doc is None else encode(doc)
+        if encoded is None:
+            return ([], 0, 1, None) if skip_bad else ([], 0, 0, "the document")
+        return (encoded + [tokenizer.boundary], 1, 0, None) if encoded else ([], 0, 0, None)
+    if body.startswith(b"\xef\xbb\xbf"):
+        body = body[3:]
+    bad = None
+    for number, raw_line in enumerate(body.split(b"\n"), 1):
+        problem = None
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError:
+            problem = "invalid UTF-8"
+        if problem is None:
+            try:
+                doc = json.loads(line)
+            except (ValueError, RecursionError):
+                if not line or line.isspace():
+                    continue
+                problem = "not JSON"
+        if problem is None:
+            if type(doc) is not dict or type(doc.get("text")) is not str:
+                problem = "not an object with a string text"
+            elif not doc["text"]:
+                continue
+            else:
+                encoded = encode(doc["text"])
+                if encoded is None:
+                    problem = "a text the tokenizer cannot encode"
+                else:
+                    tokens += encoded + [tokenizer.boundary]
+                    documents += 1
+                    continue
+        if not skip_bad:
+            return tokens, documents, skipped, f"line {number}: {problem}"
+        skipped += 1
+    return tokens, documents, skipped, bad
+
+
 TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "container": t_container,
     "sample_type": t_sample_type,
@@ -256,6 +472,8 @@ TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "layout": t_layout,
     "checkpoints_index": t_checkpoints_index,
     "safetensors": t_safetensors,
+    "manifest": t_manifest,
+    "jsonl": t_jsonl,
 }
 
 # Which kinds of the hostile collection seed which target (and how a file becomes an input).
@@ -268,6 +486,8 @@ HOSTILE_KINDS = {
     "layout": ("layout", None),
     "checkpoints_index": ("index", None),
     "safetensors": ("safetensors", "safetensors"),
+    "manifest": ("manifest", None),
+    "jsonl": ("jsonl", "jsonl"),
 }
 
 
@@ -319,6 +539,17 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [open(checkpoint.layout_path_for(scratch.checkpoint), "rb").read()]
     if target == "checkpoints_index":
         return [scratch.index_files[manager.INDEX]]
+    if target == "manifest":
+        out = []
+        for name in ("bytes.json", "chars.json"):
+            with open(os.path.join(scratch.corpus_dir, name), "rb") as f:
+                out.append(f.read())
+        return out
+    if target == "jsonl":
+        lines = b'{"text": "hello"}\n{"text": "ab", "id": 7}\n\n{"text": ""}\n'
+        bad = b'{"text": "a"}\n[1]\n{"text": 2}\n{"text": "\\ud800"}\n\xff\n{"body": "c"}\n{"text": "b"}\n'
+        return [bytes([flags]) + body for flags in range(0, 32, 1)
+                for body in (lines, bad, "é漢 text\n".encode(), b"")]
     if target == "safetensors":
         from safetensors.numpy import save
         out = []
@@ -347,7 +578,9 @@ def hostile_inputs(target: str) -> list[bytes]:
                 continue
             path = os.path.join(HOSTILE, case["file"])
             if os.path.isdir(path):
-                path = os.path.join(path, manager.INDEX)
+                path = os.path.join(path, corpus.MANIFEST if kind == "manifest" else manager.INDEX)
+                if not os.path.isfile(path):
+                    continue
             with open(path, "rb") as f:
                 data = f.read()
             if how == "type":
@@ -356,11 +589,22 @@ def hostile_inputs(target: str) -> list[bytes]:
                 data = case["args"]["type"].encode() + b"\n" + data
             elif how == "safetensors":
                 data = _safetensors_input(data)
+            elif how == "jsonl":
+                data = _jsonl_input(case, data)
             elif isinstance(how, bytes):
                 data = how + data
             if data is not None:
                 out.append(data)
     return out
+
+
+def _jsonl_input(case: dict, data: bytes) -> bytes | None:
+    """A hostile corpus input as the jsonl target's input: the flags byte of its options."""
+    file, args = case["file"], case.get("args", {})
+    if file.endswith(".jsonl.gz"):
+        return bytes([3 << 3 | bool(args.get("skip_bad"))]) + data
+    mode = 1 if file.endswith(".txt") else 0
+    return bytes([mode << 3 | (2 if "vocab" in args else 0) | bool(args.get("skip_bad"))]) + data
 
 
 def _type_of(data: bytes) -> bytes | None:

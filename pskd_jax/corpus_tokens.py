@@ -4,7 +4,9 @@ Documents
 ---------
 - ``.jsonl`` / ``.jsonl.gz``: one JSON object a line; the document is its ``text_key`` string.
   Blank lines are passed over; a UTF-8 byte order mark at the start of the file is ignored.
-- ``.txt``: the whole file is one document (UTF-8; a byte order mark is part of the text).
+- ``.txt``: the whole file is one document (UTF-8; a byte order mark is part of the text). With
+  ``max_document_tokens`` it is read only as far as the limit (in blocks of about
+  :data:`BLOCK_BYTES`): what lies after is neither tokenized nor checked.
 - A directory stands for the files with those suffixes below it (hidden ones excepted), in sorted
   order of their paths; other files there are passed over. A file named directly must have one of
   the suffixes.
@@ -161,24 +163,29 @@ def _describe(ch: str) -> str:
 def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: BadInput
                     ) -> tuple[np.ndarray, int]:
     """Encodes a block of documents, reporting (and, skipping, leaving out) the bad ones; returns
-    the tokens and how many documents they hold."""
+    the tokens and how many documents they hold.
+
+    When the block fails, each document is encoded alone to find the bad ones, in line order: a
+    block may hold documents bad in different ways (a lone surrogate, a character outside the
+    vocabulary), and the first reported is the first line."""
     if not texts:
         return np.zeros(0, encoder.tokenizer.dtype), 0
     try:
         return encoder.encode(texts), len(texts)
-    except UnicodeEncodeError:
-        found = []
-        for j, s in enumerate(texts):
-            try:
-                s.encode("utf-8")
-            except UnicodeEncodeError as e:
-                found.append((j, f"{path}:{lines[j]}: the text holds a lone surrogate U+{ord(s[e.start]):04X} (a "
-                                 "\\u escape that is half a pair), which UTF-8 cannot encode"))
-    except _Unknown as e:
-        found = [(j, f"{path}:{lines[j]}: character {_describe(ch)} is not in the vocabulary") for j, ch in e.found]
-    for _, message in found:
+    except (UnicodeEncodeError, _Unknown):
+        pass
+    drop = set()
+    for j, s in enumerate(texts):
+        try:
+            encoder.encode([s])
+            continue
+        except UnicodeEncodeError as e:
+            message = (f"{path}:{lines[j]}: the text holds a lone surrogate U+{ord(s[e.start]):04X} (a \\u escape "
+                       "that is half a pair), which UTF-8 cannot encode")
+        except _Unknown as e:
+            message = f"{path}:{lines[j]}: character {_describe(e.found[0][1])} is not in the vocabulary"
         bad(message)
-    drop = {j for j, _ in found}
+        drop.add(j)
     kept = [s for j, s in enumerate(texts) if j not in drop]
     return (encoder.encode(kept) if kept else np.zeros(0, encoder.tokenizer.dtype)), len(kept)
 

@@ -2,7 +2,7 @@
 the API and through the ``pskd`` command, answers with the code its manifest records.
 
 Each case runs in a process of its own, forked from a worker that has imported the toolkit once
-(so that 146 cases times two cost seconds, not a Python start-up each), under:
+(so that a few hundred cases times two cost seconds, not a Python start-up each), under:
 
 - an address-space limit (``RLIMIT_AS``, the worker's own plus 512 MiB): an input that makes the
   toolkit allocate out of all proportion fails instead of swapping the machine;
@@ -14,6 +14,14 @@ Through the API the only exception allowed is ``PskdError`` with the recorded co
 command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no traceback, and no output
 file (nor temporary file) left behind. A case whose code is ``null`` must succeed both ways.
 A few cases are also run through the installed console script itself, a fresh interpreter each.
+
+Corpus cases: a ``manifest`` case (a directory) goes through four API steps (``read_manifest``,
+``info_lines``, ``verify_corpus``, ``CorpusWindows`` and a gather), each of which must answer with
+the case's code or succeed, the first failing one with the code; through the command it is
+``pskd corpus verify`` (the case's code) and ``pskd corpus info`` (which reads no shard: it fails
+with E9016 cases only). A ``jsonl`` case is built with ``build_corpus`` / ``pskd corpus build``, and
+what was built is verified and read back; a refused build leaves no ``shards.json`` and no shard,
+only the lock and journal it keeps to resume.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ import numpy as np
 import pytest
 
 import apps.pskd
-from pskd_jax import checkpoint, container, convert, inspection, manager, pack, pipeline, text, windows
+from pskd_jax import (checkpoint, container, convert, corpus, corpus_build, inspection, manager, pack, pipeline,
+                      text, windows)
 from pskd_jax.container import Reader
 from pskd_jax.errors import PskdError
 
@@ -50,9 +59,22 @@ CHECKPOINT = FIXTURES / "checkpoint.psk.d"
 TEXT = FIXTURES / "text.txt"
 
 
-def cli_arguments(case: dict, path: str, out_dir: str) -> list[str]:
+BUILD_STATE = {".pskd-corpus.lock", ".shards.journal"}  # what a refused corpus build keeps, to resume
+
+
+def sides(case: dict) -> tuple[str, ...]:
+    return ("api", "cli", "cli-info") if case["kind"] == "manifest" else ("api", "cli")
+
+
+def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> list[str]:
     kind, args = case["kind"], case.get("args", {})
     out = os.path.join(out_dir, "out")
+    if kind == "manifest":
+        return ["corpus", "info" if side == "cli-info" else "verify", os.path.join(path, corpus.MANIFEST)]
+    if kind == "jsonl":
+        return (["corpus", "build", path, "-o", os.path.join(out_dir, "corpus")]
+                + (["--vocab", str(HOSTILE / args["vocab"])] if "vocab" in args else [])
+                + (["--skip-bad"] if args.get("skip_bad") else []))
     return {
         "container": lambda: ["info", path],
         "pipeline": lambda: ["pipeline", path, "--root", str(HOSTILE)],
@@ -95,8 +117,37 @@ def run_api(case: dict, path: str, out_dir: str) -> None:
         manager.verify_directory(path)
     elif kind == "safetensors":
         convert.safetensors_to_pskd(path, out + ".psk.d", durable=False)
+    elif kind == "jsonl":
+        tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
+        built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
+                                          skip_bad=args.get("skip_bad", False), durable=False)
+        corpus.verify_corpus(built.manifest.path, workers=1)
+        _windows(built.manifest.path)
     else:
         raise AssertionError(f"unknown kind {kind}")
+
+
+def _windows(manifest_path: str) -> None:
+    with corpus.CorpusWindows(manifest_path, seq=4) as w:
+        if len(w):
+            w.gather([0, len(w) - 1, -1])
+            w[len(w) // 2]
+
+
+def manifest_steps(path: str) -> list[dict]:
+    """A corpus directory through each reader of the API: each step's code (None: it succeeded)."""
+    manifest_path = os.path.join(path, corpus.MANIFEST)
+    steps = []
+    for name, step in (("read_manifest", lambda: corpus.read_manifest(manifest_path)),
+                       ("info_lines", lambda: corpus.info_lines(manifest_path, shards=True)),
+                       ("verify_corpus", lambda: corpus.verify_corpus(manifest_path, workers=2)),
+                       ("CorpusWindows", lambda: _windows(manifest_path))):
+        try:
+            step()
+            steps.append({"step": name, "code": None})
+        except PskdError as e:
+            steps.append({"step": name, "code": e.code, "message": e.message[:2000]})
+    return steps
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,27 +206,50 @@ def _fork(body, stdout_path: str | None = None) -> tuple[dict | None, int | None
     return outcome, os.WEXITSTATUS(wait_status), None
 
 
+def _size(path: str) -> int:
+    """A file's size, or a directory's files' (links counted as links: a case's may lead anywhere)."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return os.lstat(path).st_size
+    return sum(os.lstat(os.path.join(d, f)).st_size for d, dirs, files in os.walk(path) for f in files + dirs)
+
+
+def _left(out_dir: str) -> list[str]:
+    """What a run left in its output directory, files below subdirectories included."""
+    found = []
+    for directory, dirs, files in os.walk(out_dir):
+        found += [os.path.relpath(os.path.join(directory, name), out_dir) for name in files]
+        found += [os.path.relpath(os.path.join(directory, name), out_dir) + "/" for name in dirs
+                  if not os.listdir(os.path.join(directory, name))]
+    return sorted(found)
+
+
 def worker(scratch: str) -> None:
     for index, case in enumerate(CASES):
         path = str(HOSTILE / case["file"])
-        size = (sum(f.stat().st_size for f in pathlib.Path(path).iterdir()) if os.path.isdir(path)
-                else os.path.getsize(path))
-        for side in ("api", "cli"):
+        size = _size(path)
+        for side in sides(case):
             out_dir = os.path.join(scratch, f"{index}-{side}")
             os.makedirs(out_dir)
 
             def api() -> dict:
                 tracemalloc.start()
-                try:
-                    run_api(case, path, out_dir)
-                    result = {"status": "ok"}
-                except PskdError as e:
-                    result = {"status": "error", "code": e.code, "message": e.message[:2000]}
+                if case["kind"] == "manifest":
+                    steps = manifest_steps(path)
+                    failed = [step for step in steps if step["code"] is not None]
+                    result = ({"status": "error", "code": failed[0]["code"], "message": failed[0]["message"]}
+                              if failed else {"status": "ok"})
+                    result["steps"] = steps
+                else:
+                    try:
+                        run_api(case, path, out_dir)
+                        result = {"status": "ok"}
+                    except PskdError as e:
+                        result = {"status": "error", "code": e.code, "message": e.message[:2000]}
                 result["peak"] = tracemalloc.get_traced_memory()[1]
                 return result
 
             def cli() -> dict:
-                sys.argv = ["pskd", *cli_arguments(case, path, out_dir)]
+                sys.argv = ["pskd", *cli_arguments(case, path, out_dir, side)]
                 apps.pskd.run()
                 return {"status": "ok"}
 
@@ -183,7 +257,7 @@ def worker(scratch: str) -> None:
             outcome, status, signal_number = _fork(api if side == "api" else cli, log)
             with open(log + ".err", encoding="utf-8", errors="replace") as f:
                 stderr = f.read()
-            left = sorted(os.listdir(out_dir))
+            left = _left(out_dir)
             print(json.dumps({"file": case["file"], "side": side, "outcome": outcome, "status": status,
                               "signal": signal_number, "stderr": stderr[-4000:], "left": left, "size": size}),
                   flush=True)
@@ -234,6 +308,8 @@ def test_api(outcomes, case):
     else:
         assert (outcome["status"], outcome.get("code")) == ("error", case["code"]), outcome
         assert outcome["message"], "an error says what and where"
+    for step in outcome.get("steps", []):  # a manifest case: every reader answers alike, or succeeds
+        assert step["code"] in (None, case["code"]), step
     assert outcome["peak"] <= PEAK_FACTOR * record["size"] + PEAK_SLACK, (
         f"allocated {outcome['peak']} bytes for an input of {record['size']}")
 
@@ -251,7 +327,36 @@ def test_cli(outcomes, case):
     lines = stderr.splitlines()
     assert record["status"] == 1 and len(lines) == 1, stderr
     assert lines[0].startswith(f"pskd: {case['code']}: "), stderr
-    assert record["left"] == [], f"left behind: {record['left']}"
+    left = record["left"]
+    if case["kind"] == "jsonl":  # a refused build keeps its lock and journal, no shard, no manifest
+        left = [name for name in left if os.path.relpath(name, "corpus") not in BUILD_STATE]
+    assert left == [], f"left behind: {left}"
+
+
+MANIFEST_CASES = [case for case in CASES if case["kind"] == "manifest"]
+
+
+@pytest.mark.parametrize("case", MANIFEST_CASES, ids=_id)
+def test_cli_corpus_info(outcomes, case):
+    """``pskd corpus info`` reads the manifest alone: E9016 where the manifest is bad, else its lines."""
+    record = outcomes[case["file"], "cli-info"]
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    stderr = record["stderr"]
+    assert "Traceback" not in stderr, stderr
+    if case["code"] != "E9016":
+        assert record["status"] == 0, stderr
+        return
+    assert record["status"] == 1 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("pskd: E9016: "), stderr
+
+
+def test_the_collection_holds_links_that_lead_outside():
+    """The path cases are what they say: links git stores as links, leading out of their directory."""
+    outside = HOSTILE / "_fixtures" / "outside.psk.d"
+    assert outside.is_symlink() and os.readlink(outside) == "/etc/passwd"
+    link = HOSTILE / "manifest" / "symlink-to-sibling" / "shard-00000.psk.d"
+    assert link.is_symlink() and link.resolve() == (HOSTILE / "manifest" / "valid" / "shard-00000.psk.d")
+    assert (HOSTILE / "manifest" / "symlink-directory-out" / "sub").is_symlink()
 
 
 def test_manifest_lists_every_file_once():

@@ -17,6 +17,9 @@ meets it (``tests/test_hostile.py`` runs each through the API and through the ``
 | layout      | ``read_layout_file``, ``info_lines(checkpoint)`` | ``pskd info CHECKPOINT --layout FILE``  |
 | index       | ``verify_directory(DIR)``                       | ``pskd verify DIR``                     |
 | safetensors | ``safetensors_to_pskd``                         | ``pskd convert FILE -o OUT.psk.d``      |
+| manifest    | ``read_manifest``, ``info_lines``,              | ``pskd corpus verify DIR/shards.json``, |
+|             | ``verify_corpus``, ``CorpusWindows(seq=4)``     | ``pskd corpus info DIR/shards.json``    |
+| jsonl       | ``build_corpus([FILE], OUT)``, then read back   | ``pskd corpus build FILE -o OUT``       |
 
 ``ROOT`` is this collection's directory: pipeline cases stream files of ``_fixtures/`` and
 ``container/``. ``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input
@@ -24,14 +27,23 @@ that is odd but valid and must be accepted. Whatever the case, nothing
 may raise another exception, print a traceback, run past the time limit or allocate more than the
 tests' memory limit.
 
-The fixtures that layout and pipeline cases point at (a real ``params`` checkpoint, a small data
-file) are written here too, under ``_fixtures/``; they are not cases.
+A ``manifest`` case is a directory: its ``shards.json`` and the shard files it lists (some of
+them symbolic links, which git stores as links). Its ``code`` is the first error of the API's
+steps; each step answers with that code or succeeds (``info`` and ``CorpusWindows`` do not hash
+the shards, so a changed byte is E9017 for ``verify`` alone, and ``info`` reads no shard at all:
+it fails only on E9016 cases). A ``jsonl`` case is a corpus input; its ``args`` may name a
+character vocabulary (``vocab``, relative to this directory) or ask for ``skip_bad``.
+
+The fixtures that layout, pipeline and jsonl cases point at (a real ``params`` checkpoint, a small
+data file, a character vocabulary, a symbolic link to ``/etc/passwd``) are written here too,
+under ``_fixtures/``; they are not cases.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -45,6 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pskd_jax import checkpoint  # noqa: E402
+from pskd_jax.corpus import Tokenizer  # noqa: E402
 from pskd_jax.container import write  # noqa: E402
 
 OUT = os.path.join(ROOT, "testdata", "hostile")
@@ -63,6 +76,13 @@ def header(type_text: str | bytes, count: int, *, version: int = 1, encodings: b
     return b"".join(parts)
 
 
+class Link:
+    """A symbolic link to ``target`` (as written: relative to the link's directory, or absolute)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+
 class Collection:
     def __init__(self, directory: str, *, include_open: bool = False):
         self.directory = directory
@@ -70,23 +90,31 @@ class Collection:
         self.cases: list[dict] = []
 
     def add(self, kind: str, name: str, content: bytes | str | dict, code: str | None, what: str,
-            open_bug: str | None = None, **args) -> None:
-        """One case: ``content`` is the file's bytes (text is UTF-8), or for an ``index`` case a dict
-        of file name → bytes making up the directory.
+            open_bug: str | None = None, extension: str | None = None, **args) -> None:
+        """One case: ``content`` is the file's bytes (text is UTF-8), or for an ``index`` or
+        ``manifest`` case a dict of file name (``/`` for a subdirectory) → bytes making up the
+        directory, or → :class:`Link` for a symbolic link.
 
         ``open_bug`` marks a case the toolkit fails today in code this collection's owner does not
         maintain (what it does instead): left out unless ``--include-open``, which writes it with
         the rest so that the owner can run the tests against it."""
         if open_bug is not None and not self.include_open:
             return
-        extension = {"container": ".psk.d", "pipeline": ".pipeline", "vocab": ".json", "tokens": ".tok",
-                     "pack": ".txt", "layout": ".layout.json", "index": "", "safetensors": ".safetensors"}[kind]
+        if extension is None:
+            extension = {"container": ".psk.d", "pipeline": ".pipeline", "vocab": ".json", "tokens": ".tok",
+                         "pack": ".txt", "layout": ".layout.json", "index": "", "safetensors": ".safetensors",
+                         "manifest": "", "jsonl": ".jsonl"}[kind]
         relative = f"{kind}/{name}{extension}"
         path = os.path.join(self.directory, relative)
         if isinstance(content, dict):
             os.makedirs(path, exist_ok=True)
             for file_name, data in content.items():
-                with open(os.path.join(path, file_name), "wb") as f:
+                target = os.path.join(path, *file_name.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if isinstance(data, Link):
+                    os.symlink(data.target, target)
+                    continue
+                with open(target, "wb") as f:
                     f.write(data.encode("utf-8") if isinstance(data, str) else data)
         else:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -206,6 +234,12 @@ def pipelines(c: Collection) -> None:
         "a path to a file that is not a .psk.d")
     add("hostile-container", 'stream "../container/count-max.psk.d" |> batch(B = 1)', "E9003",
         "a path to a hostile container")
+    add("escape-dotdot", 'stream "../../x.psk.d" |> batch(B = 1)', "E9010",
+        "a path leaving the collection's directory through '..'")
+    add("escape-absolute", 'stream "/etc/passwd" |> batch(B = 1)', "E9010", "an absolute path outside the collection")
+    add("escape-symlink", 'stream "../_fixtures/outside.psk.d" |> batch(B = 1)', "E9010",
+        "a path to a symbolic link inside the collection that leads outside it (to /etc/passwd)")
+    add("escape-root-itself", 'stream "..' + '" |> batch(B = 1)', "E9010", "a path to the collection's directory itself")
 
 
 def vocabularies(c: Collection) -> None:
@@ -342,6 +376,251 @@ def indexes(c: Collection) -> None:
         "E9014", "a NUL in a layout file name")
 
 
+# Corpus manifests (shards.json) and the shards they list.
+
+def _shard(tokenizer: Tokenizer, documents: list[str], *, count: int | None = None) -> bytes:
+    """A shard's bytes: the documents' tokens, a boundary after each (as a build writes them)."""
+    tokens: list[int] = []
+    for doc in documents:
+        if tokenizer.kind == "bytes":
+            tokens += list(doc.encode("utf-8"))
+        else:
+            tokens += [tokenizer.vocab.index(ch) for ch in doc]
+        tokens.append(tokenizer.boundary)
+    data = np.array(tokens, dtype=tokenizer.dtype).tobytes()
+    return tokenizer.header(len(tokens) if count is None else count) + data
+
+
+def _entry(path: str, data: bytes, documents: int, tokenizer: Tokenizer, **changes) -> dict:
+    header = len(tokenizer.header(0))
+    entry = {"path": path, "tokens": (len(data) - header) // tokenizer.dtype.itemsize, "documents": documents,
+             "sha256": hashlib.sha256(data).hexdigest(), "skipped": 0}
+    entry.update(changes)
+    return entry
+
+
+def _manifest_text(tok: Tokenizer, entries: list, **changes) -> str:
+    data = {"format": "pskd-corpus", "version": 1, "tokenizer": tok.to_json(),
+            "vocab_size": tok.vocab_size, "boundary": tok.boundary,
+            "build": {"text_key": "text", "max_document_tokens": None, "skip_bad": False}, "shards": entries}
+    data.update(changes)
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def manifests(c: Collection) -> None:
+    def add(name, files, code, what):
+        c.add("manifest", name, files, code, what)
+
+    t = Tokenizer.bytes()
+    s0, s1 = _shard(t, ["hello", "ab"]), _shard(t, ["xyz"])
+    e0, e1 = _entry("shard-00000.psk.d", s0, 2, t), _entry("shard-00001.psk.d", s1, 1, t)
+    shards = {"shard-00000.psk.d": s0, "shard-00001.psk.d": s1}
+
+    def corpus(entries=None, files=None, text=None, **changes):
+        """A two-shard corpus, its manifest's entries, files or top-level fields changed."""
+        entries = [dict(e0), dict(e1)] if entries is None else entries
+        return {"shards.json": _manifest_text(t, entries, **changes) if text is None else text,
+                **(shards if files is None else files)}
+
+    def entry0(**changes):
+        return [dict(e0, **changes), dict(e1)]
+
+    # Valid corpora: every step succeeds.
+    add("valid", corpus(), None, "two shards of the bytes tokenizer (13 tokens, windows cross the shards)")
+    chars = Tokenizer.chars(["a", "b", "\n"])
+    sc = _shard(chars, ["ab\nba", "b"])
+    add("valid-chars", {"shards.json": _manifest_text(chars, [_entry("s.psk.d", sc, 2, chars)]), "s.psk.d": sc},
+        None, "a chars tokenizer of 3 characters (shards of idx[4][])")
+    add("valid-no-shards", {"shards.json": _manifest_text(t, [])}, None, "no shards: no tokens, no windows")
+    empty = _shard(t, [])
+    add("valid-empty-shard", corpus([_entry("empty.psk.d", empty, 0, t), dict(e1)],
+                                    {"empty.psk.d": empty, "shard-00001.psk.d": s1}), None, "a shard of 0 tokens")
+    add("valid-subdirectory", corpus([dict(e0, path="sub/a/shard-00000.psk.d"), dict(e1, path="./shard-00001.psk.d")],
+                                     {"sub/a/shard-00000.psk.d": s0, "shard-00001.psk.d": s1}), None,
+        "shard paths in a subdirectory and after './'")
+    add("valid-symlink-inside", corpus(files={"data/s0.psk.d": s0, "shard-00000.psk.d": Link("data/s0.psk.d"),
+                                              "shard-00001.psk.d": s1}), None,
+        "a shard that is a symbolic link to a file inside the directory")
+    add("valid-same-shard-twice", corpus([dict(e0), dict(e0)], {"shard-00000.psk.d": s0}), None,
+        "one shard listed twice (its tokens appear twice in the stream; only merge refuses it)")
+
+    # Malformed manifests: E9016 for every step.
+    add("no-manifest", {"notes.txt": "no shards.json here\n"}, "E9016", "a directory without shards.json")
+    add("empty", corpus(text=""), "E9016", "an empty shards.json")
+    add("not-json", corpus(text="{format: 'pskd-corpus'}"), "E9016", "not JSON")
+    add("not-utf8", corpus(text=_manifest_text(t, [e0]).encode("utf-8").replace(b"pskd-corpus", b"pskd-\xff")),
+        "E9016", "a byte that is not UTF-8")
+    add("bom", corpus(text="\ufeff" + _manifest_text(t, [e0, e1])), "E9016", "a byte order mark before the JSON")
+    add("list", corpus(text="[]"), "E9016", "a list")
+    add("nested-100000", corpus(text="[" * 100000 + "]" * 100000), "E9016", "arrays nested 100000 deep")
+    add("nested-in-build", corpus(text=_manifest_text(t, [e0, e1]).replace(
+        '"skip_bad": false', '"skip_bad": ' + "[" * 100000 + "]" * 100000)), "E9016",
+        "a build field nested 100000 deep")
+    add("tokens-nan", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": NaN')), "E9016",
+        "a token count of NaN")
+    add("documents-infinity", corpus(text=_manifest_text(t, [e0, e1]).replace('"documents": 2', '"documents": Infinity')),
+        "E9016", "a document count of Infinity")
+    add("tokens-negative-infinity", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": -Infinity')),
+        "E9016", "a token count of -Infinity")
+    add("tokens-real", corpus(entry0(tokens=9.0)), "E9016", "a token count of 9.0")
+    add("tokens-bool", corpus(entry0(tokens=True)), "E9016", "a token count of true")
+    add("tokens-string", corpus(entry0(tokens="9")), "E9016", "a token count that is a string")
+    add("tokens-negative", corpus(entry0(tokens=-1)), "E9016", "a negative token count")
+    add("tokens-2-63", corpus(entry0(tokens=2**63)), "E9016", "a token count of 2^63")
+    add("tokens-5000-digits", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": ' + "9" * 5000)),
+        "E9016", "a token count of 5000 digits (int() refuses over 4300)")
+    add("documents-beyond-tokens", corpus(entry0(documents=10)), "E9016", "more documents than tokens")
+    add("format-other", corpus(format="other"), "E9016", "another format")
+    add("version-real", corpus(version=1.0), "E9016", "version 1.0")
+    add("version-2", corpus(version=2), "E9016", "version 2")
+    add("vocab-size-wrong", corpus(vocab_size=256), "E9016", "a vocabulary size that is not the tokenizer's")
+    add("boundary-wrong", corpus(boundary=0), "E9016", "a boundary that is not the tokenizer's")
+    add("tokenizer-unknown", corpus(tokenizer={"kind": "words"}), "E9016", "an unknown tokenizer")
+    add("tokenizer-multichar", corpus(tokenizer={"kind": "chars", "vocab": ["ab"]}, vocab_size=2, boundary=1),
+        "E9016", "a chars vocabulary of a two-character token")
+    add("tokenizer-duplicate", corpus(tokenizer={"kind": "chars", "vocab": ["a", "a"]}, vocab_size=3, boundary=2),
+        "E9016", "a chars vocabulary of one character twice")
+    add("tokenizer-surrogate", corpus(text=_manifest_text(t, [e0, e1]).replace(
+        '{"kind": "bytes"}', '{"kind": "chars", "vocab": ["\\ud800"]}').replace(
+        '"vocab_size": 257', '"vocab_size": 2').replace('"boundary": 256', '"boundary": 1')), "E9016",
+        "a chars vocabulary of a lone surrogate")
+    add("shards-object", corpus(shards={}), "E9016", "shards that are an object")
+    add("shard-entry-string", corpus(["shard-00000.psk.d"]), "E9016", "a shard entry that is a string")
+    add("path-number", corpus(entry0(path=0)), "E9016", "a shard path that is a number")
+    add("path-empty", corpus(entry0(path="")), "E9016", "an empty shard path")
+    add("sha256-uppercase", corpus(entry0(sha256=e0["sha256"].upper())), "E9016", "a sha256 in capitals")
+    add("sha256-short", corpus(entry0(sha256="0" * 63)), "E9016", "a sha256 of 63 digits")
+    add("key-twice", corpus(text=_manifest_text(t, [e0, e1]).replace('"format": "pskd-corpus"',
+                                                                      '"format": "pskd-corpus", "format": "pskd-corpus"')),
+        "E9016", "a top-level key twice")
+    add("entry-key-twice", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": 9, "tokens": 9')),
+        "E9016", "a key twice in a shard entry")
+    add("build-unknown-key", corpus(build={"text_key": "text", "tokenizer_speed": 1}), "E9016", "an unknown build key")
+    add("source-wrong", corpus(entry0(source={"path": 1})), "E9016", "a source that is not what a build records")
+    add("path-absolute", corpus(entry0(path="/etc/passwd")), "E9016", "an absolute shard path")
+    add("path-dotdot", corpus(entry0(path="../valid/shard-00000.psk.d")), "E9016",
+        "a shard path through '..' (to a good shard of another case)")
+    add("path-dotdot-inner", corpus(entry0(path="sub/../../valid/shard-00000.psk.d"),
+                                    {**shards, "sub/keep.txt": "a directory for the path to go through\n"}),
+        "E9016", "a shard path that goes down, then up out of the directory")
+    add("path-backslash-dotdot", corpus(entry0(path="..\\valid\\shard-00000.psk.d")), "E9016",
+        "a shard path through '..' written with backslashes")
+    add("path-nul", corpus(entry0(path="shard-00000.psk.d\u0000.txt")), "E9016", "a NUL in a shard path")
+    add("path-surrogate", corpus(text=_manifest_text(t, [e0, e1]).replace('"shard-00000.psk.d"', '"s\\ud800.psk.d"')),
+        "E9016", "a lone high surrogate in a shard path (no file name holds it)")
+    add("path-not-utf8-missing", corpus(text=_manifest_text(t, [e0, e1]).replace('"shard-00000.psk.d"',
+                                                                                 '"s\\udce9.psk.d"')), "E9017",
+        "a shard path of a byte that is not UTF-8 (0xe9, as Python escapes it), a file the directory does not hold")
+    add("path-5000-chars", corpus(entry0(path="a/" * 2500 + "s.psk.d")), "E9016", "a shard path of 5000 characters")
+    add("path-dot", corpus(entry0(path=".")), "E9016", "a shard path naming the directory itself")
+    add("path-trailing-slash", corpus(entry0(path="shard-00000.psk.d/")), "E9016", "a shard path ending in '/'")
+    add("symlink-to-etc", corpus(files={"shard-00000.psk.d": Link("/etc/passwd"), "shard-00001.psk.d": s1}), "E9016",
+        "a shard that is a symbolic link to /etc/passwd")
+    add("symlink-to-sibling", corpus(files={"shard-00000.psk.d": Link("../valid/shard-00000.psk.d"),
+                                            "shard-00001.psk.d": s1}), "E9016",
+        "a shard that is a symbolic link to a good shard outside the directory")
+    add("symlink-directory-out", corpus(entry0(path="sub/shard-00000.psk.d"),
+                                        {"sub": Link("../valid"), "shard-00001.psk.d": s1}), "E9016",
+        "a shard path through a symbolic link to a directory outside")
+    add("symlink-dangling-out", corpus(files={"shard-00000.psk.d": Link("../no-such-case/s.psk.d"),
+                                              "shard-00001.psk.d": s1}), "E9016",
+        "a shard that is a dangling symbolic link leading outside")
+
+    # Shards that do not verify: E9017 (the manifest itself is good).
+    add("shard-missing", corpus(files={"shard-00001.psk.d": s1}), "E9017", "a shard the directory does not hold")
+    add("shard-truncated", corpus(files={"shard-00000.psk.d": s0[:-3], "shard-00001.psk.d": s1}), "E9017",
+        "a shard three bytes short")
+    add("shard-trailing", corpus(files={"shard-00000.psk.d": s0 + b"\0\0", "shard-00001.psk.d": s1}), "E9017",
+        "a shard with two bytes after its tokens")
+    other = Tokenizer.chars(["h", "e", "l", "o", "a", "b"])
+    wrong_type = _shard(other, ["hello", "ab"])
+    add("shard-wrong-type", corpus(files={"shard-00000.psk.d": wrong_type, "shard-00001.psk.d": s1}), "E9017",
+        "a shard of idx[7][] in a corpus of idx[257][]")
+    add("shard-count-lie", corpus(files={"shard-00000.psk.d": _shard(t, ["hello", "ab"], count=8),
+                                         "shard-00001.psk.d": s1}), "E9017",
+        "a shard whose header counts 8 tokens where the manifest records 9")
+    add("shard-count-2-62", corpus(entry0(tokens=2**62), {"shard-00000.psk.d": _shard(t, ["hello", "ab"], count=2**62),
+                                                          "shard-00001.psk.d": s1}), "E9017",
+        "a shard of 2^62 tokens in header and manifest, 9 present")
+    add("tokens-max-twice", corpus([dict(e0, tokens=2**63 - 1), dict(e1, tokens=2**63 - 1)]), "E9017",
+        "two shards of 2^63 - 1 tokens each (the sum passes 64 bits), files of a few")
+    add("shard-not-pskd", corpus(files={"shard-00000.psk.d": b"not a shard at all", "shard-00001.psk.d": s1}),
+        "E9017", "a shard that is not a .psk.d file")
+    add("shard-empty-file", corpus(files={"shard-00000.psk.d": b"", "shard-00001.psk.d": s1}), "E9017",
+        "a shard file of 0 bytes")
+    add("shard-is-directory", corpus(files={"shard-00000.psk.d/keep.txt": "a directory, not a shard\n",
+                                            "shard-00001.psk.d": s1}), "E9017", "a shard path naming a directory")
+    changed = bytearray(s0)
+    changed[-2] ^= 1
+    add("shard-changed-byte", corpus(files={"shard-00000.psk.d": bytes(changed), "shard-00001.psk.d": s1}), "E9017",
+        "a token changed since the manifest was written (only verify hashes: info and windows accept it)")
+    add("symlink-dangling-inside", corpus(files={"shard-00000.psk.d": Link("nowhere.psk.d"),
+                                                 "shard-00001.psk.d": s1}), "E9017",
+        "a shard that is a dangling symbolic link inside the directory")
+    add("symlink-loop", corpus(files={"shard-00000.psk.d": Link("loop.psk.d"), "loop.psk.d": Link("shard-00000.psk.d"),
+                                      "shard-00001.psk.d": s1}), "E9017", "a shard that is a loop of symbolic links")
+
+
+# JSONL (and .txt) corpus inputs.
+
+def jsonl_inputs(c: Collection) -> None:
+    def add(name, content, code, what, extension=None, **args):
+        c.add("jsonl", name, content, code, what, extension=extension, **args)
+
+    vocab = "_fixtures/corpus-vocab.json"
+    add("valid", '{"text": "hello"}\n{"text": "ab", "id": 7}\n', None, "two documents")
+    add("valid-blank-lines-crlf", '\n{"text": "a"}\r\n\r\n  \n{"text": "b"}', None,
+        "blank lines, CRLF endings, no newline at the end")
+    add("valid-bom", '\ufeff{"text": "a"}\n', None, "a byte order mark at the start")
+    add("valid-empty", "", None, "an empty file (a shard of 0 tokens)")
+    add("valid-empty-text", '{"text": ""}\n', None, "an empty text (no document)")
+    add("valid-escaped-nul", '{"text": "a\\u0000b"}\n', None, "an escaped NUL in a text (a byte like any other)")
+    add("valid-surrogate-pair", '{"text": "\\ud83d\\ude00"}\n', None, "an escaped surrogate pair (one character)")
+    add("valid-line-1-5-mib", '{"text": "' + "ab" * (3 << 18) + '"}\n{"text": "c"}\n', None,
+        "a line of 1.5 MiB (longer than a read block) and a short one")
+    add("valid-chars", '{"text": "ab"}\n{"text": "ba"}\n', None, "a chars tokenizer", vocab=vocab)
+    add("valid-skip-bad", b'{"text": "a"}\n[1]\n{"text": 2}\n{"text": "\\ud800"}\n\xff\n{"text": "b"}\n', None,
+        "bad lines of every sort with --skip-bad: left out and counted", skip_bad=True)
+    add("valid-skip-bad-two-ways", '{"text": "ab"}\n{"text": "abc"}\n{"text": "a\\ud800"}\n', None,
+        "a character outside the vocabulary and a lone surrogate in one block, with --skip-bad (found by "
+        "fuzzing: the second escaped as an internal exception)", vocab=vocab, skip_bad=True)
+    add("two-ways", '{"text": "ab"}\n{"text": "abc"}\n{"text": "a\\ud800"}\n', "E9015",
+        "a character outside the vocabulary, then a lone surrogate", vocab=vocab)
+    add("not-object", '{"text": "a"}\n[1, 2]\n', "E9015", "a line that is a list")
+    add("string-line", '"just a text"\n', "E9015", "a line that is a string")
+    add("number-line", "42\n", "E9015", "a line that is a number")
+    add("no-text", '{"body": "a"}\n', "E9015", "an object without a text key")
+    add("text-number", '{"text": 5}\n', "E9015", "a text that is a number")
+    add("text-null", '{"text": null}\n', "E9015", "a text that is null")
+    add("text-list", '{"text": ["a"]}\n', "E9015", "a text that is a list")
+    add("not-json", '{text: "a"}\n', "E9015", "a line that is not JSON")
+    add("truncated-line", '{"text": "a"}\n{"text": "b', "E9015", "a last line cut short")
+    add("not-utf8", b'{"text": "a\xffb"}\n', "E9015", "a byte that is not UTF-8")
+    add("overlong-utf8", b'{"text": "\xc0\xafb"}\n', "E9015", "an overlong UTF-8 encoding of '/'")
+    add("encoded-surrogate", b'{"text": "\xed\xa0\x80"}\n', "E9015", "a surrogate encoded as UTF-8 bytes")
+    add("lone-surrogate", '{"text": "\\ud800"}\n', "E9015", "an escaped lone surrogate (UTF-8 cannot hold it)")
+    add("lone-low-surrogate", '{"text": "a\\udc00b"}\n', "E9015", "an escaped lone low surrogate")
+    add("raw-nul-in-string", '{"text": "a\x00b"}\n', "E9015", "a raw NUL inside a string (JSON escapes controls)")
+    add("raw-nul-line", '\x00{"text": "a"}\n', "E9015", "a NUL before the object")
+    add("bom-second-line", '{"text": "a"}\n\ufeff{"text": "b"}\n', "E9015", "a byte order mark on the second line")
+    add("nested-100000", "[" * 100000 + "\n", "E9015", "arrays nested 100000 deep")
+    add("nested-in-object", '{"text": "a", "x": ' + "[" * 100000 + "]" * 100000 + "}\n", "E9015",
+        "an object holding arrays nested 100000 deep")
+    add("int-5000-digits", '{"text": "a", "n": ' + "1" * 5000 + "}\n", "E9015",
+        "a number of 5000 digits beside the text (int() refuses over 4300)")
+    add("bad-after-long-line", '{"text": "' + "x" * (3 << 18) + '"}\n[]\n', "E9015",
+        "a bad line after a line of 768 KiB")
+    add("char-not-in-vocab", '{"text": "ab"}\n{"text": "abc"}\n', "E9015", "a character outside a chars vocabulary",
+        vocab=vocab)
+    add("gzip-truncated", gzip.compress(b'{"text": "a"}\n' * 100, compresslevel=0, mtime=0)[:200], "E9015",
+        "a gzip stream cut short", extension=".jsonl.gz")
+    add("gzip-not-gzip", '{"text": "a"}\n', "E9015", "a .jsonl.gz file that is not gzip", extension=".jsonl.gz")
+    add("gzip-valid", gzip.compress(b'{"text": "a"}\n{"text": "b"}\n', compresslevel=0, mtime=0), None,
+        "a gzip input", extension=".jsonl.gz")
+    add("txt-not-utf8", b"ab\xffcd\n", "E9015", "a .txt document that is not UTF-8", extension=".txt")
+    add("txt-valid", "one document\nof two lines\n", None, "a .txt document", extension=".txt")
+
+
 def safetensors_files(c: Collection) -> None:
     def st(header_json: bytes | str, data: bytes = b"", length: int | None = None) -> bytes:
         raw = header_json.encode("utf-8") if isinstance(header_json, str) else header_json
@@ -391,6 +670,10 @@ def fixtures(directory: str) -> None:
     os.replace(os.path.join(path, "checkpoint.layout.json"), os.path.join(path, "checkpoint.layout.json.good"))
     with open(os.path.join(path, "text.txt"), "w", encoding="utf-8") as f:
         f.write("ab\nba\n")
+    with open(os.path.join(path, "corpus-vocab.json"), "w", encoding="utf-8") as f:
+        f.write('["a", "b"]\n')
+    # A link leading outside the collection: what a pipeline may not stream through.
+    os.symlink("/etc/passwd", os.path.join(path, "outside.psk.d"))
 
 
 def generate(directory: str, *, include_open: bool = False) -> list[dict]:
@@ -400,7 +683,7 @@ def generate(directory: str, *, include_open: bool = False) -> list[dict]:
     fixtures(directory)
     c = Collection(directory, include_open=include_open)
     for make in (containers, pipelines, vocabularies, token_texts, pack_inputs, layouts, indexes,
-                 safetensors_files):
+                 safetensors_files, manifests, jsonl_inputs):
         make(c)
     manifest = {
         "generator": "tools/make_hostile.py",
@@ -439,11 +722,25 @@ def main() -> None:
 
 
 def _differences(a: str, b: str) -> list[str]:
-    comparison = filecmp.dircmp(a, b)
-    out = [*comparison.left_only, *comparison.right_only, *comparison.diff_files]
-    for name, sub in comparison.subdirs.items():
-        out += [f"{name}/{d}" for d in _differences(os.path.join(a, name), os.path.join(b, name))]
-    return out
+    """The entries that differ between two trees, symbolic links compared as links (their targets,
+    never followed: a case's link may lead to /etc or to nothing)."""
+    def entries(root: str) -> dict[str, tuple]:
+        found = {}
+        for directory, dirs, files in os.walk(root):  # os.walk does not descend into linked directories
+            for name in dirs + files:
+                path = os.path.join(directory, name)
+                relative = os.path.relpath(path, root)
+                if os.path.islink(path):
+                    found[relative] = ("link", os.readlink(path))
+                elif os.path.isdir(path):
+                    found[relative] = ("directory",)
+                else:
+                    with open(path, "rb") as f:
+                        found[relative] = ("file", hashlib.sha256(f.read()).hexdigest())
+        return found
+
+    left, right = entries(a), entries(b)
+    return sorted(k for k in set(left) | set(right) if left.get(k) != right.get(k))
 
 
 if __name__ == "__main__":

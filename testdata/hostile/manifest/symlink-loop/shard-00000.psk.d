@@ -1,0 +1,1 @@
+loop.psk.d

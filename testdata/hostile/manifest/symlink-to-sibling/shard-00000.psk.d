@@ -1,0 +1,1 @@
+../valid/shard-00000.psk.d

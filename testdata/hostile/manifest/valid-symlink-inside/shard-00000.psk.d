@@ -1,0 +1,1 @@
+data/s0.psk.d
