@@ -72,8 +72,14 @@ def _build(args) -> Iterator[str]:
                f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {args.workers} worker{'s' if args.workers > 1 else ''})")
 
 
+def _manifest_path(given: str) -> str:
+    """A corpus directory stands for its shards.json."""
+    return os.path.join(given, "shards.json") if os.path.isdir(given) else given
+
+
 def _verify(args) -> Iterator[str]:
     started = time.perf_counter()
+    args.manifest = _manifest_path(args.manifest)
     result = corpus.verify_corpus(args.manifest, workers=args.workers)
     seconds = time.perf_counter() - started
     yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count and "
@@ -81,7 +87,7 @@ def _verify(args) -> Iterator[str]:
 
 
 def _info(args) -> Iterator[str]:
-    yield from corpus.info_lines(args.manifest, shards=args.shards)
+    yield from corpus.info_lines(_manifest_path(args.manifest), shards=args.shards)
 
 
 def _merge(args) -> Iterator[str]:
@@ -117,16 +123,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="leave out bad documents (counted and reported) instead of stopping at the first")
 
     p = command("verify", _verify, "Hash every shard in parallel and check it against the manifest.")
-    p.add_argument("manifest", metavar="DIR/shards.json")
+    p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")
     p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs)")
 
     p = command("info", _info, "Shards, tokens, documents, the boundary's share and tokens per document.")
-    p.add_argument("manifest", metavar="DIR/shards.json")
+    p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")
     p.add_argument("--shards", action="store_true", help="also one line per shard")
 
     p = command("merge", _merge, "One manifest listing the shards of several, in the order given (corpora built "
                 "apart become one); shard paths are rewritten relative to the output's directory.")
-    p.add_argument("manifests", nargs="+", metavar="PART/shards.json",
+    p.add_argument("manifests", nargs="+", metavar="PART/shards.json", type=_manifest_path,
                    help="manifests of one tokenizer and one set of build options, each shard listed once")
     p.add_argument("-o", "--output", required=True, metavar="DIR/shards.json",
                    help="the merged manifest (written atomically), in a directory above every shard; a directory "
