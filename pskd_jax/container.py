@@ -298,11 +298,11 @@ class Reader:
         self._map = self._file = self._fd = None
         try:
             with open(self.path, "rb") as f:
+                self.header = read_header(f, self.path, os.fstat(f.fileno()).st_size)
+                # A file being appended to (a corpus shard, chunk by chunk) grows its data before
+                # its count: the size taken after the header covers every sample the header counts.
                 self.file_size = os.fstat(f.fileno()).st_size
-                self.header = read_header(f, self.path, self.file_size)
-                self._map = (
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.file_size else None
-                )
+                self._map = self._open_map(f) if self.file_size else None
                 if access == "pread":  # a file object of its own owns the descriptor (closed when collected)
                     self._file = open(os.dup(f.fileno()), "rb", buffering=0)
                     self._fd = self._file.fileno()
@@ -334,6 +334,12 @@ class Reader:
         except BaseException:
             self.close()  # a refused file leaves no map open behind it
             raise
+
+    def _open_map(self, f: BinaryIO) -> mmap.mmap:
+        try:
+            return mmap.mmap(f.fileno(), self.file_size, access=mmap.ACCESS_READ)
+        except ValueError:  # shorter than its size a moment ago
+            raise PskdError(TRUNCATED, f"{self.path}: the file was cut short while being opened") from None
 
     # -- layout ------------------------------------------------------------------------------
 
