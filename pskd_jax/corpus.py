@@ -570,8 +570,11 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
     (E9016 otherwise), and every manifest must have the same tokenizer and build options. This is
     how corpora built apart (one process, machine or job per part) become one. A shard file listed
     twice (one manifest given twice, or two that list one file) is refused (E9016): its tokens
-    would appear twice in the stream. The output is written atomically.
+    would appear twice in the stream. The output is written atomically, holding the directory's
+    build lock: a merge into a directory where a corpus build is running is refused (E9016).
     """
+    from pskd_jax.corpus_build import directory_lock  # corpus_build imports this module
+
     if not manifests:
         raise PskdError(BAD_USAGE, "merge needs at least one manifest")
     output = os.fspath(output)
@@ -602,7 +605,8 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
                 raise PskdError(CORPUS_DIR, f"{m.path}: shard {shard.path} lies outside {root}, the directory of "
                                 f"{output}; put the merged manifest in a directory above every shard")
             shards.append(dataclasses.replace(shard, path=relative.replace(os.sep, "/")))
-    return write_manifest(output, first.tokenizer, shards, first.build)
+    with directory_lock(root):
+        return write_manifest(output, first.tokenizer, shards, first.build)
 
 
 def _describe_tokenizer(t: Tokenizer) -> str:

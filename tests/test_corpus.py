@@ -783,3 +783,15 @@ def test_a_block_of_documents_bad_in_two_ways(tmp_path):
     p.write_text('{"text": "a\\ud800"}\n{"text": "abc"}\n', encoding="utf-8")
     with pytest.raises(PskdError, match=rf"E9015: {p}:1: the text holds a lone surrogate U\+D800"):
         build(tmp_path, p, t)
+
+
+def test_a_merge_into_a_directory_where_a_build_runs_is_refused(tmp_path):
+    from pskd_jax.corpus_build import directory_lock
+
+    part = write_corpus(tmp_path / "part", [np.arange(10)])
+    output = tmp_path / "merged.json"
+    with directory_lock(str(tmp_path)):  # what a running build holds
+        with pytest.raises(PskdError, match="E9016.*another corpus build is running"):
+            corpus.merge_manifests([part], output)
+    assert not output.exists()
+    assert corpus.merge_manifests([part], output).tokens == 10
