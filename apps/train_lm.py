@@ -44,7 +44,7 @@ flags.DEFINE_bool("verify_corpus", False, "Hash every shard of a corpus against 
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
                   "process's resident memory that of the batches in flight whatever the data's size; "
-                  "mmap copies from a memory map, ~3.5x faster per window, but the pages it visits "
+                  "mmap copies from a memory map, ~4x faster per window, but the pages it visits "
                   "count in the resident set.")
 
 

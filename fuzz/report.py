@@ -1,6 +1,7 @@
 """Prints the "Hardening" section of the README from what was actually run.
 
     python fuzz/report.py                       # from the last fuzz runs (out/fuzz/*/summary.json)
+    python fuzz/report.py --tests               # the same, after running the hostile and fault tests
     python fuzz/report.py --fuzz-minutes 10     # regenerate everything first: the hostile collection,
                                                 # every fuzz target for 10 minutes (two at a time),
                                                 # the hostile and fault tests
@@ -111,11 +112,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Print the README's Hardening section.")
     parser.add_argument("--fuzz-minutes", type=float, help="first regenerate everything, fuzzing this long per target")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "fuzz"))
+    parser.add_argument("--tests", action="store_true", help="run the hostile and fault tests (without fuzzing)")
     args = parser.parse_args()
     tests = None
     if args.fuzz_minutes:
         subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_hostile.py")], check=True)
         run_fuzzers(args.fuzz_minutes, args.workdir)
+    if args.fuzz_minutes or args.tests:
         tests = run_tests()
     print(section(args.workdir, tests))
 

@@ -275,7 +275,7 @@ class Reader:
       toward the file's size as training visits it (clean page cache the kernel can drop, but
       counted in RSS).
     - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
-      batch, ~3.5× slower per record, and the resident set stays that of the batches in flight
+      batch, ~4× slower per record, and the resident set stays that of the batches in flight
       whatever the file's size. Samples over 2 GiB, and :meth:`leaves`, :meth:`samples` and
       :meth:`raw_data` (views, by design) still use the map.
 
