@@ -374,6 +374,9 @@ def indexes(c: Collection) -> None:
     add("file-dot-dot", index([{"step": 1, "file": "..", "sha256": "0" * 64}]), "E9014", "a file name of '..'")
     add("layout-nul", index([{"step": 1, "file": "a.psk.d", "layout": "a\u0000b", "sha256": "0" * 64}]),
         "E9014", "a NUL in a layout file name")
+    linked = json.dumps(index([{"step": 1, "file": "step-00000001.psk.d", "sha256": "0" * 64}]))
+    c.add("index", "file-symlink-out", {"checkpoints.json": linked, "step-00000001.psk.d": Link("/etc/passwd")},
+          "E9014", "a step file that is a symbolic link leading outside the directory")
 
 
 # Corpus manifests (shards.json) and the shards they list.
