@@ -53,7 +53,7 @@ def _layout(args, path: str):
 
 
 def _info(args) -> Iterator[str]:
-    yield from inspection.info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
+    yield from inspection.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
 
 
 def _diff(args) -> Iterator[str]:

@@ -21,7 +21,7 @@ from pskd_jax.corpus import CorpusWindows, Tokenizer, merge_manifests, read_mani
 from pskd_jax.corpus_build import build_corpus, build_shard
 from pskd_jax.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
 from pskd_jax.errors import CODES, PskdError
-from pskd_jax.inspection import Distance, diff, export_json, info_lines
+from pskd_jax.inspection import Distance, diff, export_json, info_lines, iter_info_lines
 from pskd_jax.manager import CheckpointManager
 from pskd_jax.pack import pack_file
 from pskd_jax.sample_type import Layout, Leaf, format_type, header_text, parse_type
@@ -69,6 +69,7 @@ __all__ = [
     "header_text",
     "index_dtype",
     "info_lines",
+    "iter_info_lines",
     "layout_of_template",
     "lm_windows_file",
     "merge_manifests",

@@ -475,7 +475,11 @@ class Reader:
 
     def gather(self, indices: Sequence[int] | np.ndarray) -> Any:
         """The samples at ``indices``, stacked under a leading batch axis: one vectorised read per leaf."""
-        placement = self._require_layout()
+        return self._require_layout().layout.unflatten(self.gather_leaves(indices))
+
+    def gather_leaves(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+        """:meth:`gather` as the list of leaves in storage order, each ``(len(indices), *shape)``."""
+        self._require_layout()
         indices = np.asarray(indices)
         if indices.ndim != 1:
             raise PskdError(TRUNCATED, f"{self.path}: sample indices form one axis, got shape {indices.shape}")
@@ -488,7 +492,7 @@ class Reader:
         positions = indices.astype(np.intp, copy=False)
         if positions.size and positions.min() < 0:  # a negative index counts from the end
             positions = np.where(positions < 0, positions + count, positions)
-        return placement.layout.unflatten(self._gathered_leaves(positions))
+        return self._gathered_leaves(positions)
 
     def _gathered_leaves(self, positions: np.ndarray) -> list[np.ndarray]:
         """Each leaf of the samples at ``positions`` (valid, non-negative), bounds checked."""

@@ -81,28 +81,31 @@ def _text(value: Any) -> str:
 
 def info_lines(path: str, *, samples: int = 2, layout: Any = None) -> list[str]:
     """What ``pskd info`` prints: the header, the encodings, trailing bytes, the first samples."""
+    return list(iter_info_lines(path, samples=samples, layout=layout))
+
+
+def iter_info_lines(path: str, *, samples: int = 2, layout: Any = None) -> Iterator[str]:
+    """:func:`info_lines` one line at a time: the header's lines come out before a damaged sample
+    (an idx value beyond its bound: E9004) stops the listing."""
     with Reader(path, layout=layout) as reader:
         header = reader.header
-        lines = [f"type    {header.type_text}", f"count   {header.count}", f"version {header.version}"]
+        yield from [f"type    {header.type_text}", f"count   {header.count}", f"version {header.version}"]
         if reader.placement is None:
-            lines += _params_lines(reader)
-            return lines
+            yield from _params_lines(reader)
+            return
         placement = reader.placement
         leaves = placement.layout.leaves
-        lines.append(f"sample  {placement.sample_bytes} bytes, {len(leaves)} leaves")
+        yield f"sample  {placement.sample_bytes} bytes, {len(leaves)} leaves"
         if header.version == 2:
-            lines.append("encodings " + " ".join(
+            yield "encodings " + " ".join(
                 f"{leaf.path or '(root)'}={enc.label}" if leaf.is_real else f"{leaf.path or '(root)'}=idx"
                 for leaf, enc in zip(leaves, placement.encodings)
-            ))
-        if reader.trailing_bytes:
-            lines.append(
-                f"trailing {reader.trailing_bytes} bytes after the last sample (an interrupted "
-                "append; readers ignore them)"
             )
+        if reader.trailing_bytes:
+            yield (f"trailing {reader.trailing_bytes} bytes after the last sample (an interrupted "
+                   "append; readers ignore them)")
         for k in range(min(samples, len(reader))):
-            lines.append(f"[{k}] {_short(reader[k])}")
-    return lines
+            yield f"[{k}] {_short(reader[k])}"
 
 
 def _params_lines(reader: Reader) -> list[str]:
@@ -251,14 +254,15 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
             "count": len(reader),
         }
         layout = placement.layout
-        views = reader.leaves()
         per_sample = max(1, layout.sample_elements)
         step = max(1, CHUNK_ELEMENTS // per_sample)
         with atomic_output(output) as f:
             f.write(json.dumps(head, ensure_ascii=False)[:-1].encode("utf-8"))
             f.write(b', "samples": [')
             for start in range(0, len(reader), step):
-                columns = [plain(np.asarray(view[start : start + step])) for view in views]
+                # gathered, not viewed: idx values are checked against their bound (E9004)
+                chunk = reader.gather_leaves(np.arange(start, min(start + step, len(reader))))
+                columns = [plain(leaf) for leaf in chunk]
                 for k, row in enumerate(zip(*columns)):
                     sample = plain(layout.unflatten(list(row)))
                     separator = b"" if start + k == 0 else b", "

@@ -224,3 +224,23 @@ def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
     assert str(text_file) in message and "outside" in message and "--root" in message
     lines = ok("pipeline", text_file, "--root", tmp_path, "--batches", "1")
     assert lines[-1] == "epoch 1 batch 0: 0 1 2 3 4"
+
+
+def test_info_and_export_of_a_file_holding_an_index_beyond_its_bound(tmp_path):
+    import struct
+
+    from pskd_jax.container import encode_header
+
+    tokens = np.arange(12, dtype=np.uint8).reshape(4, 3) % 10
+    tokens[2, 1] = 12  # only a damaged or hand-made file holds it: every writer refuses it
+    bad = tmp_path / "bad.psk.d"
+    bad.write_bytes(encode_header("(idx[10][3], ℝ[])", 4, []) + b"".join(
+        row.tobytes() + struct.pack("<d", 0.5) for row in tokens))
+    run = pskd("info", bad, "--samples", "4")
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stdout.splitlines()[:2] == ["type    (idx[10][3], ℝ[])", "count   4"]  # the header still shows
+    assert run.stdout.splitlines()[-1].startswith("[1] ")
+    assert run.stderr.startswith("pskd: E9004: ") and "sample 2" in run.stderr and "idx[10]" in run.stderr
+    message = fails("E9004", "export", bad, "-o", tmp_path / "bad.json")
+    assert "sample 2" in message
+    assert not (tmp_path / "bad.json").exists()
