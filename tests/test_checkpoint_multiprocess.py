@@ -81,6 +81,7 @@ WORKER = textwrap.dedent(
         raise AssertionError("a NaN was saved")
     import os
     assert not os.path.exists(f"{directory}/broken.psk.d")
+    assert not os.path.exists(f"{directory}/broken.layout.json")  # the layout is written only at the commit
     print(f"process {process} ok", flush=True)
     """
 )
@@ -110,4 +111,4 @@ def test_two_processes_write_one_file_equal_to_the_single_process_one(tmp_path):
     for k, (code, out, err) in enumerate(outputs):
         assert code == 0, f"process {k}:\n{out}\n{err[-4000:]}"
         assert f"process {k} refused: E9004" in out and f"process {k} ok" in out
-    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert not [name for name in os.listdir(tmp_path) if name.endswith((".tmp", ".lock"))]
