@@ -677,6 +677,9 @@ class CorpusWindows:
         self.total_tokens = int(self._offsets[-1])
         self._length = lm_window_count(self.total_tokens, self.seq, self.stride)
         self._inputs, self._targets, self._shift = self._address_views()
+        # What access="pread" reads with, per shard: its descriptor, and where its tokens start.
+        self._fds = [reader._fd for reader in self._readers]
+        self._data_offsets = np.array([reader.header.data_offset for reader in self._readers], dtype=np.int64)
 
     def _address_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Views of T-token records over every shard at once, the inputs' and the targets' (one
@@ -776,9 +779,8 @@ class CorpusWindows:
         width = (seq + 1) * item
         rows = np.flatnonzero(inside).tolist()
         inner_shards = shard[inside]
-        fds = [self._readers[k]._fd for k in inner_shards.tolist()]
-        data_offsets = np.array([r.header.data_offset for r in self._readers], dtype=np.int64)
-        offsets = (data_offsets.take(inner_shards) + (starts[inside] - self._offsets.take(inner_shards)) * item)
+        fds = [self._fds[k] for k in inner_shards.tolist()]
+        offsets = self._data_offsets.take(inner_shards) + (starts[inside] - self._offsets.take(inner_shards)) * item
         pread_spans(fds, [flat[r * width : (r + 1) * width] for r in rows], offsets.tolist(), self.path)
         for row in np.flatnonzero(~inside).tolist():
             windows[row] = self.stream(int(starts[row]), int(starts[row]) + seq + 1)
@@ -837,7 +839,7 @@ class CorpusWindows:
 
     def close(self) -> None:
         self._inputs = self._targets = np.zeros(0, np.uint8)
-        self._tokens = []
+        self._tokens, self._fds = [], []
         for reader in self._readers:
             reader.close()
         self._readers = []
