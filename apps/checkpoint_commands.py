@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Iterator
 
-from pskd_jax import checkpoint, convert, manager
-from pskd_jax.errors import BAD_USAGE, PskdError
+from pskd_jax import checkpoint
+from pskd_jax.errors import UsageError
 
 
 def _given_digests(args) -> dict[str, str]:
@@ -19,15 +19,15 @@ def _verify(args) -> Iterator[str]:
     given = _given_digests(args)
     if os.path.isdir(path):
         if given:
-            raise PskdError(BAD_USAGE, "--xxh3-128/--sha256 check one file, not a directory")
-        entries = manager.verify_directory(path, step=args.step)
+            raise UsageError("--xxh3-128/--sha256 check one file, not a directory")
+        entries = checkpoint.verify_directory(path, step=args.step)
         for entry in entries:
-            yield f"pskd: ok step {entry['step']} {entry['file']} {_described(manager.entry_digests(entry))}"
+            yield f"pskd: ok step {entry['step']} {entry['file']} {_described(checkpoint.entry_digests(entry))}"
         yield f"pskd: {len(entries)} checkpoint{'s' if len(entries) != 1 else ''} verified in {path}"
         return
     if args.step is not None:
-        raise PskdError(BAD_USAGE, "--step selects a step of a checkpoint directory")
-    expected = given or _recorded_digests(path)
+        raise UsageError("--step selects a step of a checkpoint directory")
+    expected = given or checkpoint.recorded_digests(path)
     if not expected:
         found = {name: checkpoint.file_digest(path, name) for name in checkpoint.DIGESTS}
         yield (f"pskd: {path}: {_described(found)} (no recorded digest to compare: give --xxh3-128 or "
@@ -45,16 +45,16 @@ def _described(digests: dict[str, str]) -> str:
 def _recorded_digests(path: str) -> dict[str, str]:
     """The digests the index of the file's directory records for it (empty when none)."""
     directory, name = os.path.split(os.path.abspath(path))
-    if not os.path.exists(os.path.join(directory, manager.INDEX)):
+    if not os.path.exists(os.path.join(directory, checkpoint.INDEX)):
         return {}
-    for entry in manager.read_index(directory):
+    for entry in checkpoint.read_index(directory):
         if entry["file"] == name:
-            return manager.entry_digests(entry)
+            return checkpoint.entry_digests(entry)
     return {}
 
 
 def _convert(args) -> Iterator[str]:
-    yield "pskd: " + convert.convert(args.input, args.output, layout=args.layout, name=args.name)
+    yield "pskd: " + checkpoint.convert(args.input, args.output, layout=args.layout, name=args.name)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,58 +6,53 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
-from pskd_jax import corpus, corpus_build, text
-from pskd_jax.errors import BAD_USAGE, PskdError
+import tqdm
+
+from pskd_jax import corpus, data
+from pskd_jax.errors import UsageError
 
 
-class ProgressBar:
-    """A one-line bar on a terminal's stderr, redrawn in place at most ten times a second."""
+class BuildProgress:
+    """Shows a corpus build's progress with a tqdm bar (input megabytes, and shards done)."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.started = time.perf_counter()
-        self.drawn = False
+    def __init__(self, file=None):
+        self.bar = tqdm.tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1000, file=file or sys.stderr,
+                             desc="corpus build", dynamic_ncols=True, mininterval=0.1)
 
     def __call__(self, done_bytes: int, total_bytes: int, done_shards: int, total_shards: int) -> None:
-        fraction = done_bytes / total_bytes if total_bytes else 1.0
-        filled = int(30 * min(fraction, 1.0))
-        rate = done_bytes / 1e6 / max(time.perf_counter() - self.started, 1e-9)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done_shards}/{total_shards} shards  "
-                          f"{done_bytes / 1e6:.1f}/{total_bytes / 1e6:.1f} MB  {rate:.1f} MB/s ")
-        self.stream.flush()
-        self.drawn = True
+        self.bar.total = total_bytes
+        self.bar.n = done_bytes
+        self.bar.set_postfix_str(f"{done_shards}/{total_shards} shards", refresh=False)
+        self.bar.refresh()
 
-    def clear(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * 79 + "\r")
-            self.stream.flush()
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _tokenizer(args) -> corpus.Tokenizer:
     if args.vocab is not None:
         if args.tokenizer not in (None, "chars"):
-            raise PskdError(BAD_USAGE, "--vocab gives a character tokenizer; it does not go with --tokenizer bytes")
-        return corpus.Tokenizer.chars(text.read_vocab(args.vocab), args.vocab)
+            raise UsageError("--vocab gives a character tokenizer; it does not go with --tokenizer bytes")
+        return corpus.Tokenizer.chars(data.read_vocab(args.vocab), args.vocab)
     if args.tokenizer == "chars":
-        raise PskdError(BAD_USAGE, "--tokenizer chars needs its vocabulary: --vocab VOCAB.json (from pskd chars)")
+        raise UsageError("--tokenizer chars needs its vocabulary: --vocab VOCAB.json (from pskd chars)")
     return corpus.Tokenizer.bytes()
 
 
 def _build(args) -> Iterator[str]:
     tokenizer = _tokenizer(args)
-    bar = ProgressBar() if sys.stderr.isatty() else None
-    progress: Callable | None = bar
+    bar = BuildProgress() if sys.stderr.isatty() else None
     try:
-        result = corpus_build.build_corpus(
+        result = corpus.build_corpus(
             args.inputs, args.output, tokenizer=tokenizer, workers=args.workers, chunk_tokens=args.chunk_tokens,
             max_document_tokens=args.max_document_tokens, text_key=args.text_key, skip_bad=args.skip_bad,
-            progress=progress,
+            progress=bar,
         )
     finally:
         if bar is not None:
-            bar.clear()
+            bar.close()
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
@@ -115,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", choices=("bytes", "chars"), help="bytes (the default) or chars (needs --vocab)")
     p.add_argument("--vocab", metavar="VOCAB.json", help="a character vocabulary (pskd chars): the chars tokenizer")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="processes building shards at once")
-    p.add_argument("--chunk-tokens", type=int, default=corpus_build.DEFAULT_CHUNK_TOKENS, metavar="C",
+    p.add_argument("--chunk-tokens", type=int, default=corpus.DEFAULT_CHUNK_TOKENS, metavar="C",
                    help="tokens appended between two updates of a shard's header count")
     p.add_argument("--max-document-tokens", type=int, metavar="M", help="keep the first M tokens of each document")
     p.add_argument("--text-key", default="text", metavar="KEY", help="the JSONL key holding a document's text")

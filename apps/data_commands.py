@@ -5,32 +5,32 @@ from __future__ import annotations
 import argparse
 from typing import Iterator
 
-from pskd_jax import checkpoint, inspection, pack, text, windows
-from pskd_jax.sample_type import Layout
+from pskd_jax import checkpoint, data
+from pskd_jax.format import Layout
 
 
 def _chars(args) -> Iterator[str]:
-    vocab, characters = text.char_vocab(args.input)
-    text.write_vocab(args.output, vocab)
+    vocab, characters = data.char_vocab(args.input)
+    data.write_vocab(args.output, vocab)
     yield f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)"
 
 
 def _encode(args) -> Iterator[str]:
-    vocab = text.read_vocab(args.vocab)
-    count = text.encode_file(args.input, vocab, args.output)
+    vocab = data.read_vocab(args.vocab)
+    count = data.encode_file(args.input, vocab, args.output)
     yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
 
 
 def _decode(args) -> Iterator[str]:
-    vocab = text.read_vocab(args.vocab)
-    count = text.decode_file(args.input, vocab, args.output)
+    vocab = data.read_vocab(args.vocab)
+    count = data.decode_file(args.input, vocab, args.output)
     yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
 
 
 def _pack(args) -> Iterator[str]:
     layout = Layout.of_type(args.type)
-    encodings = pack.parse_encodings(args.encoding, layout)
-    result = pack.pack_file(args.input, args.type, args.output, encodings=encodings,
+    encodings = data.parse_encodings(args.encoding, layout)
+    result = data.pack_file(args.input, args.type, args.output, encodings=encodings,
                             round_to_encoding=args.round)
     labels = "" if result.version == 1 else ", encodings " + " ".join(e.label for e in result.encodings)
     yield f"pskd: wrote {args.output} ({result.count} samples of type {result.type_text}{labels})"
@@ -39,7 +39,7 @@ def _pack(args) -> Iterator[str]:
 
 
 def _lm_windows(args) -> Iterator[str]:
-    result = windows.lm_windows_file(args.input, args.output, vocab=args.vocab, seq=args.seq,
+    result = data.lm_windows_file(args.input, args.output, vocab=args.vocab, seq=args.seq,
                                      stride=args.stride)
     yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
            f"from {result.tokens} tokens)")
@@ -53,18 +53,18 @@ def _layout(args, path: str):
 
 
 def _info(args) -> Iterator[str]:
-    yield from inspection.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
+    yield from data.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
 
 
 def _diff(args) -> Iterator[str]:
-    distance = inspection.diff(args.a, args.b, layout=_layout(args, args.a))
+    distance = data.diff(args.a, args.b, layout=_layout(args, args.a))
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
 
 
 def _export(args) -> Iterator[str]:
-    count = inspection.export_json(args.file, args.output, layout=_layout(args, args.file))
+    count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
     yield f"pskd: wrote {args.output} ({count} samples as JSON)"
 
 

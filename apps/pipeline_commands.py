@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Iterator
 
-from pskd_jax.container import Reader
+from pskd_jax.format import Reader
 from pskd_jax.pipeline import load_pipeline, parse_pipeline
 
 

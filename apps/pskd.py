@@ -13,7 +13,7 @@ from typing import Sequence
 from absl import app
 from absl.flags import argparse_flags
 
-from apps import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
+from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
 from pskd_jax.errors import PskdError
 
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)

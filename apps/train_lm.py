@@ -1,8 +1,8 @@
 """Train a small character-level language model on an ``lm-windows`` file or a sharded corpus.
 
-    python -m apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
+    python -m pskd_jax.apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
         --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
-    python -m apps.train_lm --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
+    python -m pskd_jax.apps.train_lm --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
         --seq 64 [--stride 64] [--verify_corpus] --steps 300
 
 A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
@@ -21,6 +21,7 @@ import os
 import sys
 import time
 
+import tqdm
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
@@ -48,14 +49,6 @@ flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "count in the resident set.")
 
 
-def _progress(step: int, total: int, loss: float | None, rate: float) -> None:
-    """A one-line progress bar, redrawn in place (terminals only)."""
-    done = int(30 * step / max(total, 1))
-    shown = "" if loss is None else f"  loss {loss:.4f}"
-    sys.stdout.write(f"\r[{'#' * done}{'.' * (30 - done)}] step {step}/{total}{shown}  {rate:.1f} steps/s ")
-    sys.stdout.flush()
-
-
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -64,19 +57,21 @@ def main(argv: list[str]) -> None:
     # JAX is imported here, not at the top, so that --help answers without starting it.
     import jax
 
-    from pskd_jax import charlm, corpus
-    from pskd_jax.container import Reader
-    from pskd_jax.errors import PskdError
+    from pskd_jax import corpus
+    from pskd_jax.checkpoint import CheckpointManager
+    from pskd_jax.errors import PipelineError, PskdError, UsageError
+    from pskd_jax.format import Reader
     from pskd_jax.loader import Loader
-    from pskd_jax.manager import CheckpointManager
     from pskd_jax.pipeline import IteratorState, load_pipeline, parse_pipeline
+
+    from . import charlm
 
     try:
         text = FLAGS.pipeline
         pipeline = load_pipeline(text, root=FLAGS.pipeline_root) if os.path.isfile(text) else parse_pipeline(text, source="--pipeline")
         if corpus.is_manifest(pipeline.path):  # windows cut on the fly from a sharded corpus
             if FLAGS.seq is None:
-                raise PskdError("E9012", f"{pipeline.path} is a corpus: give the window length with --seq T")
+                raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
             reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
                                           verify=FLAGS.verify_corpus, access=FLAGS.access)
             vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
@@ -84,11 +79,9 @@ def main(argv: list[str]) -> None:
             reader = Reader(pipeline.path, access=FLAGS.access)
             inputs_leaf = reader.placement.layout.leaves[0]
             if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
-                raise PskdError(
-                    "E9010",
+                raise PipelineError(
                     f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
-                    "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json",
-                )
+                    "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json")
             vocab, seq, sample_type = inputs_leaf.bound, inputs_leaf.shape[0], reader.header.type_text
         pipeline.check_batch_type(sample_type, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])")
         config = charlm.ModelConfig(vocab=vocab, seq=seq, width=FLAGS.width, layers=FLAGS.layers,
@@ -112,10 +105,10 @@ def main(argv: list[str]) -> None:
           f"model width {config.width}, {config.layers} blocks, {config.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
     train_step = charlm.make_train_step(config, FLAGS.learning_rate)
-    terminal = sys.stdout.isatty()
     started, first_step = time.perf_counter(), step
     loader = Loader(reader, pipeline, state=state)
-    loss = None
+    bar = tqdm.tqdm(total=FLAGS.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,
+                    dynamic_ncols=True, leave=False)
     for inputs, targets in loader:
         if step >= FLAGS.steps:
             break
@@ -124,17 +117,15 @@ def main(argv: list[str]) -> None:
         rate = (step - first_step) / (time.perf_counter() - started)
         if step % FLAGS.log_every == 0 or step == FLAGS.steps or step == first_step + 1:
             loss = float(loss_value)
-            if terminal:
-                sys.stdout.write("\r" + " " * 79 + "\r")
-            print(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", flush=True)
-        if terminal:
-            _progress(step, FLAGS.steps, loss, rate)
+            bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+            tqdm.tqdm.write(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", file=sys.stdout)
+            sys.stdout.flush()
+        bar.update(1)
         if manager is not None and (step % FLAGS.save_every == 0 or step == FLAGS.steps):
             manager.save_async(step, {"params": params, "opt": opt},
                                extra={"step": step, "loader": loader.state.to_json()})
     loader.close()
-    if terminal:
-        sys.stdout.write("\n")
+    bar.close()
     if manager is not None:
         manager.wait()
         print(f"train: checkpoints at steps {manager.all_steps()} in {FLAGS.checkpoint_dir}", flush=True)

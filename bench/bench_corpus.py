@@ -36,9 +36,10 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import pskd_jax  # noqa: E402
-from pskd_jax import corpus, corpus_build  # noqa: E402
-from pskd_jax.text import lm_window_records  # noqa: E402
-from pskd_jax.windows import window_type  # noqa: E402
+from pskd_jax import corpus
+from pskd_jax.corpus import build as corpus_build  # noqa: E402
+from pskd_jax.data.windows import lm_window_records  # noqa: E402
+from pskd_jax.data.windows import window_type  # noqa: E402
 
 MB = 1_000_000
 
@@ -88,7 +89,7 @@ def bench_build(inputs: list[str], out: str, workers: int, repeat: int = 2) -> d
         os.unlink(out + "-one.psk.d")
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "apps.pskd", "corpus", "build", *inputs, "-o", out, "--workers",
+        subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", "build", *inputs, "-o", out, "--workers",
                         str(workers)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         seconds = min(seconds, time.perf_counter() - t0)
     return {"mb": size / MB, "seconds": seconds, "per_worker": size / MB / seconds / workers,

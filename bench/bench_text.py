@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-from pskd_jax import text as T  # noqa: E402
+from pskd_jax.data import text as T  # noqa: E402
 
 MB = 1_000_000
 

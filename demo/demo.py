@@ -49,7 +49,7 @@ def pskd(*args: str) -> None:
     """Runs one ``pskd`` command the way a user would, echoing it and timing it."""
     print("$ pskd " + " ".join(args), flush=True)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "apps.pskd", *args], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *args], check=True, cwd=ROOT)
     print(f"  ({time.perf_counter() - started:.2f} s)", flush=True)
 
 
@@ -94,8 +94,8 @@ def main() -> None:
 
 
 def train(pipeline: str, checkpoints: str, steps: int, *extra: str) -> None:
-    print(f"$ python -m apps.train_lm --steps {steps} {' '.join(extra)}", flush=True)
-    subprocess.run([sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", f"--steps={steps}",
+    print(f"$ python -m pskd_jax.apps.train_lm --steps {steps} {' '.join(extra)}", flush=True)
+    subprocess.run([sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", f"--steps={steps}",
                     f"--checkpoint_dir={checkpoints}", "--save_every=75", "--log_every=25", *extra],
                    check=True, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
 

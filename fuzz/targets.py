@@ -45,9 +45,20 @@ from typing import Callable
 
 import numpy as np
 
-from pskd_jax import (checkpoint, convert, corpus, corpus_build, inspection, manager, pack, pipeline, sample_type,
-                      text, windows)
-from pskd_jax.container import Reader, write, write_encoded
+from pskd_jax import checkpoint
+from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax import corpus
+from pskd_jax.corpus import build as corpus_build
+from pskd_jax import data as inspection
+from pskd_jax.checkpoint import manager
+from pskd_jax.data import pack
+from pskd_jax import pipeline
+from pskd_jax.format import sample_type
+from pskd_jax.format.layout import Layout
+from pskd_jax.data import text
+from pskd_jax.data import windows
+from pskd_jax.format.reader import Reader
+from pskd_jax.format.writer import write, write_encoded
 from pskd_jax.errors import PskdError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,12 +173,12 @@ def t_sample_type(s: Scratch, data: bytes) -> None:
         parsed = sample_type.parse_type(type_text)
         stored = sample_type.header_text(type_text)
         if not isinstance(parsed, sample_type.ParamsType):
-            layout = sample_type.Layout.of_type(parsed)
-            again = sample_type.Layout.of_type(sample_type.format_type(parsed))
+            layout = Layout.of_type(parsed)
+            again = Layout.of_type(sample_type.format_type(parsed))
             if again.leaves != layout.leaves or again.structure != layout.structure:
                 raise Finding(f"{type_text!r}: its canonical text {sample_type.format_type(parsed)!r} "
                               "has another layout")
-            if sample_type.Layout.of_type(stored).leaves != layout.leaves:
+            if Layout.of_type(stored).leaves != layout.leaves:
                 raise Finding(f"{type_text!r}: its header text {stored!r} has another layout")
     except PskdError:
         pass
@@ -235,7 +246,7 @@ def t_pack(s: Scratch, data: bytes) -> None:
     head, _, body = data.partition(b"\n")
     type_text = head.decode("utf-8", errors="replace")
     try:
-        layout = sample_type.Layout.of_type(type_text)
+        layout = Layout.of_type(type_text)
         if layout.sample_elements > 1 << 16:
             return  # a legitimate type, but its samples are not what this target fuzzes
         source = _write(s.path("pack.txt"), body)

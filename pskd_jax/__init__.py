@@ -1,59 +1,128 @@
 """pskd_jax: exact, fast ``.psk.d`` data and checkpoints for JAX.
 
-The data side (this package's top level) imports numpy and ml_dtypes, never JAX, so the command
-line answers at once; JAX enters only in the modules that make device arrays.
+The public API is what this package and its subpackages export:
+
+- :mod:`pskd_jax.format`: the container (sample types, encodings, layouts, reader, writers);
+- :mod:`pskd_jax.data`: text, tokens, windows, pack, info, diff and export kernels;
+- :mod:`pskd_jax.pipeline`: pipelines over sample indices and the epoch shuffle;
+- :mod:`pskd_jax.corpus`: sharded token corpora;
+- :mod:`pskd_jax.checkpoint`: checkpoints and their directories;
+- :mod:`pskd_jax.loader`: device batches for a ``jit``-compiled step (imports JAX);
+- :mod:`pskd_jax.errors`: :class:`PskdError` and one subclass per code.
+
+Importing ``pskd_jax`` does not import JAX, so the data tools answer at once.
 """
 
-from pskd_jax.checkpoint import SaveResult, file_sha256, find_layout, read_layout, restore, save, verify_file
-from pskd_jax.container import (
+from pskd_jax.checkpoint import (
+    CheckpointManager,
+    SaveResult,
+    find_layout,
+    read_layout,
+    restore,
+    save,
+    verify_file,
+)
+from pskd_jax.corpus import (
+    CorpusWindows,
+    Tokenizer,
+    build_corpus,
+    build_shard,
+    merge_manifests,
+    read_manifest,
+    verify_corpus,
+    write_manifest,
+)
+from pskd_jax.data import (
+    Distance,
+    char_vocab,
+    decode_file,
+    diff,
+    encode_file,
+    export_json,
+    info_lines,
+    iter_info_lines,
+    lm_windows_file,
+    pack_file,
+    read_tokens,
+    read_vocab,
+    window_type,
+    write_vocab,
+)
+from pskd_jax.errors import (
+    CODES,
+    BadValueError,
+    CheckpointDirectoryError,
+    CorpusDirectoryError,
+    CorpusInputError,
+    DigestMismatchError,
+    MismatchError,
+    NotClosedError,
+    NotPskdError,
+    PipelineError,
+    PskdError,
+    ShardMismatchError,
+    TruncatedError,
+    UsageError,
+    VocabularyError,
+)
+from pskd_jax.format import (
     MAGIC,
+    Encoding,
     Header,
+    Layout,
+    Leaf,
     Reader,
+    Rounding,
     WriteResult,
     Writer,
     encode_header,
+    flatten,
+    format_type,
+    header_text,
+    index_dtype,
+    layout_of_template,
+    parse_type,
     read_header,
+    round_f64_to_bf16,
+    to_f64,
     write,
     write_encoded,
     write_stream,
 )
-from pskd_jax.corpus import CorpusWindows, Tokenizer, merge_manifests, read_manifest, verify_corpus, write_manifest
-from pskd_jax.corpus_build import build_corpus, build_shard
-from pskd_jax.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
-from pskd_jax.errors import CODES, PskdError
-from pskd_jax.inspection import Distance, diff, export_json, info_lines, iter_info_lines
-from pskd_jax.manager import CheckpointManager
-from pskd_jax.pack import pack_file
-from pskd_jax.sample_type import Layout, Leaf, format_type, header_text, parse_type
-from pskd_jax.shuffle import shuffle_order
-from pskd_jax.text import char_vocab, decode_file, encode_file, read_tokens, read_vocab, write_vocab
-from pskd_jax.tree import flatten, layout_of_template
-from pskd_jax.windows import lm_windows_file, window_type
+from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CODES",
+    "MAGIC",
+    "BadValueError",
+    "CheckpointDirectoryError",
     "CheckpointManager",
+    "CorpusDirectoryError",
+    "CorpusInputError",
     "CorpusWindows",
-    "SaveResult",
-    "file_sha256",
-    "find_layout",
-    "read_layout",
-    "read_manifest",
-    "restore",
-    "save",
-    "verify_file",
+    "DigestMismatchError",
     "Distance",
     "Encoding",
     "Header",
+    "IteratorState",
     "Layout",
     "Leaf",
-    "MAGIC",
+    "MismatchError",
+    "NotClosedError",
+    "NotPskdError",
+    "Pipeline",
+    "PipelineError",
     "PskdError",
     "Reader",
     "Rounding",
+    "SaveResult",
+    "ShardMismatchError",
     "Tokenizer",
+    "TruncatedError",
+    "UsageError",
+    "VocabularyError",
     "WriteResult",
     "Writer",
     "build_corpus",
@@ -64,6 +133,7 @@ __all__ = [
     "encode_file",
     "encode_header",
     "export_json",
+    "find_layout",
     "flatten",
     "format_type",
     "header_text",
@@ -72,16 +142,23 @@ __all__ = [
     "iter_info_lines",
     "layout_of_template",
     "lm_windows_file",
+    "load_pipeline",
     "merge_manifests",
     "pack_file",
+    "parse_pipeline",
     "parse_type",
     "read_header",
+    "read_layout",
+    "read_manifest",
     "read_tokens",
     "read_vocab",
+    "restore",
     "round_f64_to_bf16",
+    "save",
     "shuffle_order",
     "to_f64",
     "verify_corpus",
+    "verify_file",
     "window_type",
     "write",
     "write_encoded",

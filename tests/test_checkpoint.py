@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 import xxhash
 
+from pskd_jax.checkpoint import encode, keypaths, restoring
 from pskd_jax import checkpoint as ck
-from pskd_jax.container import Reader
+from pskd_jax.format.reader import Reader
 from pskd_jax.errors import PskdError
-from pskd_jax.inspection import export_json, info_lines
+from pskd_jax.data.export import export_json
+from pskd_jax.data.info import info_lines
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -133,7 +135,7 @@ def test_narrowing_is_refused_unless_asked_and_then_reported(tmp_path):
 
 
 def ck_round_bf16(values):
-    from pskd_jax.encodings import round_f64_to_bf16
+    from pskd_jax.format.encodings import round_f64_to_bf16
 
     return round_f64_to_bf16(values).astype(np.float64)
 
@@ -150,7 +152,7 @@ def test_nan_and_inf_are_refused_naming_the_key_path(tmp_path, bad, dtype):
 
 
 def test_nan_deep_in_a_large_leaf_names_its_index(tmp_path, monkeypatch):
-    monkeypatch.setattr(ck, "CHUNK_BYTES", 64)  # many chunks: the index must be the leaf's own
+    monkeypatch.setattr(encode, "CHUNK_BYTES", 64)  # many chunks: the index must be the leaf's own
     w = np.ones((10, 30), np.float32)
     w[7, 29] = np.nan
     with pytest.raises(PskdError, match=r"\['w'\] at index \[7, 29\]"):
@@ -415,7 +417,7 @@ def nested(depth: int, leaf) -> dict:
 
 
 def test_trees_nest_at_most_max_key_depth(tmp_path):
-    assert ck.MAX_KEY_DEPTH == 64
+    assert keypaths.MAX_KEY_DEPTH == 64
     ck.save(tmp_path / "deep.psk.d", nested(64, np.ones(2)))
     back = ck.restore(tmp_path / "deep.psk.d", as_numpy=True)  # through its layout file
     for _ in range(64):
@@ -530,8 +532,8 @@ def test_both_digests_are_checked_when_both_are_given(tmp_path, rng):
 @pytest.mark.parametrize("threaded", [False, True])
 def test_a_flipped_byte_anywhere_fails_a_verified_restore(tmp_path, monkeypatch, rng, threaded):
     if threaded:  # pieces read on two threads, smaller than a leaf and not aligned to one
-        monkeypatch.setattr(ck, "PARALLEL_READ_BYTES", 1)
-        monkeypatch.setattr(ck, "HASH_PIECE", 40)
+        monkeypatch.setattr(restoring, "PARALLEL_READ_BYTES", 1)
+        monkeypatch.setattr(restoring, "HASH_PIECE", 40)
     tree = {"a": random_finite(rng, BF16, (7, 9)), "b": random_finite(rng, np.float32, (5,)),
             "c": np.arange(6, dtype=np.int32), "d": random_finite(rng, np.float64, (3, 2))}
     path = tmp_path / "c.psk.d"
@@ -557,13 +559,13 @@ def test_a_flipped_byte_anywhere_fails_a_verified_restore(tmp_path, monkeypatch,
 
 
 def test_pieces_cover_the_leaves_in_order():
-    assert ck._pieces({0: 10, 1: 0, 2: 25}, None) == [(0, 0, 10), (1, 0, 0), (2, 0, 25)]
-    assert ck._pieces({0: 10, 1: 0, 2: 25}, 10) == [(0, 0, 10), (1, 0, 0), (2, 0, 10), (2, 10, 20), (2, 20, 25)]
+    assert restoring._pieces({0: 10, 1: 0, 2: 25}, None) == [(0, 0, 10), (1, 0, 0), (2, 0, 25)]
+    assert restoring._pieces({0: 10, 1: 0, 2: 25}, 10) == [(0, 0, 10), (1, 0, 0), (2, 0, 10), (2, 10, 20), (2, 20, 25)]
 
 
 def test_large_restore_reads_on_threads_and_hashes_in_order(tmp_path, monkeypatch, rng):
-    monkeypatch.setattr(ck, "PARALLEL_READ_BYTES", 1)
-    monkeypatch.setattr(ck, "HASH_PIECE", 1000)
+    monkeypatch.setattr(restoring, "PARALLEL_READ_BYTES", 1)
+    monkeypatch.setattr(restoring, "HASH_PIECE", 1000)
     tree = {f"l{i}": random_finite(rng, np.float32, (50, 7 + i)) for i in range(6)}
     result = ck.save(tmp_path / "c.psk.d", tree, digest="xxh3_128")
     sha = ck.file_sha256(tmp_path / "c.psk.d")
@@ -597,7 +599,7 @@ def test_non_contiguous_and_big_endian_leaves(tmp_path, rng):
 
 
 def test_restore_refuses_a_file_that_is_not_one_sample(tmp_path):
-    from pskd_jax.container import write
+    from pskd_jax.format.writer import write
 
     write(tmp_path / "d.psk.d", "ℝ[2]", np.ones((3, 2)))
     with pytest.raises(PskdError, match="one sample"):

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.manager import INDEX, CheckpointManager
+from pskd_jax.checkpoint.manager import INDEX, CheckpointManager
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def pskd(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
 
 
@@ -125,7 +125,7 @@ def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
     pskd_jax.save(a, tree)
     pskd_jax.save(b, {"w": tree["w"] + 1, "step": np.int32(8)})
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "apps.pskd", *map(str, args)],  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)],  # noqa: E731
                                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     info = run("info", a)
     assert info.returncode == 0, info.stderr

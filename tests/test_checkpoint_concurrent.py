@@ -14,8 +14,10 @@ import time
 import numpy as np
 import pytest
 
+from pskd_jax._os.locks import destination_lock
+from pskd_jax._os.names import save_lock
 from pskd_jax import checkpoint as ck
-from pskd_jax.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
+from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -34,7 +36,7 @@ def finish(child: subprocess.Popen, timeout: float = 120) -> str:
 
 HOLDER = """
     import sys, numpy as np
-    from pskd_jax.manager import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager
     manager = CheckpointManager(sys.argv[1])
     manager.save(1, {"w": np.ones(4, np.float32)})
     print("ready", flush=True)
@@ -47,7 +49,7 @@ HOLDER = """
 OPENER = """
     import sys, numpy as np
     from pskd_jax.errors import PskdError
-    from pskd_jax.manager import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager
     try:
         manager = CheckpointManager(sys.argv[1])
     except PskdError as e:
@@ -69,7 +71,7 @@ def test_a_second_manager_is_refused_until_the_first_closes(tmp_path):
         # the lock file upsets neither listing nor `pskd verify`, which takes no lock
         assert (directory / LOCK).exists()
         assert [e["step"] for e in verify_directory(str(directory))] == [1]
-        verify = subprocess.run([sys.executable, "-m", "apps.pskd", "verify", str(directory)], env=ENV,
+        verify = subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "verify", str(directory)], env=ENV,
                                 capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert verify.returncode == 0 and verify.stdout.endswith(f"1 checkpoint verified in {directory}\n"), \
             verify.stderr
@@ -88,7 +90,7 @@ def test_a_second_manager_is_refused_until_the_first_closes(tmp_path):
 RACER = """
     import os, sys, time, numpy as np
     from pskd_jax.errors import PskdError
-    from pskd_jax.manager import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager
     directory, go, me = sys.argv[1], sys.argv[2], int(sys.argv[3])
     while not os.path.exists(go):
         time.sleep(0.001)
@@ -160,7 +162,7 @@ def test_plain_saves_of_one_destination_take_turns(tmp_path):
         started = time.monotonic()
         while time.monotonic() - started < 30 and not (len(seen) >= 40 and len({k for k, _ in seen}) == 2):
             # between two saves (holding the lock they take), the pair on disk is always one save's
-            with ck.destination_lock(path):
+            with destination_lock(path):
                 if path.exists():
                     check_pair(path)
                     seen.add((tuple(ck.restore(path, as_numpy=True)), os.stat(path).st_mtime_ns))
@@ -181,9 +183,9 @@ def test_a_save_waits_for_another_save_of_its_destination(tmp_path):
         ck.save(sys.argv[1], {"w": np.arange(5, dtype=np.float32)})
         print("saved", flush=True)
     """
-    with ck.destination_lock(path) as held:
+    with destination_lock(path) as held:
         assert held
-        with ck.destination_lock(path, wait=False) as again:  # (another holder, even in this process)
+        with destination_lock(path, wait=False) as again:  # (another holder, even in this process)
             assert not again
         child = python(code, path)
         time.sleep(1.5)
@@ -195,7 +197,7 @@ def test_a_save_waits_for_another_save_of_its_destination(tmp_path):
 
 def test_a_lock_file_left_by_a_killed_save_is_reused_and_removed(tmp_path):
     path = tmp_path / "c.psk.d"
-    pathlib.Path(ck.lock_path_for(path)).write_bytes(b"")
+    pathlib.Path(save_lock(path)).write_bytes(b"")
     ck.save(path, {"w": np.ones(2)})
     assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.manager import CheckpointManager
+from pskd_jax.checkpoint.manager import CheckpointManager
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KILLS = 4
@@ -25,7 +25,7 @@ CHILD = textwrap.dedent(
     """
     import sys, numpy as np
     from pskd_jax import checkpoint as ck
-    from pskd_jax.manager import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager
 
     def tree(k):
         return {"w": np.full((256, 1024), k, np.float32), "b": np.full(4096, k, np.float64),

@@ -9,9 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pskd_jax.checkpoint import file_digest, file_sha256
+from pskd_jax._os.digests import file_digest, file_sha256
 from pskd_jax.errors import PskdError
-from pskd_jax.manager import INDEX, LOCK, CheckpointManager, read_index, step_file
+from pskd_jax._os.names import step_file
+from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index
 
 
 def params(step: int) -> dict:
@@ -280,8 +281,8 @@ def test_one_manager_at_a_time_has_a_directory(tmp_path):
 
 
 def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
-    from pskd_jax import checkpoint
-    from pskd_jax.fileio import atomic_output
+    from pskd_jax._os.atomic import atomic_output
+    from pskd_jax._os.locks import destination_lock
 
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, params(1))
@@ -292,7 +293,7 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
     distributed = tmp_path / ".step-00000005.psk.d.distributed.tmp"
     distributed.write_bytes(b"PSKD")
     with atomic_output(str(tmp_path / step_file(3))) as live, \
-            checkpoint.destination_lock(str(tmp_path / step_file(5))):
+            destination_lock(str(tmp_path / step_file(5))):
         live.write(b"PSKD")
         [live_name] = [n for n in os.listdir(tmp_path) if n.startswith(".step-00000003.psk.d.")]
         CheckpointManager(tmp_path).close()
@@ -312,7 +313,7 @@ def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, w
     import subprocess
     import sys
 
-    from pskd_jax.manager import verify_directory
+    from pskd_jax.checkpoint.manager import verify_directory
 
     directory = tmp_path / "ckpts"
     with CheckpointManager(directory) as manager:
@@ -327,7 +328,7 @@ def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, w
             attempt()
         assert e.value.code == "E9014" and "outside the checkpoint directory" in e.value.message
         assert str(outside) in e.value.message
-    run = subprocess.run([sys.executable, "-m", "apps.pskd", "verify", str(directory)], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "verify", str(directory)], capture_output=True, text=True)
     assert run.returncode == 1 and run.stderr.startswith("pskd: E9014: ") and "Traceback" not in run.stderr
     os.unlink(directory / name)  # a symlink that stays inside is fine
     shutil.move(outside, directory / ("copy-" + name))

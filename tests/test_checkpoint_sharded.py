@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from pskd_jax.checkpoint import restoring
 from pskd_jax import checkpoint as ck
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -25,6 +26,7 @@ SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, numpy as np, ml_dtypes
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from pskd_jax import checkpoint as ck
+    from pskd_jax.checkpoint import restoring
 
     assert len(jax.devices()) == 8, jax.devices()
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
@@ -47,12 +49,12 @@ SCRIPT = textwrap.dedent(
     assert open(path, "rb").read() == open(path + ".host", "rb").read()
 
     reads = []
-    original = ck.read_region
+    original = restoring.read_region
     def counting(fd, p, offset, shape, disk, value, index):
         out = original(fd, p, offset, shape, disk, value, index)
         reads.append(out.nbytes)
         return out
-    ck.read_region = counting
+    restoring.read_region = counting
 
     target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings[k]) for k, v in host.items()}
     back = ck.restore(path, target)
@@ -109,13 +111,13 @@ def test_read_region_reads_exactly_the_box(tmp_path, shape, index):
     path = tmp_path / "r.psk.d"
     ck.save(path, {"pad": np.zeros(3, np.uint8), "v": values})
     layout = ck.read_layout(ck.layout_path_for(path))
-    from pskd_jax.container import Reader
+    from pskd_jax.format.reader import Reader
 
     with Reader(path, layout=layout) as reader:
         offset = reader.header.data_offset + reader.placement.offsets[1]
     fd = os.open(path, os.O_RDONLY)
     try:
-        box = ck.read_region(fd, str(path), offset, shape, np.dtype("<f4"), np.dtype("<f4"), index)
+        box = restoring.read_region(fd, str(path), offset, shape, np.dtype("<f4"), np.dtype("<f4"), index)
     finally:
         os.close(fd)
     np.testing.assert_array_equal(box, values[index] if index else values)

@@ -20,7 +20,7 @@ TESTDATA = ROOT / "testdata"
 def pskd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "apps.pskd", *map(str, args)],
+        [sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)],
         capture_output=True, text=True, cwd=cwd or ROOT, env=env, timeout=120,
     )
 
@@ -188,7 +188,7 @@ def test_two_params_files_of_one_encoding_diff_without_their_layout(tmp_path):
 
 
 def test_data_commands_never_import_jax():
-    code = "import sys, apps.pskd; sys.exit(1 if 'jax' in sys.modules else 0)"
+    code = "import sys, pskd_jax.apps.pskd; sys.exit(1 if 'jax' in sys.modules else 0)"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0
 
@@ -229,7 +229,7 @@ def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
 def test_info_and_export_of_a_file_holding_an_index_beyond_its_bound(tmp_path):
     import struct
 
-    from pskd_jax.container import encode_header
+    from pskd_jax.format.header import encode_header
 
     tokens = np.arange(12, dtype=np.uint8).reshape(4, 3) % 10
     tokens[2, 1] = 12  # only a damaged or hand-made file holds it: every writer refuses it

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pskd_jax.container import Reader, Writer, encode_header, write, write_encoded, write_stream
-from pskd_jax.encodings import Encoding
+from pskd_jax.format.reader import Reader
+from pskd_jax.format.writer import Writer, write, write_encoded, write_stream
+from pskd_jax.format.header import encode_header
+from pskd_jax.format.encodings import Encoding
 from pskd_jax.errors import PskdError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax import convert
+from pskd_jax.checkpoint import safetensors as convert
 from pskd_jax.errors import PskdError
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -172,7 +172,7 @@ def test_an_export_keeps_its_temporary_file_locked_until_it_is_in_place(tmp_path
     import contextlib
     import safetensors.numpy
 
-    from pskd_jax.fileio import remove_stale_temporaries
+    from pskd_jax._os.atomic import remove_stale_temporaries
 
     ck.save(tmp_path / "c.psk.d", {"w": np.arange(6, dtype=np.float32)})
     destination = str(tmp_path / "c.safetensors")

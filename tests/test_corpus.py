@@ -14,12 +14,17 @@ import numpy as np
 import pytest
 
 import pskd_jax
-from pskd_jax import corpus, corpus_tokens
-from pskd_jax.corpus import CorpusWindows, Shard, Tokenizer
-from pskd_jax.corpus_build import ShardWriter, build_corpus, build_shard, directory_lock
-from pskd_jax.corpus_tokens import find_inputs
+from pskd_jax import corpus
+from pskd_jax.corpus import inputs as corpus_tokens
+from pskd_jax.corpus.windows import CorpusWindows
+from pskd_jax.corpus.manifest import Shard
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.shard_writer import ShardWriter
+from pskd_jax.corpus.build import build_corpus, build_shard
+from pskd_jax.corpus.lock import directory_lock
+from pskd_jax.corpus.inputs import find_inputs
 from pskd_jax.errors import PskdError
-from pskd_jax.windows import lm_windows_file
+from pskd_jax.data.windows import lm_windows_file
 
 B = 256  # the byte tokenizer's boundary
 
@@ -358,7 +363,7 @@ def test_the_lock_file_stays_and_readers_ignore_it(built):
         CorpusWindows(built, seq=4).close()
     lock.unlink()
     corpus.verify_corpus(built)
-    with pytest.raises(PskdError, match="E9016: .*cannot open the build lock"):
+    with pytest.raises(PskdError, match="E9016: .*cannot open the lock file"):
         with directory_lock(str(built.parent / "missing")):
             pass
 
@@ -730,7 +735,7 @@ def test_windows_pickle_and_verify(tmp_path):
 def test_windows_through_the_pipeline_and_loader(tmp_path):
     jax = pytest.importorskip("jax")
     from pskd_jax.loader import Loader
-    from pskd_jax.pipeline import IteratorState, Pipeline
+    from pskd_jax.pipeline.batches import IteratorState, Pipeline
 
     path = write_corpus(tmp_path / "c", [np.arange(250) % 257, np.arange(123) % 257, np.arange(301) % 257])
     windows = CorpusWindows(path, seq=16, stride=9)
@@ -786,7 +791,7 @@ def test_a_block_of_documents_bad_in_two_ways(tmp_path):
 
 
 def test_a_merge_into_a_directory_where_a_build_runs_is_refused(tmp_path):
-    from pskd_jax.corpus_build import directory_lock
+    from pskd_jax.corpus.lock import directory_lock
 
     part = write_corpus(tmp_path / "part", [np.arange(10)])
     output = tmp_path / "merged.json"

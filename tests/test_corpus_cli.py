@@ -20,8 +20,8 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from pskd_jax.corpus import Tokenizer
-from pskd_jax.corpus_build import build_shard
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.build import build_shard
 from pskd_jax.errors import PskdError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ SCRIPT = shutil.which("pskd", path=os.path.dirname(sys.executable))
 
 
 def pskd(*args, cwd=None, script=False) -> subprocess.CompletedProcess:
-    command = [SCRIPT] if script and SCRIPT else [sys.executable, "-m", "apps.pskd"]
+    command = [SCRIPT] if script and SCRIPT else [sys.executable, "-m", "pskd_jax.apps.pskd"]
     return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd or ROOT, env=ENV,
                           timeout=120)
 
@@ -85,7 +85,7 @@ def test_build_verify_info(tmp_path):
 
 def in_process(*args) -> list[str]:
     """A command's handler run in this process (for the checks that need no fresh interpreter)."""
-    from apps import pskd as cli
+    from pskd_jax.apps import pskd as cli
 
     parsed = cli.make_parser().parse_args([str(a) for a in args])
     return list(parsed.handler(parsed))
@@ -200,7 +200,7 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     pipe = tmp_path / "slow.jsonl"
     os.mkfifo(pipe)
     out = tmp_path / "c"
-    first = subprocess.Popen([sys.executable, "-m", "apps.pskd", "corpus", "build", str(tmp_path / "a.jsonl"),
+    first = subprocess.Popen([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", "build", str(tmp_path / "a.jsonl"),
                               str(pipe), "-o", str(out)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -243,7 +243,7 @@ KILLS = 3
 
 
 def start_build(inputs, out, workers) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "apps.pskd", "corpus", "build", *map(str, inputs), "-o", str(out),
+    return subprocess.Popen([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", "build", *map(str, inputs), "-o", str(out),
                              "--workers", str(workers), "--chunk-tokens", "1000"],
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -292,7 +292,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pskd_jax.corpus import Tokenizer
-    from pskd_jax.corpus_build import build_shard
+    from pskd_jax.corpus import build_shard
     print("start", flush=True)
     build_shard(sys.argv[1], sys.argv[2], tokenizer=Tokenizer.bytes(), chunk_tokens=int(sys.argv[3]))
     """
@@ -332,7 +332,7 @@ def test_train_lm_on_a_corpus(tmp_path):
     ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
     pipeline = f'stream "{tmp_path / "c" / "shards.json"}" |> shuffle(seed = 1) |> batch(B = 4)'
     run = lambda *extra: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2",
+        [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2",
          "--steps=3", "--log_every=1", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(ENV, JAX_PLATFORMS="cpu"))
     result = run("--seq=16", "--stride=8", "--verify_corpus")
@@ -348,11 +348,12 @@ def test_train_lm_on_a_corpus(tmp_path):
 def test_progress_bar_draws_in_place():
     import io
 
-    from apps.corpus_commands import ProgressBar
+    from pskd_jax.apps.corpus_commands import BuildProgress
 
     stream = io.StringIO()
-    bar = ProgressBar(stream)
+    bar = BuildProgress(stream)
     bar(5 * 10**6, 10 * 10**6, 1, 4)
-    bar.clear()
+    bar(10 * 10**6, 10 * 10**6, 4, 4)
+    bar.close()
     text = stream.getvalue()
-    assert text.startswith("\r[" + "#" * 15 + "." * 15 + "] 1/4 shards  5.0/10.0 MB") and text.endswith("\r")
+    assert text.startswith("\r") and "50%" in text and "1/4 shards" in text and "100%" in text and "4/4 shards" in text

@@ -39,11 +39,12 @@ import traceback
 import numpy as np
 import pytest
 
-import apps.pskd
+import pskd_jax.apps.pskd
 from pskd_jax import checkpoint
-from pskd_jax.container import Reader, Writer, write
-from pskd_jax.fileio import atomic_output, remove_stale_temporaries
-from pskd_jax.manager import CheckpointManager
+from pskd_jax.format.reader import Reader
+from pskd_jax.format.writer import Writer, write
+from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
+from pskd_jax.checkpoint.manager import CheckpointManager
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KILLS = 12  # per writer
@@ -146,7 +147,7 @@ def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = N
 def _cli(argv: list[str]):
     def body() -> None:
         sys.argv = ["pskd", *argv]
-        apps.pskd.run()
+        pskd_jax.apps.pskd.run()
 
     return body
 
@@ -548,7 +549,7 @@ def test_a_second_writer_of_one_destination_leaves_the_first_ones_file_alone(tmp
     with Writer(dest, "ℝ[]") as first:
         first.append(np.arange(3.0))
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        code = f"from pskd_jax.container import write; import numpy as np; write({str(dest)!r}, 'ℝ[]', np.ones(5))"
+        code = f"from pskd_jax.format import write; import numpy as np; write({str(dest)!r}, 'ℝ[]', np.ones(5))"
         subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
         assert os.path.exists(first._tmp)
         with Reader(dest) as reader:
@@ -580,12 +581,13 @@ if __name__ == "__main__":
 def test_a_file_system_without_flock_still_gets_atomic_output(tmp_path, monkeypatch):
     import errno
 
-    from pskd_jax import fileio
+    from pskd_jax._os import atomic as fileio
+    from pskd_jax._os import locks
 
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(fileio.fcntl, "flock", no_locks)
+    monkeypatch.setattr(locks.fcntl, "flock", no_locks)
     destination = tmp_path / "out.bin"
     with fileio.atomic_output(str(destination)) as f:
         f.write(b"whole")

@@ -40,10 +40,20 @@ import tracemalloc
 import numpy as np
 import pytest
 
-import apps.pskd
-from pskd_jax import (checkpoint, container, convert, corpus, corpus_build, inspection, manager, pack, pipeline,
-                      text, windows)
-from pskd_jax.container import Reader
+import pskd_jax.apps.pskd
+from pskd_jax import checkpoint
+from pskd_jax import format as container
+from pskd_jax.format import reader as reader_module
+from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax import corpus
+from pskd_jax.corpus import build as corpus_build
+from pskd_jax import data as inspection
+from pskd_jax.checkpoint import manager
+from pskd_jax.data import pack
+from pskd_jax import pipeline
+from pskd_jax.data import text
+from pskd_jax.data import windows
+from pskd_jax.format.reader import Reader
 from pskd_jax.errors import PskdError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -250,7 +260,7 @@ def worker(scratch: str) -> None:
 
             def cli() -> dict:
                 sys.argv = ["pskd", *cli_arguments(case, path, out_dir, side)]
-                apps.pskd.run()
+                pskd_jax.apps.pskd.run()
                 return {"status": "ok"}
 
             log = os.path.join(scratch, f"{index}-{side}.log")
@@ -373,7 +383,7 @@ def test_manifest_lists_every_file_once():
 def test_the_console_script_itself(name):
     """The installed ``pskd`` (a fresh interpreter, as a user runs it) on a few of the files."""
     script = shutil.which("pskd", path=os.path.dirname(sys.executable)) or shutil.which("pskd")
-    command = [script] if script else [sys.executable, "-m", "apps.pskd"]
+    command = [script] if script else [sys.executable, "-m", "pskd_jax.apps.pskd"]
     case = next(c for c in CASES if c["file"] == name)
     run = subprocess.run([*command, "info", str(HOSTILE / name)], capture_output=True, text=True, timeout=60,
                          cwd=ROOT)
@@ -393,7 +403,7 @@ def test_a_sample_larger_than_a_numpy_record_is_read(tmp_path, monkeypatch):
         assert reader.sample_bytes == 3_000_000_008 and reader.leaves()[1][0] == 0.0
     small = tmp_path / "small.psk.d"
     container.write(small, "(idx[64][4], ℝ[2])", (np.arange(12).reshape(3, 4), np.arange(6.0).reshape(3, 2)))
-    monkeypatch.setattr(container, "MAX_RECORD_BYTES", 8)  # the same path on a small file
+    monkeypatch.setattr(reader_module, "MAX_RECORD_BYTES", 8)  # the same path on a small file
     with container.Reader(small) as reader:
         tokens, reals = reader.gather([2, 0, -1])
         assert tokens.tolist() == [[8, 9, 10, 11], [0, 1, 2, 3], [8, 9, 10, 11]]

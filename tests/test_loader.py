@@ -16,7 +16,8 @@ import pytest
 
 import pskd_jax
 from pskd_jax.errors import PskdError
-from pskd_jax.pipeline import IteratorState, parse_pipeline
+from pskd_jax.pipeline.batches import IteratorState
+from pskd_jax.pipeline.parse import parse_pipeline
 
 jax = pytest.importorskip("jax")
 from pskd_jax.loader import Loader  # noqa: E402  (after the JAX check)

@@ -10,9 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from pskd_jax.errors import BAD_PIPELINE, BAD_VALUE, PskdError
-from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline
-from pskd_jax.shuffle import shuffle_order
+from pskd_jax.errors import PskdError
+from pskd_jax.pipeline.batches import IteratorState, Pipeline
+from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
+from pskd_jax.pipeline.shuffle import shuffle_order
 
 FULL = 'stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 4) |> take(n = 3)'
 
@@ -75,14 +76,14 @@ def test_str_writes_the_canonical_text_back():
 def test_parse_errors_name_line_column_and_what_was_expected(text, message):
     with pytest.raises(PskdError) as raised:
         parse_pipeline(text)
-    assert raised.value.code == BAD_PIPELINE
+    assert raised.value.code == "E9010"
     assert message in raised.value.message, raised.value.message
 
 
 def test_parse_refuses_what_is_not_text():
     with pytest.raises(PskdError) as raised:
         parse_pipeline(b'stream "d" |> batch(B = 1)')  # type: ignore[arg-type]
-    assert raised.value.code == BAD_PIPELINE
+    assert raised.value.code == "E9010"
 
 
 def test_load_resolves_the_path_against_the_file_directory(tmp_path, monkeypatch):
@@ -111,7 +112,7 @@ def test_a_pipeline_file_streams_only_inside_its_directory_or_root(tmp_path):
                     "link-out/train.psk.d", "sub/../../data/train.psk.d", ".", "./"]:
         with pytest.raises(PskdError) as raised:
             load(outside)
-        assert raised.value.code == BAD_PIPELINE, outside
+        assert raised.value.code == "E9010", outside
         assert str(text_file) in raised.value.message and "outside" in raised.value.message
     assert load("link-in.psk.d").path == str(tmp_path / "runs" / "link-in.psk.d")  # a symlink that stays in
     assert load("sub/../x.psk.d").path.endswith("sub/../x.psk.d")
@@ -128,11 +129,11 @@ def test_load_errors_name_the_file(tmp_path):
     bad.write_text('stream "d"\n|> batch(B = 2x)', encoding="utf-8")
     with pytest.raises(PskdError) as raised:
         load_pipeline(bad)
-    assert raised.value.code == BAD_PIPELINE
+    assert raised.value.code == "E9010"
     assert raised.value.message.startswith(f"{bad}:2:15: expected ')'")
     with pytest.raises(PskdError) as raised:
         load_pipeline(tmp_path / "missing.pipeline")
-    assert raised.value.code == BAD_PIPELINE and "cannot read the pipeline file" in raised.value.message
+    assert raised.value.code == "E9010" and "cannot read the pipeline file" in raised.value.message
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def test_a_pipeline_built_directly_is_checked_too(kwargs):
     fields = dict(path="d", seed=None, batch_size=2, take=None) | kwargs
     with pytest.raises(PskdError) as raised:
         Pipeline(**fields)
-    assert raised.value.code == BAD_PIPELINE
+    assert raised.value.code == "E9010"
 
 
 def test_batches_per_epoch_drops_the_incomplete_group_and_caps_at_take():
@@ -175,7 +176,7 @@ def test_batch_indices_argument_errors():
     for kwargs in (dict(n=100, epoch=0, j=0), dict(n=100, epoch=1, j=2), dict(n=100, epoch=1, j=-1), dict(n=-1, epoch=1, j=0)):
         with pytest.raises(PskdError) as raised:
             pipeline.batch_indices(**kwargs)
-        assert raised.value.code == BAD_VALUE
+        assert raised.value.code == "E9004"
 
 
 def test_one_epoch_without_shuffle_is_file_order_minus_the_last_group():
@@ -248,10 +249,10 @@ def test_iterator_errors():
     pipeline = Pipeline("d", 3, 4, None)
     with pytest.raises(PskdError) as raised:
         pipeline.iter_batches(3)
-    assert raised.value.code == BAD_PIPELINE and "no batch of 4 from 3 samples" in raised.value.message
+    assert raised.value.code == "E9010" and "no batch of 4 from 3 samples" in raised.value.message
     with pytest.raises(PskdError) as raised:
         pipeline.iter_batches(30, IteratorState(1, 8))
-    assert raised.value.code == BAD_VALUE and "beyond the 7 batches" in raised.value.message
+    assert raised.value.code == "E9004" and "beyond the 7 batches" in raised.value.message
     with pytest.raises(PskdError):
         pipeline.iter_batches(30, {"epoch": 1, "batch": 0})  # type: ignore[arg-type]
     with pytest.raises(PskdError):
@@ -262,7 +263,7 @@ def test_iterator_errors():
 def test_bad_states_are_refused(data):
     with pytest.raises(PskdError) as raised:
         IteratorState.from_json(data)
-    assert raised.value.code == BAD_VALUE
+    assert raised.value.code == "E9004"
 
 
 def test_state_accepts_numpy_integers_and_stays_json():

@@ -9,18 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError
-from pskd_jax.sample_type import (
-    Dim,
-    IndexType,
-    Layout,
-    Leaf,
-    ParamsType,
-    RealType,
-    TupleType,
-    format_type,
-    header_text,
-    parse_type,
-)
+from pskd_jax.format.sample_type import Dim, IndexType, ParamsType, RealType, TupleType, format_type, header_text, parse_type
+from pskd_jax.format.layout import Layout, Leaf
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 

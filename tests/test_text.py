@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pskd_jax import text as T
-from pskd_jax.errors import BAD_USAGE, BAD_VALUE, BAD_VOCAB, TRUNCATED, PskdError
+from pskd_jax.data import text as T
+from pskd_jax.data import tokens as TOK
+from pskd_jax.data import windows as W
+from pskd_jax.errors import PskdError
 
 # Characters of every UTF-8 length, and the ones that tend to go wrong: CR LF, tab, NUL, BOM.
 MIXED = "Héllo, wörld!\r\n\tçà et là: 日本語テキスト 😀🎉\n\x00\ufeffß∑ — fin\n"
@@ -76,7 +78,7 @@ def test_tiny_text_exact_output(tmp_path):
     assert vocab == ["\n", " ", "a", "b"] and count == 10
     assert T.encode_file(src, vocab, tmp_path / "t.tok") == 10
     assert (tmp_path / "t.tok").read_bytes() == b"2 3 3 2 0 2 3 1 2 0\n"
-    assert T.read_tokens(tmp_path / "t.tok", bound=4).tolist() == [2, 3, 3, 2, 0, 2, 3, 1, 2, 0]
+    assert TOK.read_tokens(tmp_path / "t.tok", bound=4).tolist() == [2, 3, 3, 2, 0, 2, 3, 1, 2, 0]
 
 
 def test_vocab_file_is_plain_utf8_json(tmp_path):
@@ -90,7 +92,7 @@ def test_vocab_file_is_plain_utf8_json(tmp_path):
 def test_round_trip_non_ascii_across_chunk_boundaries(tmp_path, chunk_size):
     vocab, tokens = round_trip(tmp_path, MIXED * 3, chunk_size)
     assert tokens.endswith(b"\n") and b"  " not in tokens and not tokens.startswith(b" ")
-    assert T.read_tokens(tmp_path / "t.tok").tolist() == [vocab.index(c) for c in MIXED * 3]
+    assert TOK.read_tokens(tmp_path / "t.tok").tolist() == [vocab.index(c) for c in MIXED * 3]
 
 
 def test_round_trip_multidigit_indices(tmp_path):
@@ -112,7 +114,7 @@ def test_empty_text(tmp_path):
     assert T.char_vocab(src) == ([], 0)
     assert T.encode_file(src, [], tmp_path / "e.tok") == 0
     assert (tmp_path / "e.tok").read_bytes() == b""
-    assert T.read_tokens(tmp_path / "e.tok").tolist() == []
+    assert TOK.read_tokens(tmp_path / "e.tok").tolist() == []
     assert T.decode_file(tmp_path / "e.tok", ["a"], tmp_path / "e.out") == 0
     assert (tmp_path / "e.out").read_bytes() == b""
 
@@ -124,7 +126,7 @@ def test_round_trip_property(tmp_path_factory, text, chunk_size):
     if text:
         vocab, tokens = round_trip(tmp_path, text, chunk_size)
         expected = [vocab.index(c) for c in text]
-        assert T.read_tokens(tmp_path / "t.tok", bound=len(vocab), chunk_size=chunk_size).tolist() == expected
+        assert TOK.read_tokens(tmp_path / "t.tok", bound=len(vocab), chunk_size=chunk_size).tolist() == expected
     else:
         src = write(tmp_path / "in.txt", b"")
         assert T.char_vocab(src, chunk_size=chunk_size) == ([], 0)
@@ -149,7 +151,7 @@ def test_encode_with_a_larger_vocabulary(tmp_path):
 )
 def test_unknown_character_names_line_and_code_point(tmp_path, chunk_size, text, vocab, line, shown):
     src = write(tmp_path / "t.txt", text.encode())
-    with raises(BAD_VOCAB, f"t.txt:{line}: character {shown} is not in the vocabulary"):
+    with raises("E9011", f"t.txt:{line}: character {shown} is not in the vocabulary"):
         T.encode_file(src, vocab, tmp_path / "t.tok", chunk_size=chunk_size)
     assert only_files(tmp_path) == ["t.txt"]  # no output, no temporary file
 
@@ -157,14 +159,14 @@ def test_unknown_character_names_line_and_code_point(tmp_path, chunk_size, text,
 def test_unknown_character_with_wide_vocabulary(tmp_path):
     vocab = [chr(c) for c in range(0x4E00, 0x4E00 + 1200)] + ["\n"]
     src = write(tmp_path / "t.txt", ("\n" + chr(0x4E00 + 1100) + "\n" + chr(0x4E00) + "Z").encode())
-    with raises(BAD_VOCAB, "t.txt:3: character 'Z' (U+005A)"):
+    with raises("E9011", "t.txt:3: character 'Z' (U+005A)"):
         T.encode_file(src, vocab, tmp_path / "t.tok")
 
 
 def test_failed_encode_leaves_existing_destination_untouched(tmp_path):
     src = write(tmp_path / "t.txt", b"abc")
     write(tmp_path / "t.tok", b"old")
-    with raises(BAD_VOCAB, "'c' (U+0063)"):
+    with raises("E9011", "'c' (U+0063)"):
         T.encode_file(src, ["a", "b"], tmp_path / "t.tok")
     assert (tmp_path / "t.tok").read_bytes() == b"old"
     assert only_files(tmp_path) == ["t.tok", "t.txt"]
@@ -173,7 +175,7 @@ def test_failed_encode_leaves_existing_destination_untouched(tmp_path):
 def test_encode_refuses_multicharacter_tokens(tmp_path):
     src = write(tmp_path / "t.txt", b"ab")
     vocab = write(tmp_path / "v.json", json.dumps(["a", "ab", "b"]).encode())
-    with raises(BAD_VOCAB, "v.json", "token 1 'ab' has 2 characters", "sub-word"):
+    with raises("E9011", "v.json", "token 1 'ab' has 2 characters", "sub-word"):
         T.encode_file(src, vocab, tmp_path / "t.tok")
     assert not (tmp_path / "t.tok").exists()
 
@@ -187,16 +189,16 @@ def test_decode_multicharacter_and_nul_tokens(tmp_path):
 
 
 def test_empty_vocabulary_admits_no_token(tmp_path):
-    assert T.read_tokens(write(tmp_path / "e.tok", b" \n"), bound=0).tolist() == []
+    assert TOK.read_tokens(write(tmp_path / "e.tok", b" \n"), bound=0).tolist() == []
     tok = write(tmp_path / "t.tok", b"\n\n0\n")
-    with raises(BAD_VALUE, "t.tok:3: token 0 is not below the vocabulary size 0"):
+    with raises("E9004", "t.tok:3: token 0 is not below the vocabulary size 0"):
         T.decode_file(tok, [], tmp_path / "out.txt")
     assert not (tmp_path / "out.txt").exists()
 
 
 def test_decode_index_out_of_range(tmp_path):
     tok = write(tmp_path / "t.tok", b"0 1\n2\n3 1\n")
-    with raises(BAD_VALUE, "t.tok:3: token 3 is not below the vocabulary size 3"):
+    with raises("E9004", "t.tok:3: token 3 is not below the vocabulary size 3"):
         T.decode_file(tok, ["a", "b", "c"], tmp_path / "out.txt")
     assert only_files(tmp_path) == ["t.tok"]
 
@@ -220,17 +222,17 @@ def test_decode_index_out_of_range(tmp_path):
 )
 def test_invalid_utf8(tmp_path, chunk_size, data, line, offset):
     src = write(tmp_path / "t.txt", data)
-    with raises(BAD_VALUE, f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
+    with raises("E9004", f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
         T.char_vocab(src, chunk_size=chunk_size)
-    with raises(BAD_VALUE, f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
+    with raises("E9004", f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
         T.encode_file(src, [chr(c) for c in range(256)], tmp_path / "t.tok", chunk_size=chunk_size)
     assert only_files(tmp_path) == ["t.txt"]
 
 
 def test_missing_text_file(tmp_path):
-    with raises(TRUNCATED, "nope.txt", "cannot read"):
+    with raises("E9003", "nope.txt", "cannot read"):
         T.char_vocab(tmp_path / "nope.txt")
-    with raises(TRUNCATED, "nope.txt"):
+    with raises("E9003", "nope.txt"):
         T.encode_file(tmp_path / "nope.txt", ["a"], tmp_path / "t.tok")
     assert only_files(tmp_path) == []
 
@@ -258,24 +260,24 @@ def test_missing_text_file(tmp_path):
 )
 def test_malformed_vocab(tmp_path, data, fragments):
     path = write(tmp_path / "v.json", data)
-    with raises(BAD_VOCAB, "v.json", *fragments):
+    with raises("E9011", "v.json", *fragments):
         T.read_vocab(path)
     src = write(tmp_path / "t.txt", b"a")
-    with raises(BAD_VOCAB, "v.json"):
+    with raises("E9011", "v.json"):
         T.encode_file(src, path, tmp_path / "t.tok")
     assert not (tmp_path / "t.tok").exists()
 
 
 def test_missing_vocab_file(tmp_path):
-    with raises(TRUNCATED, "absent.json"):
+    with raises("E9003", "absent.json"):
         T.read_vocab(tmp_path / "absent.json")
 
 
 def test_vocab_list_is_checked(tmp_path):
     src = write(tmp_path / "t.txt", b"a")
-    with raises(BAD_VOCAB, "token 1 'a' repeats token 0"):
+    with raises("E9011", "token 1 'a' repeats token 0"):
         T.encode_file(src, ["a", "a"], tmp_path / "t.tok")
-    with raises(BAD_VOCAB, "token 0 is the empty string"):
+    with raises("E9011", "token 0 is the empty string"):
         T.write_vocab(tmp_path / "v.json", [""])
     assert only_files(tmp_path) == ["t.txt"]
 
@@ -288,13 +290,13 @@ def test_vocab_list_is_checked(tmp_path):
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 4, 7, T.CHUNK_SIZE])
 def test_read_tokens_odd_whitespace(tmp_path, chunk_size):
     path = write(tmp_path / "t.tok", b"   12\t3\n\n\n 0  \r\n7\x0b8\x0c9 100\n\t4")
-    got = T.read_tokens(path, chunk_size=chunk_size)
+    got = TOK.read_tokens(path, chunk_size=chunk_size)
     assert got.dtype == np.uint64 and got.tolist() == [12, 3, 0, 7, 8, 9, 100, 4]
 
 
 @pytest.mark.parametrize("data", [b"", b"\n", b"  \t\n\n "])
 def test_read_tokens_no_tokens(tmp_path, data):
-    assert T.read_tokens(write(tmp_path / "t.tok", data), bound=5).tolist() == []
+    assert TOK.read_tokens(write(tmp_path / "t.tok", data), bound=5).tolist() == []
 
 
 @pytest.mark.parametrize(
@@ -305,7 +307,7 @@ def test_read_tokens_no_tokens(tmp_path, data):
     ],
 )
 def test_read_tokens_dtype(tmp_path, bound, dtype):
-    got = T.read_tokens(write(tmp_path / "t.tok", b"0 0\n"), bound=bound)
+    got = TOK.read_tokens(write(tmp_path / "t.tok", b"0 0\n"), bound=bound)
     assert got.dtype == dtype and got.tolist() == [0, 0]
 
 
@@ -314,7 +316,7 @@ def test_read_tokens_every_digit_count(tmp_path):
     values += [10**k - 1 for k in range(1, 20)] + [10**k for k in range(19)] + [2**64 - 1, 10**19]
     for chunk_size in (5, 64, T.CHUNK_SIZE):
         path = write(tmp_path / "t.tok", " ".join(map(str, values)).encode())
-        assert T.read_tokens(path, chunk_size=chunk_size).tolist() == values
+        assert TOK.read_tokens(path, chunk_size=chunk_size).tolist() == values
 
 
 def test_read_tokens_random_values(tmp_path):
@@ -329,13 +331,13 @@ def test_read_tokens_random_values(tmp_path):
     rng.shuffle(values)
     seps = rng.choice([" ", "\n", "\t", "  ", "\r\n"], len(values))
     path = write(tmp_path / "t.tok", "".join(f"{v}{s}" for v, s in zip(values.tolist(), seps)).encode())
-    assert np.array_equal(T.read_tokens(path, chunk_size=4096), values)
+    assert np.array_equal(TOK.read_tokens(path, chunk_size=4096), values)
 
 
 def test_read_tokens_leading_zeros(tmp_path):
     path = write(tmp_path / "t.tok", b"007 0000000000000000000000000042 00\n5")
-    assert T.read_tokens(path).tolist() == [7, 42, 0, 5]
-    assert T.read_tokens(path, bound=50).tolist() == [7, 42, 0, 5]
+    assert TOK.read_tokens(path).tolist() == [7, 42, 0, 5]
+    assert TOK.read_tokens(path, bound=50).tolist() == [7, 42, 0, 5]
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, T.CHUNK_SIZE])
@@ -356,50 +358,50 @@ def test_read_tokens_leading_zeros(tmp_path):
 )
 def test_read_tokens_bad_token(tmp_path, chunk_size, bad, shown):
     path = write(tmp_path / "t.tok", b"1 2\n3\n\n  4 " + bad + b" 5\n")
-    with raises(BAD_VALUE, f"t.tok:4: {shown} is not a token index"):
-        T.read_tokens(path, chunk_size=chunk_size)
+    with raises("E9004", f"t.tok:4: {shown} is not a token index"):
+        TOK.read_tokens(path, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 8, T.CHUNK_SIZE])
 def test_read_tokens_beyond_64_bits(tmp_path, chunk_size):
     path = write(tmp_path / "t.tok", b"1\n18446744073709551615\n18446744073709551616\n")
-    with raises(BAD_VALUE, "t.tok:3: token 18446744073709551616 does not fit in 64 bits"):
-        T.read_tokens(path, chunk_size=chunk_size)
+    with raises("E9004", "t.tok:3: token 18446744073709551616 does not fit in 64 bits"):
+        TOK.read_tokens(path, chunk_size=chunk_size)
     path = write(tmp_path / "t.tok", b"1\n\n123456789012345678901234567890")
-    with raises(BAD_VALUE, "t.tok:3: token 123456789012345678901234567890 does not fit"):
-        T.read_tokens(path, chunk_size=chunk_size)
+    with raises("E9004", "t.tok:3: token 123456789012345678901234567890 does not fit"):
+        TOK.read_tokens(path, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 4, T.CHUNK_SIZE])
 def test_read_tokens_bound(tmp_path, chunk_size):
     path = write(tmp_path / "t.tok", b"91 0\n5\n97 3\n")
-    with raises(BAD_VALUE, "t.tok:3: token 97 is not below the vocabulary size 92"):
-        T.read_tokens(path, bound=92, chunk_size=chunk_size)
-    assert T.read_tokens(path, bound=98, chunk_size=chunk_size).tolist() == [91, 0, 5, 97, 3]
-    with raises(BAD_VALUE, "t.tok:1: token 91 is not below the vocabulary size 1"):
-        T.read_tokens(path, bound=1, chunk_size=chunk_size)
-    with raises(BAD_VALUE, "t.tok:1: token 91 is not below the vocabulary size 12"):
-        T.read_tokens(write(tmp_path / "t.tok", b"5 91 0123456789012345678901"), bound=12, chunk_size=chunk_size)
+    with raises("E9004", "t.tok:3: token 97 is not below the vocabulary size 92"):
+        TOK.read_tokens(path, bound=92, chunk_size=chunk_size)
+    assert TOK.read_tokens(path, bound=98, chunk_size=chunk_size).tolist() == [91, 0, 5, 97, 3]
+    with raises("E9004", "t.tok:1: token 91 is not below the vocabulary size 1"):
+        TOK.read_tokens(path, bound=1, chunk_size=chunk_size)
+    with raises("E9004", "t.tok:1: token 91 is not below the vocabulary size 12"):
+        TOK.read_tokens(write(tmp_path / "t.tok", b"5 91 0123456789012345678901"), bound=12, chunk_size=chunk_size)
 
 
 def test_read_tokens_first_error_wins(tmp_path):
     path = write(tmp_path / "t.tok", b"1\n300\nx\n")
-    with raises(BAD_VALUE, "t.tok:2: token 300 is not below the vocabulary size 256"):
-        T.read_tokens(path, bound=256)
+    with raises("E9004", "t.tok:2: token 300 is not below the vocabulary size 256"):
+        TOK.read_tokens(path, bound=256)
 
 
 def test_read_tokens_bad_usage(tmp_path):
     path = write(tmp_path / "t.tok", b"1")
     for bound in (-1, 2.0, True):
-        with raises(BAD_USAGE, "vocabulary size"):
-            T.read_tokens(path, bound=bound)
-    with raises(TRUNCATED, "missing.tok"):
-        T.read_tokens(tmp_path / "missing.tok")
+        with raises("E9012", "vocabulary size"):
+            TOK.read_tokens(path, bound=bound)
+    with raises("E9003", "missing.tok"):
+        TOK.read_tokens(tmp_path / "missing.tok")
 
 
 def test_iter_tokens_streams(tmp_path):
     path = write(tmp_path / "t.tok", (" ".join(str(i % 50) for i in range(1000))).encode())
-    blocks = list(T.iter_tokens(path, bound=50, chunk_size=64))
+    blocks = list(TOK.iter_tokens(path, bound=50, chunk_size=64))
     assert len(blocks) > 10 and all(b.dtype == np.uint8 for b in blocks)
     assert np.concatenate(blocks).tolist() == [i % 50 for i in range(1000)]
 
@@ -410,23 +412,23 @@ def test_iter_tokens_streams(tmp_path):
 
 
 def test_window_counts():
-    assert T.lm_window_count(200, 8, 8) == 24
-    assert T.lm_window_count(1182121, 256, 256) == 4617
-    assert T.lm_window_count(9, 8, 8) == 1
-    assert T.lm_window_count(8, 8, 1) == 0
-    assert T.lm_window_count(0, 1, 1) == 0
-    assert T.lm_window_count(10, 3, 1) == 7
-    with raises(BAD_USAGE, "seq=0"):
-        T.lm_window_count(10, 0, 1)
-    with raises(BAD_USAGE, "stride=0"):
-        T.lm_window_count(10, 2, 0)
+    assert W.lm_window_count(200, 8, 8) == 24
+    assert W.lm_window_count(1182121, 256, 256) == 4617
+    assert W.lm_window_count(9, 8, 8) == 1
+    assert W.lm_window_count(8, 8, 1) == 0
+    assert W.lm_window_count(0, 1, 1) == 0
+    assert W.lm_window_count(10, 3, 1) == 7
+    with raises("E9012", "seq=0"):
+        W.lm_window_count(10, 0, 1)
+    with raises("E9012", "stride=0"):
+        W.lm_window_count(10, 2, 0)
 
 
 def check_windows(tokens: np.ndarray, seq: int, stride: int, chunk_windows: int | None) -> int:
-    chunks = list(T.lm_window_chunks(tokens, seq, stride, chunk_windows=chunk_windows))
-    count = T.lm_window_count(len(tokens), seq, stride)
+    chunks = list(W.lm_window_chunks(tokens, seq, stride, chunk_windows=chunk_windows))
+    count = W.lm_window_count(len(tokens), seq, stride)
     if count == 0:
-        assert chunks == [] and list(T.lm_window_stream([tokens], seq, stride)) == []
+        assert chunks == [] and list(W.lm_window_stream([tokens], seq, stride)) == []
         return 0
     inputs = np.concatenate([i for i, _ in chunks])
     targets = np.concatenate([t for _, t in chunks])
@@ -436,12 +438,12 @@ def check_windows(tokens: np.ndarray, seq: int, stride: int, chunk_windows: int 
     starts = np.arange(count) * stride
     assert np.array_equal(inputs, tokens[starts[:, None] + np.arange(seq)])
     assert np.array_equal(targets, tokens[starts[:, None] + np.arange(seq) + 1])
-    records = np.concatenate(list(T.lm_window_records(tokens, seq, stride, chunk_windows=chunk_windows)))
+    records = np.concatenate(list(W.lm_window_records(tokens, seq, stride, chunk_windows=chunk_windows)))
     assert np.array_equal(records, np.stack([inputs, targets], axis=1))
     for seed in range(3):  # the same windows from the tokens cut into random blocks
         cuts = np.sort(np.random.default_rng(seed).integers(0, len(tokens) + 1, 1 + seed * 5))
         blocks = np.split(tokens, cuts)
-        streamed = list(T.lm_window_stream(iter(blocks), seq, stride, chunk_windows=chunk_windows))
+        streamed = list(W.lm_window_stream(iter(blocks), seq, stride, chunk_windows=chunk_windows))
         assert np.array_equal(np.concatenate(streamed), records)
         assert all(r.dtype == tokens.dtype and r.flags.c_contiguous for r in streamed)
     return count
@@ -450,10 +452,10 @@ def check_windows(tokens: np.ndarray, seq: int, stride: int, chunk_windows: int 
 def test_windows_of_200_tokens(tmp_path):
     tokens = np.random.default_rng(1).integers(0, 64, 200).astype(np.uint8)
     path = write(tmp_path / "tokens.txt", (" ".join(map(str, tokens.tolist())) + "\n").encode())
-    read = T.read_tokens(path, bound=64)
+    read = TOK.read_tokens(path, bound=64)
     assert np.array_equal(read, tokens)
     assert check_windows(read, 8, 8, None) == 24
-    inputs, targets = next(T.lm_window_chunks(read, 8, 8))
+    inputs, targets = next(W.lm_window_chunks(read, 8, 8))
     assert inputs[1].tolist() == tokens[8:16].tolist() and targets[1].tolist() == tokens[9:17].tolist()
     assert check_windows(read, 8, 8, 5) == 24
     assert check_windows(read, 8, 1, 7) == 192
@@ -463,7 +465,7 @@ def test_windows_of_the_civil_code_figure(tmp_path):
     tokens = (np.arange(1182121, dtype=np.uint64) * 7919 % 92).astype(np.uint8)
     path = tmp_path / "civil_tokens.txt"
     path.write_bytes((" ".join(map(str, tokens.tolist())) + "\n").encode())
-    read = T.read_tokens(path, bound=92)
+    read = TOK.read_tokens(path, bound=92)
     assert read.dtype == np.uint8 and np.array_equal(read, tokens)
     assert check_windows(read, 256, 256, None) == 4617
     assert check_windows(read, 256, 256, 1000) == 4617
@@ -481,15 +483,15 @@ def test_windows_edges(n, seq, stride, chunk_windows):
 def test_window_stream_from_a_tokens_file(tmp_path):
     tokens = np.random.default_rng(2).integers(0, 300, 5000).astype(np.uint16)
     path = write(tmp_path / "t.tok", (" ".join(map(str, tokens.tolist())) + "\n").encode())
-    expected = np.concatenate(list(T.lm_window_records(tokens, 16, 16)))
+    expected = np.concatenate(list(W.lm_window_records(tokens, 16, 16)))
     for chunk_windows in (None, 3):
-        blocks = T.iter_tokens(path, bound=300, chunk_size=100)
-        got = np.concatenate(list(T.lm_window_stream(blocks, 16, 16, chunk_windows=chunk_windows)))
+        blocks = TOK.iter_tokens(path, bound=300, chunk_size=100)
+        got = np.concatenate(list(W.lm_window_stream(blocks, 16, 16, chunk_windows=chunk_windows)))
         assert got.dtype == np.uint16 and np.array_equal(got, expected)
 
 
 def test_text_module_does_not_import_jax():
-    code = "import sys, pskd_jax.text; sys.exit('jax' in sys.modules)"
+    code = "import sys, pskd_jax.data; sys.exit('jax' in sys.modules)"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert result.returncode == 0

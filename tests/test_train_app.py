@@ -29,7 +29,7 @@ def windows(tmp_path) -> pathlib.Path:
 def train(windows: pathlib.Path, checkpoints: pathlib.Path, *extra: str) -> list[str]:
     pipeline = f'stream "{windows}" |> shuffle(seed = 4) |> batch(B = 8)'
     result = subprocess.run(
-        [sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
+        [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
          "--heads=2", "--log_every=2", f"--checkpoint_dir={checkpoints}", *extra],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
@@ -60,7 +60,7 @@ def test_a_file_of_the_wrong_type_is_refused_naming_both_types(tmp_path):
     path = tmp_path / "r.psk.d"
     pskd_jax.write(path, "ℝ[3]", np.ones((10, 3)))
     result = subprocess.run(
-        [sys.executable, "-m", "apps.train_lm", f'--pipeline=stream "{path}" |> batch(B = 2)', "--steps=1"],
+        [sys.executable, "-m", "pskd_jax.apps.train_lm", f'--pipeline=stream "{path}" |> batch(B = 2)', "--steps=1"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
         env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
     )

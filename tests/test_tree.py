@@ -13,10 +13,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pskd_jax.container import Reader, write, write_encoded
+from pskd_jax.format.reader import Reader
+from pskd_jax.format.writer import write, write_encoded
 from pskd_jax.errors import PskdError
-from pskd_jax.sample_type import Leaf
-from pskd_jax.tree import flatten, layout_of_template, leaf_of_spec, template_dtypes
+from pskd_jax.format.layout import Leaf
+from pskd_jax.format.tree import flatten, layout_of_template, leaf_of_spec, template_dtypes
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -363,7 +364,7 @@ def test_write_encoded_params_with_explicit_encodings(tmp_path):
 def test_data_modules_do_not_import_jax():
     code = (
         "import sys\n"
-        "import pskd_jax.container, pskd_jax.tree, pskd_jax.encodings, pskd_jax.sample_type\n"
+        "import pskd_jax.format, pskd_jax.data, pskd_jax.pipeline, pskd_jax.corpus, pskd_jax.checkpoint\n"
         "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax'))\n"
         "print('ok')\n"
     )
@@ -374,7 +375,7 @@ def test_data_modules_do_not_import_jax():
 
 
 def test_a_cyclic_or_very_deep_tree_is_refused_not_a_recursion_error():
-    from pskd_jax.tree import MAX_TREE_DEPTH, flatten
+    from pskd_jax.format.tree import MAX_TREE_DEPTH, flatten
 
     cyclic: list = [np.ones(2)]
     cyclic.append(cyclic)

@@ -57,8 +57,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pskd_jax import checkpoint  # noqa: E402
-from pskd_jax.corpus import Tokenizer  # noqa: E402
-from pskd_jax.container import write  # noqa: E402
+from pskd_jax.corpus.tokenizer import Tokenizer  # noqa: E402
+from pskd_jax.format.writer import write  # noqa: E402
 
 OUT = os.path.join(ROOT, "testdata", "hostile")
 

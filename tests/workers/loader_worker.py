@@ -28,7 +28,8 @@ def main() -> None:
 
     import pskd_jax
     from pskd_jax.loader import Loader
-    from pskd_jax.pipeline import IteratorState, parse_pipeline
+    from pskd_jax.pipeline.batches import IteratorState
+    from pskd_jax.pipeline.parse import parse_pipeline
 
     class RecordingReader(pskd_jax.Reader):
         gathered: list[list[int]] = []

@@ -1,0 +1,92 @@
+"""Opening the files the toolkit reads: regular files only, never blocking, errors that name them.
+
+A FIFO, a device or a directory given where a file is read would block forever (a FIFO with no
+writer) or read without end (``/dev/zero``): :func:`open_regular` opens without blocking, looks at
+what it opened, and refuses anything but a regular file (E9002) before a byte is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from typing import BinaryIO, Iterator
+
+from pskd_jax.errors import NotPskdError, PskdError, TruncatedError
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, what: str = "") -> int:
+    """A read-only descriptor of the regular file ``path``. E9002 when it is anything else;
+    ``error`` (E9003 by default) naming the file (and ``what`` it is) when it cannot be opened."""
+    name = os.fspath(path)
+    what = f" {what}" if what else ""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(f"{name}: cannot read{what}: {e.strerror or e}") from e
+    except ValueError:  # a NUL in the path
+        raise error(f"{name!r}: cannot read{what}: a path holds no NUL byte") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        os.close(fd)
+        raise error(f"{name}: cannot read{what}: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotPskdError(f"{name}: {_kind(mode)}, not a regular file; give a file")
+    return fd
+
+
+@contextlib.contextmanager
+def open_regular(path: str | os.PathLike, error: type[PskdError] = TruncatedError, *, what: str = "",
+                 buffering: int = 0) -> Iterator[BinaryIO]:
+    """:func:`open_fd` as a binary file object, closed on the way out."""
+    with open(open_fd(path, error, what), "rb", buffering=buffering) as f:
+        yield f
+
+
+def read_some(f: BinaryIO, path: str | os.PathLike, size: int, error: type[PskdError] = TruncatedError) -> bytes:
+    """Up to ``size`` bytes of ``f`` (all that is left with -1); an OS error becomes ``error``."""
+    try:
+        return f.read(size)
+    except OSError as e:
+        raise error(f"{os.fspath(path)}: cannot read: {e.strerror or e}") from e
+
+
+def read_whole(path: str | os.PathLike, error: type[PskdError] = TruncatedError, *, what: str = "",
+               limit: int | None = None) -> bytes:
+    """The bytes of a small regular file (a vocabulary, a manifest, a layout); ``error`` names the
+    file when it cannot be read or, with ``limit``, when it is larger than that."""
+    with open_regular(path, error, what=what, buffering=-1) as f:
+        if limit is not None:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise error(f"{os.fspath(path)}: {size} bytes, more than the {limit} such a file may have")
+        return read_some(f, path, -1, error)
+
+
+def line_at(path: str | os.PathLike, offset: int, *, block: int = 1 << 17) -> int:
+    """The 1-based line of byte ``offset`` of a file: one more than the line feeds before it.
+
+    For error messages only: the hot paths never count lines, and this reads the file again."""
+    line = 1
+    with open_regular(path, buffering=-1) as f:
+        while offset > 0:
+            data = read_some(f, path, min(offset, block))
+            if not data:
+                break
+            line += data.count(b"\n")
+            offset -= len(data)
+    return line
+
+
+__all__ = ["line_at", "open_fd", "open_regular", "read_some", "read_whole"]

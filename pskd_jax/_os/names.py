@@ -1,0 +1,172 @@
+"""Every name the toolkit gives a file on disk, built and recognised here and nowhere else.
+
+A module that writes a file asks this one for its name; a module that lists a directory asks this
+one what a name is. Nothing else builds these names or parses them back, so the two can never
+drift apart.
+
+Beside any output ``NAME``:
+
+- ``.NAME.XXXXXXXX.tmp``: a temporary file of :mod:`pskd_jax._os.atomic`, eight characters drawn
+  by :mod:`tempfile` from ``[a-z0-9_]``;
+- ``.NAME.distributed.tmp``: the temporary file of a save from several JAX processes;
+- ``.NAME.lock``: the lock a save of ``NAME`` holds while it writes.
+
+Beside a checkpoint ``STEM.psk.d``: ``STEM.layout.json``, its layout file.
+
+In a checkpoint directory: ``checkpoints.json`` (the index), ``.pskd-checkpoints.lock`` (held by
+the manager that has the directory open), and ``step-NNNNNNNN.psk.d`` with
+``step-NNNNNNNN.layout.json`` for each step (eight digits at least).
+
+In a corpus directory: ``shards.json`` (the manifest), ``shard-NNNNN.psk.d`` (five digits at
+least), ``.pskd-corpus.lock`` (held by a build) and ``.shards.journal`` (a build's progress).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+PSKD_SUFFIX = ".psk.d"
+LAYOUT_SUFFIX = ".layout.json"
+
+CHECKPOINT_INDEX = "checkpoints.json"
+CHECKPOINT_LOCK = ".pskd-checkpoints.lock"
+CORPUS_MANIFEST = "shards.json"
+CORPUS_LOCK = ".pskd-corpus.lock"
+CORPUS_JOURNAL = ".shards.journal"
+
+_TEMPORARY_RANDOM = "[a-z0-9_]{8}"
+_STEP = re.compile(r"step-(?P<step>[0-9]{8,})(?P<suffix>\.psk\.d|\.layout\.json)")
+_SHARD = re.compile(r"shard-(?P<index>[0-9]{5,})\.psk\.d")
+_LEFTOVER = re.compile(r"\.(?P<file>.+)\.(?:(?P<random>" + _TEMPORARY_RANDOM + r")\.tmp|(?P<distributed>distributed)\.tmp"
+                       r"|(?P<lock>lock))")
+
+
+# -- beside any output ---------------------------------------------------------------------------
+
+
+def temporary_prefix(path: str | os.PathLike) -> str:
+    """The prefix :func:`tempfile.mkstemp` is given for a temporary file of ``path`` (the suffix is
+    ``.tmp``)."""
+    return "." + os.path.basename(os.fspath(path)) + "."
+
+
+def temporary_pattern(path: str | os.PathLike) -> re.Pattern[str]:
+    """The names of the temporary files of ``path`` (as :func:`temporary_prefix` makes them)."""
+    return re.compile(re.escape(temporary_prefix(path)) + _TEMPORARY_RANDOM + re.escape(".tmp"))
+
+
+def distributed_temporary(path: str | os.PathLike) -> str:
+    """``dir/NAME`` → ``dir/.NAME.distributed.tmp``."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, f".{name}.distributed.tmp")
+
+
+def save_lock(path: str | os.PathLike) -> str:
+    """``dir/NAME`` → ``dir/.NAME.lock``, the lock a save of ``NAME`` holds."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, "." + name + ".lock")
+
+
+def leftover(name: str) -> tuple[str, str] | None:
+    """What a hidden name beside an output is: ``("random" | "distributed" | "lock", NAME)`` for
+    a temporary file or a lock of ``NAME``, None for anything else.
+
+    >>> leftover(".step-00000001.psk.d.ab12cd34.tmp"), leftover(".x.lock"), leftover("x.tmp")
+    (('random', 'step-00000001.psk.d'), ('lock', 'x'), None)
+    """
+    match = _LEFTOVER.fullmatch(name)
+    if match is None:
+        return None
+    kind = next(k for k in ("random", "distributed", "lock") if match.group(k))
+    return kind, match.group("file")
+
+
+def layout_path_for(path: str | os.PathLike) -> str:
+    """``dir/STEM.psk.d`` → ``dir/STEM.layout.json`` (any other name gets ``.layout.json`` added).
+
+    >>> layout_path_for("ckpt/step-00000010.psk.d"), layout_path_for("model.bin")
+    ('ckpt/step-00000010.layout.json', 'model.bin.layout.json')
+    """
+    path = os.fspath(path)
+    stem = path[: -len(PSKD_SUFFIX)] if path.endswith(PSKD_SUFFIX) else path
+    return stem + LAYOUT_SUFFIX
+
+
+# -- checkpoint directories ------------------------------------------------------------------------
+
+
+def step_file(step: int) -> str:
+    """The checkpoint file of a step.
+
+    >>> step_file(100)
+    'step-00000100.psk.d'
+    """
+    return f"step-{step:08d}{PSKD_SUFFIX}"
+
+
+def step_layout(step: int) -> str:
+    """The layout file of a step."""
+    return f"step-{step:08d}{LAYOUT_SUFFIX}"
+
+
+def step_of(name: str) -> int | None:
+    """The step whose checkpoint or layout file ``name`` is, exactly as :func:`step_file` and
+    :func:`step_layout` write it; None for any other name (``step-1.psk.d`` included).
+
+    >>> step_of("step-00000100.psk.d"), step_of("step-00000100.layout.json"), step_of("step-100.psk.d")
+    (100, 100, None)
+    """
+    match = _STEP.fullmatch(name)
+    if match is None:
+        return None
+    step = int(match.group("step"))
+    made = step_file(step) if match.group("suffix") == PSKD_SUFFIX else step_layout(step)
+    return step if made == name else None
+
+
+# -- corpus directories ----------------------------------------------------------------------------
+
+
+def shard_name(index: int) -> str:
+    """The file of shard ``index`` (from 0) of a corpus build.
+
+    >>> shard_name(3)
+    'shard-00003.psk.d'
+    """
+    return f"shard-{index:05d}{PSKD_SUFFIX}"
+
+
+def shard_index(name: str) -> int | None:
+    """The index of a shard file named as :func:`shard_name` names it; None for any other name.
+
+    >>> shard_index("shard-00003.psk.d"), shard_index("shard-3.psk.d"), shard_index("notes.txt")
+    (3, None, None)
+    """
+    match = _SHARD.fullmatch(name)
+    if match is None:
+        return None
+    index = int(match.group("index"))
+    return index if shard_name(index) == name else None
+
+
+__all__ = [
+    "CHECKPOINT_INDEX",
+    "CHECKPOINT_LOCK",
+    "CORPUS_JOURNAL",
+    "CORPUS_LOCK",
+    "CORPUS_MANIFEST",
+    "LAYOUT_SUFFIX",
+    "PSKD_SUFFIX",
+    "distributed_temporary",
+    "layout_path_for",
+    "leftover",
+    "save_lock",
+    "shard_index",
+    "shard_name",
+    "step_file",
+    "step_layout",
+    "step_of",
+    "temporary_pattern",
+    "temporary_prefix",
+]

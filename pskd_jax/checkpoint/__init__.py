@@ -1,0 +1,46 @@
+"""Checkpoints: any pytree saved as one ``.psk.d`` sample and restored exactly, a directory of
+them by step, and conversion to and from safetensors.
+
+JAX is imported only when a restore makes device arrays.
+"""
+
+from pskd_jax.checkpoint.distributed import save_distributed
+from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
+from pskd_jax.checkpoint.keypaths import nest, path_keys
+from pskd_jax.checkpoint.layout_file import LayoutFile, find_layout, read_layout, read_layout_file
+from pskd_jax._os.digests import DIGESTS, file_digest, file_sha256
+from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint.manager import CheckpointManager, entry_digests, read_index, recorded_digests, verify_directory
+from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
+from pskd_jax.checkpoint.restoring import restore
+from pskd_jax.checkpoint.safetensors import convert, pskd_to_safetensors, safetensors_to_pskd
+from pskd_jax.checkpoint.saving import save
+
+__all__ = [
+    "CHECKPOINT_DIGEST",
+    "DIGESTS",
+    "CheckpointManager",
+    "LayoutFile",
+    "SavePlan",
+    "SaveResult",
+    "convert",
+    "entry_digests",
+    "file_digest",
+    "file_sha256",
+    "find_layout",
+    "layout_path_for",
+    "nest",
+    "path_keys",
+    "plan",
+    "pskd_to_safetensors",
+    "read_index",
+    "read_layout",
+    "read_layout_file",
+    "recorded_digests",
+    "restore",
+    "safetensors_to_pskd",
+    "save",
+    "save_distributed",
+    "verify_directory",
+    "verify_file",
+]

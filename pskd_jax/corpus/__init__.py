@@ -1,0 +1,30 @@
+"""Sharded token corpora: tokenizers, the ``shards.json`` manifest, building, looking after, and
+training windows over the global token stream."""
+
+from pskd_jax.corpus.build import BuildResult, ShardResult, build_corpus, build_shard
+from pskd_jax.corpus.maintain import VerifyResult, info_lines, merge_manifests, verify_corpus
+from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, is_manifest, read_manifest, write_manifest
+from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.windows import CorpusWindows
+
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "MANIFEST",
+    "BuildResult",
+    "CorpusWindows",
+    "Manifest",
+    "Shard",
+    "ShardResult",
+    "ShardWriter",
+    "Tokenizer",
+    "VerifyResult",
+    "build_corpus",
+    "build_shard",
+    "info_lines",
+    "is_manifest",
+    "merge_manifests",
+    "read_manifest",
+    "verify_corpus",
+    "write_manifest",
+]

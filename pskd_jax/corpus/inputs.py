@@ -1,0 +1,340 @@
+"""Reading corpus inputs and tokenizing their documents, a block of documents at a time.
+
+Documents
+---------
+- ``.jsonl`` / ``.jsonl.gz``: one JSON object a line; the document is its ``text_key`` string.
+  Blank lines are passed over; a UTF-8 byte order mark at the start of the file is ignored.
+- ``.txt``: the whole file is one document (UTF-8; a byte order mark is part of the text). With
+  ``max_document_tokens`` it is read only as far as the limit (in blocks of about
+  :data:`BLOCK_BYTES`): what lies after is neither tokenized nor checked.
+- A directory stands for the files with those suffixes below it (hidden ones excepted), in sorted
+  order of their paths; other files there are passed over. A file named directly must have one of
+  the suffixes.
+- A document with no text makes no tokens and is not counted. Every other document is tokenized
+  (``max_document_tokens`` keeps its first tokens) and followed by one boundary token, the last
+  document of the shard included (see :mod:`pskd_jax.corpus`).
+
+Bad input — a line that is not JSON, not an object with the text key, or whose value is not a
+string; invalid UTF-8; a lone surrogate (``"\\ud800"``) that UTF-8 cannot hold; a character outside
+a character vocabulary — is E9015 naming the file and line. With ``skip_bad`` the document is
+left out instead and counted (a ``.txt`` file is one document, found bad perhaps after some of its
+tokens were written: :class:`ResetShard` then tells the writer to start its shard over, empty).
+
+Encoding is vectorised: a block of about :data:`BLOCK_BYTES` of input is decoded and split into
+lines at once, each line parsed with :func:`json.loads`, and the block's documents are tokenized
+together: their UTF-8 bytes (or UTF-32 code points, mapped through a table for a character
+vocabulary) joined with a placeholder after each, which becomes the boundary token in one scatter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import zlib
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
+
+import numpy as np
+
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
+from pskd_jax.data.text import iter_text_blocks
+
+SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
+BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
+EXAMPLES = 5  # bad documents quoted in a report
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
+    """The input files, in order: each file as given, each directory's files sorted by path.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> for name in ("b.txt", "a/x.jsonl", "a/notes.md", ".hidden.txt"):
+    ...     os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+    ...     _ = open(os.path.join(d, name), "w").write("x")
+    >>> [os.path.relpath(p, d) for p in find_inputs([d])]
+    ['a/x.jsonl', 'b.txt']
+    """
+    found: list[str] = []
+    for given in map(os.fspath, inputs):
+        if os.path.isdir(given):
+            below = []
+            for root, dirs, files in os.walk(given):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                below += [os.path.join(root, f) for f in files if not f.startswith(".") and f.endswith(SUFFIXES)]
+            found += sorted(below, key=lambda p: os.path.relpath(p, given).split(os.sep))
+        elif os.path.exists(given):
+            if not given.endswith(SUFFIXES):
+                raise CorpusInputError(f"{given}: not a .jsonl, .jsonl.gz or .txt file (or a directory of them)")
+            found.append(given)
+        else:
+            raise CorpusInputError(f"{given}: no such file or directory")
+    return found
+
+
+def source_of(path: str) -> dict[str, Any]:
+    """What identifies an input for a rerun: its path (as given), size and modification time."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizing documents
+
+
+@dataclasses.dataclass
+class BadInput:
+    """Counts the documents left out under ``skip_bad`` and keeps the first few reasons."""
+
+    skip: bool
+    count: int = 0
+    examples: list[str] = dataclasses.field(default_factory=list)
+
+    def __call__(self, message: str) -> None:
+        """Reports one bad document: raised (E9015), or counted when skipping."""
+        if not self.skip:
+            raise CorpusInputError(message + " (--skip-bad leaves such documents out)")
+        self.count += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(message)
+
+
+class Encoder:
+    """Documents → tokens, a block of documents at a time, each followed by the boundary token."""
+
+    def __init__(self, tokenizer: Tokenizer, max_document_tokens: int | None):
+        self.tokenizer = tokenizer
+        self.limit = max_document_tokens
+        self.table = tokenizer.code_point_table() if tokenizer.kind == "chars" else None
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """The tokens of non-empty ``texts``, a boundary after each. Raises UnicodeEncodeError
+        (a lone surrogate) or ``_Unknown`` (characters outside the vocabulary)."""
+        t = self.tokenizer
+        if t.kind == "bytes":
+            parts = [s.encode("utf-8") for s in texts]
+            if self.limit is not None:
+                parts = [p[: self.limit] for p in parts]
+            lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+            # A placeholder byte after each document, overwritten by the boundary: one cast and
+            # one scatter of a value per document, whatever the text.
+            out = np.frombuffer(b"\0".join(parts) + b"\0", np.uint8).astype(t.dtype)
+        else:
+            if self.limit is not None:
+                texts = [s[: self.limit] for s in texts]
+            lengths = np.fromiter(map(len, texts), np.int64, len(texts))
+            points = np.frombuffer(b"\0\0\0\0".join([s.encode("utf-32-le") for s in texts]) + b"\0\0\0\0", "<u4")
+            out = self.table.take(points)
+        ends = np.cumsum(lengths + 1) - 1
+        out[ends] = t.boundary
+        if self.table is not None:
+            if out.max(initial=0) > t.boundary:  # the table's "unknown" is one past the boundary
+                positions = np.flatnonzero(out > t.boundary)
+                docs = np.searchsorted(ends, positions)
+                first = np.flatnonzero(np.diff(docs, prepend=-1))  # each bad document's first unknown
+                starts = np.concatenate([[0], ends + 1])
+                raise _Unknown([(int(docs[j]), texts[docs[j]][positions[j] - starts[docs[j]]]) for j in first])
+            out = out.astype(t.dtype, copy=False)
+        return out
+
+
+class _Unknown(Exception):
+    """Documents of a block holding characters outside the vocabulary: (index, first such character)."""
+
+    def __init__(self, found: list[tuple[int, str]]):
+        super().__init__(found)
+        self.found = found
+
+
+def _describe(ch: str) -> str:
+    return f"{ch!r} (U+{ord(ch):04X})"
+
+
+def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: BadInput
+                    ) -> tuple[np.ndarray, int]:
+    """Encodes a block of documents, reporting (and, skipping, leaving out) the bad ones; returns
+    the tokens and how many documents they hold.
+
+    When the block fails, each document is encoded alone to find the bad ones, in line order: a
+    block may hold documents bad in different ways (a lone surrogate, a character outside the
+    vocabulary), and the first reported is the first line."""
+    if not texts:
+        return np.zeros(0, encoder.tokenizer.dtype), 0
+    try:
+        return encoder.encode(texts), len(texts)
+    except (UnicodeEncodeError, _Unknown):
+        pass
+    drop = set()
+    for j, s in enumerate(texts):
+        try:
+            encoder.encode([s])
+            continue
+        except UnicodeEncodeError as e:
+            message = (f"{path}:{lines[j]}: the text holds a lone surrogate U+{ord(s[e.start]):04X} (a \\u escape "
+                       "that is half a pair), which UTF-8 cannot encode")
+        except _Unknown as e:
+            message = f"{path}:{lines[j]}: character {_describe(e.found[0][1])} is not in the vocabulary"
+        bad(message)
+        drop.add(j)
+    kept = [s for j, s in enumerate(texts) if j not in drop]
+    return (encoder.encode(kept) if kept else np.zeros(0, encoder.tokenizer.dtype)), len(kept)
+
+
+def _line_blocks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+    """``(first line number, block)``: the file in blocks of whole lines (a leading UTF-8 byte
+    order mark dropped)."""
+    carry: list[bytes] = []  # the start of a line longer than a block, in pieces
+    line = 1
+    while True:
+        try:
+            data = f.read(BLOCK_BYTES)
+        except (OSError, EOFError, zlib.error) as e:
+            raise CorpusInputError(f"{path}: cannot read past line {line}: {e}") from None
+        if not data:
+            if carry:
+                yield line, b"".join(carry)
+            return
+        if line == 1 and not carry and data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            carry.append(data)
+            continue
+        block = b"".join([*carry, data[:cut]]) if carry else data[:cut]
+        carry = [data[cut:]] if cut < len(data) else []
+        yield line, block
+        line += block.count(b"\n")
+
+
+def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: BadInput) -> tuple[list[str], list[int]]:
+    """The documents of a block of JSONL lines and their line numbers (bad lines reported)."""
+    try:
+        lines = block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = []
+        for j, raw in enumerate(block.split(b"\n")):
+            try:
+                lines.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                bad(f"{path}:{first + j}: invalid UTF-8 at byte {e.start} of the line "
+                    f"(0x{raw[e.start:e.end].hex()}: {e.reason}); the input must be UTF-8")
+                lines.append("")
+    texts, numbers = [], []
+    loads = json.loads
+    for j, line in enumerate(lines):
+        try:
+            doc = loads(line)
+        except (ValueError, RecursionError) as e:  # RecursionError: arrays nested too deep
+            if line and not line.isspace():
+                bad(f"{path}:{first + j}: not JSON ({getattr(e, 'msg', e)}, column {getattr(e, 'colno', '?')}); "
+                    "each line of a .jsonl file is one JSON object")
+            continue
+        if type(doc) is not dict:
+            bad(f"{path}:{first + j}: a JSON {type(doc).__name__}, not an object with a {key!r} key")
+            continue
+        text = doc.get(key)
+        if type(text) is not str:
+            if key not in doc:
+                shown = ", ".join(map(repr, list(doc)[:5])) or "none"
+                bad(f"{path}:{first + j}: no {key!r} key (keys: {shown}); name the text key with --text-key")
+            else:
+                bad(f"{path}:{first + j}: the {key!r} value is {type(text).__name__}, not a string")
+            continue
+        if text:
+            texts.append(text)
+            numbers.append(first + j)
+    return texts, numbers
+
+
+def iter_tokens(path: str, tokenizer: Tokenizer, *, max_document_tokens: int | None = None,
+                text_key: str = "text", bad: BadInput | None = None,
+                on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """Yields ``(tokens, documents)`` for an input file, block by block: its token stream, each
+    document followed by the boundary. ``on_bytes`` hears how far into the file (in bytes, compressed
+    bytes for ``.gz``) each block ends."""
+    bad = bad if bad is not None else BadInput(False)
+    encoder = Encoder(tokenizer, max_document_tokens)
+    if path.endswith(".txt"):
+        yield from _txt_tokens(path, encoder, bad, on_bytes)
+        return
+    try:
+        raw = open(path, "rb")
+    except OSError as e:
+        raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if on_bytes is not None and not raw.seekable():  # a named pipe: no position to report
+        on_bytes = None
+    with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
+        for first, block in _line_blocks(f, path):
+            texts, lines = _jsonl_texts(path, block, first, text_key, bad)
+            tokens, documents = _encode_checked(encoder, texts, lines, path, bad)
+            if on_bytes is not None:
+                on_bytes(raw.tell())
+            yield tokens, documents
+
+
+def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+                ) -> Iterator[tuple[np.ndarray, int]]:
+    """A ``.txt`` file as one document, streamed. A bad document raises ``ResetShard`` under skip_bad
+    once tokens may have been yielded (the caller then empties the shard)."""
+    t = encoder.tokenizer
+    limit = encoder.limit
+    produced, lines = 0, 1
+    try:
+        for offset, block, points in iter_text_blocks(path, chunk_size=BLOCK_BYTES):
+            if t.kind == "bytes":
+                tokens = np.frombuffer(block, np.uint8)
+                if limit is not None:
+                    tokens = tokens[: limit - produced]
+                tokens = tokens.astype(t.dtype)
+            else:
+                if limit is not None:
+                    points = points[: limit - produced]
+                tokens = encoder.table.take(points)
+                if len(tokens) and tokens.max() > t.boundary:
+                    position = int(np.argmax(tokens > t.boundary))
+                    text = block.decode("utf-8")
+                    line = lines + text[:position].count("\n")
+                    bad(f"{path}:{line}: character {_describe(text[position])} is not in the vocabulary")
+                    raise ResetShard()
+                tokens = tokens.astype(t.dtype, copy=False)
+            lines += block.count(b"\n")
+            produced += len(tokens)
+            if on_bytes is not None:
+                on_bytes(offset + len(block))
+            yield tokens, 0
+            if limit is not None and produced >= limit:
+                break
+    except PskdError as e:
+        if not isinstance(e, BadValueError):  # invalid UTF-8 (E9004 from the text kernels) is bad input here
+            raise
+        bad(e.message)
+        raise ResetShard() from None
+    if produced:
+        yield np.array([t.boundary], dtype=t.dtype), 1
+
+
+class ResetShard(Exception):
+    """A ``.txt`` document turned out bad under skip_bad: its shard goes back to empty."""
+
+
+__all__ = [
+    "BLOCK_BYTES",
+    "BadInput",
+    "EXAMPLES",
+    "Encoder",
+    "ResetShard",
+    "SUFFIXES",
+    "find_inputs",
+    "iter_tokens",
+    "source_of",
+]

@@ -1,0 +1,377 @@
+"""Text kernels: character vocabularies, encoding text to tokens and back, and language-model windows.
+
+These are the kernels behind ``pskd chars``, ``pskd encode``, ``pskd decode`` and the token reading
+of ``pskd lm-windows``. They stream: a file is read in blocks of :data:`CHUNK_SIZE` bytes, every
+block is turned into numpy arrays at once, and no Python object is made per character or token.
+Nothing here imports JAX.
+
+Formats
+-------
+- **Text**: UTF-8, read as bytes; a character is a code point, not a byte, so an accented letter is
+  one character. ``\\r\\n`` is two characters, a byte order mark is a character; nothing is
+  normalised, which is what makes ``decode(encode(text))`` return the same bytes.
+- **Vocabulary**: a JSON array of distinct non-empty strings; token ``i`` is entry ``i``.
+  ``char_vocab`` makes one of single characters sorted by code point. Encoding needs every token to
+  be one character: a sub-word token would need longest-match encoding, which is refused rather
+  than guessed.
+- **Tokens text**: non-negative decimal integers separated by ASCII whitespace (space, tab, line
+  feed, carriage return, vertical tab, form feed). ``encode_file`` writes single spaces and one
+  final line feed.
+
+Errors name the file and the 1-based line; a line is only counted on the error path, by reading
+the file again up to the offending byte.
+
+- invalid UTF-8, a token that is not a non-negative integer or is ≥ 2**64, a token at or above the
+  vocabulary size: E9004 (``BAD_VALUE``);
+- a malformed vocabulary, a character the vocabulary does not hold: E9011 (``BAD_VOCAB``);
+- a file that cannot be read or written: E9003 (``TRUNCATED``).
+
+Outputs are written through :func:`pskd_jax.fileio.atomic_output`: after an error the destination
+is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import BinaryIO, Callable, Iterator, Sequence, Union
+import numpy as np
+from pskd_jax.errors import BadValueError, PskdError, VocabularyError
+from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.files import line_at, open_regular, read_some
+from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, iter_tokens
+
+
+
+#: One past the largest code point.
+CODE_POINTS = 0x110000
+
+# Padding byte of the fixed-width rows below; never a digit, a space, or part of a token's UTF-8
+# unless a vocabulary holds U+0000 (decode then takes the general path).
+_PAD = b"\x00"
+
+def _utf8_cut(data: bytes) -> int:
+    """Where to cut ``data`` so that no character is split: before an incomplete trailing sequence.
+
+    >>> _utf8_cut("aé".encode()[:2]), _utf8_cut("aé".encode()), _utf8_cut(b"a\\xf0\\x9f\\x98")
+    (1, 3, 1)
+    """
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        byte = data[n - back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: keep looking for the lead byte
+            continue
+        need = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4 if 0xF0 <= byte < 0xF8 else 1
+        return n - back if need > back else n
+    return n  # no lead byte in reach: invalid, and decoding the block will say so
+
+def _utf8_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(byte offset, block)``: the file in blocks that each hold whole characters.
+
+    Cutting at character boundaries ourselves (rather than feeding an incremental decoder) gives
+    every block an exact byte offset for error messages, and lets an ASCII block skip decoding.
+    """
+    offset, carry = 0, b""
+    while True:
+        data = read_some(f, path, chunk_size)
+        if not data:
+            if carry:
+                yield offset, carry
+            return
+        data = carry + data if carry else data
+        cut = _utf8_cut(data)
+        if cut:
+            yield offset, data[:cut]
+        offset, carry = offset + cut, data[cut:]
+
+def _invalid_utf8(path: PathLike, offset: int, error: UnicodeDecodeError) -> PskdError:
+    """The E9004 error for invalid UTF-8 found ``error.start`` bytes into a block at ``offset``."""
+    at = offset + error.start
+    bad = error.object[error.start : error.end].hex(" ")
+    return BadValueError(f"{os.fspath(path)}:{line_at(path, at)}: invalid UTF-8 at byte {at} (0x{bad}: {error.reason}); "
+        "the text must be UTF-8",
+    )
+
+def _code_points(path: PathLike, offset: int, block: bytes) -> np.ndarray:
+    """The code points of a block: a ``uint8`` view when it is ASCII, else decoded to ``uint32``."""
+    if block.isascii():
+        return np.frombuffer(block, np.uint8)
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _invalid_utf8(path, offset, e) from None
+    return np.frombuffer(text.encode("utf-32-le"), "<u4")
+
+def _byte_offset(offset: int, block: bytes, position: int) -> int:
+    """The file offset of character ``position`` of a block that starts at byte ``offset``."""
+    if block.isascii():
+        return offset + position
+    return offset + len(block.decode("utf-8")[:position].encode("utf-8"))
+
+def _describe(ch: str) -> str:
+    """A character as error messages show it: its repr and code point.
+
+    >>> _describe("é")
+    "'é' (U+00E9)"
+    """
+    return f"{ch!r} (U+{ord(ch):04X})"
+
+def char_vocab(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> tuple[list[str], int]:
+    """Every distinct character of a UTF-8 text, sorted by code point, and the characters read.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = open(p, "wb").write("bébé\\n".encode())
+    >>> char_vocab(p)
+    (['\\n', 'b', 'é'], 5)
+    """
+    seen = np.zeros(CODE_POINTS, dtype=bool)
+    seen_ascii = b""  # the ASCII bytes already seen, deleted from ASCII blocks before looking
+    count = 0
+    with open_regular(path, buffering=-1) as f:
+        for offset, block in _utf8_blocks(f, path, chunk_size):
+            if block.isascii():
+                count += len(block)
+                fresh = block.translate(None, seen_ascii)  # usually empty after the first block
+                if fresh:
+                    seen[np.frombuffer(fresh, np.uint8)] = True
+                    seen_ascii = bytes(np.flatnonzero(seen[:128]).astype(np.uint8))
+                continue
+            points = _code_points(path, offset, block)
+            count += len(points)
+            if not seen.take(points).all():
+                seen[points] = True
+                seen_ascii = bytes(np.flatnonzero(seen[:128]).astype(np.uint8))
+    return [chr(c) for c in np.flatnonzero(seen).tolist()], count
+
+def write_vocab(path: PathLike, vocab: Sequence[str]) -> None:
+    """Writes ``vocab`` as a JSON array (UTF-8, non-ASCII kept as is), atomically."""
+    check_vocab(vocab, os.fspath(path))
+    data = (json.dumps(list(vocab), ensure_ascii=False) + "\n").encode("utf-8")
+    with atomic_output(os.fspath(path)) as f:
+        f.write(data)
+
+def read_vocab(path: PathLike) -> list[str]:
+    """Reads a vocabulary file: a JSON array of distinct non-empty strings (E9011 otherwise)."""
+    name = os.fspath(path)
+    with open_regular(path, buffering=-1) as f:
+        data = read_some(f, path, -1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabularyError(f"{name}: not UTF-8 at byte {e.start}; a vocabulary is a JSON file") from None
+    try:
+        vocab = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise VocabularyError(f"{name}:{e.lineno}: not JSON ({e.msg}, column {e.colno}); expected a JSON array of strings"
+        ) from None
+    except (ValueError, RecursionError) as e:  # a number of over 4300 digits; arrays nested too deep
+        raise VocabularyError(f"{name}: not a vocabulary ({e}); expected a JSON array of strings") from None
+    check_vocab(vocab, name)
+    return vocab
+
+def check_vocab(vocab: object, name: str) -> None:
+    """Checks that ``vocab`` is a list of distinct non-empty strings encodable as UTF-8 (E9011).
+
+    >>> check_vocab(["a", "a"], "v.json")
+    Traceback (most recent call last):
+    ...
+    pskd_jax.errors.VocabularyError: E9011: v.json: token 1 'a' repeats token 0; tokens must be distinct
+    """
+    if not isinstance(vocab, (list, tuple)):
+        raise VocabularyError(f"{name}: expected a JSON array of strings, got {_json_kind(vocab)}")
+    first: dict[str, int] = {}
+    for i, token in enumerate(vocab):
+        if not isinstance(token, str):
+            raise VocabularyError(f"{name}: token {i} is {_json_kind(token)} {token!r}, not a string")
+        if not token:
+            raise VocabularyError(f"{name}: token {i} is the empty string; tokens must be non-empty")
+        if token in first:
+            raise VocabularyError(f"{name}: token {i} {token!r} repeats token {first[token]}; tokens must be distinct"
+            )
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise VocabularyError(f"{name}: token {i} {token!r} holds a lone surrogate, which UTF-8 cannot encode"
+            ) from None
+        first[token] = i
+
+def _json_kind(value: object) -> str:
+    """What a JSON value is, in words, for error messages."""
+    kinds = {
+        dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number", type(None): "null"
+    }
+    return kinds.get(type(value), "a list" if isinstance(value, (list, tuple)) else type(value).__name__)
+
+def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str]:
+    """A vocabulary given as a list or a file, and the name its errors use."""
+    if isinstance(vocab, (str, os.PathLike)):
+        return read_vocab(vocab), os.fspath(vocab)
+    check_vocab(vocab, "vocabulary")
+    return list(vocab), "vocabulary"
+
+def _word_dtype(width: int) -> np.dtype:
+    """The unsigned integer dtype whose items are ``width`` bytes or the next power of two above."""
+    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
+        if width <= np.dtype(dtype).itemsize:
+            return np.dtype(dtype)
+    raise ValueError(f"rows of {width} bytes are wider than 8")
+
+def _rows(pieces: Sequence[bytes]) -> np.ndarray:
+    """Each byte string zero-padded to one common width and viewed as one integer word per row.
+
+    Gathering one word per token is a single ``take``; the padding is deleted afterwards.
+
+    >>> _rows([b" 7", b" 12"]).dtype, _rows([b" 7", b" 12"]).view(np.uint8).tolist()
+    (dtype('uint32'), [32, 55, 0, 0, 32, 49, 50, 0])
+    """
+    width = _word_dtype(max(len(p) for p in pieces)).itemsize
+    table = b"".join(p.ljust(width, _PAD) for p in pieces)
+    return np.frombuffer(table, _word_dtype(width)).copy()
+
+def _encode_tables(vocab: Sequence[str], name: str) -> list[np.ndarray]:
+    """Tables from code point to the output bytes of its token (``" " + decimal``) as one word,
+    0 for "unknown"; narrowest first.
+
+    Each table stops one past the largest code point of the vocabulary, and that last entry is 0,
+    so ``take(mode="clip")`` sends every larger code point to "unknown" without a separate test.
+    Deleting the padding costs by the byte, so when the vocabulary has 1000 tokens or more a
+    4-byte table of tokens 0..999 comes first and the 8-byte table serves only the blocks that
+    hold a higher token.
+    """
+    for i, token in enumerate(vocab):
+        if len(token) != 1:
+            raise VocabularyError(f"{name}: token {i} {token!r} has {len(token)} characters; encode maps one character to "
+                "one token (a sub-word vocabulary needs longest-match encoding, which is not supported)",
+            )
+    if not vocab:
+        return [np.zeros(1, np.uint16)]
+    points = np.array([ord(t) for t in vocab], dtype=np.int64)
+    size = int(points.max()) + 2
+    tables = []
+    for limit in ((1000, len(vocab)) if len(vocab) > 1000 else (len(vocab),)):
+        words = _rows([b" %d" % i for i in range(limit)])
+        table = np.zeros(size, dtype=words.dtype)
+        table[points[:limit]] = words
+        tables.append(table)
+    return tables
+
+def _encode_block(tables: Sequence[np.ndarray], points: np.ndarray) -> np.ndarray:
+    """The output words of a block's code points from the narrowest table that knows them all;
+    a 0 word remains where a character is not in the vocabulary."""
+    for table in tables:
+        words = table.take(points, mode="clip")
+        if np.count_nonzero(words) == len(words):
+            break
+    return words
+
+def encode_file(
+    text_path: PathLike,
+    vocab: Union[Sequence[str], PathLike],
+    out_path: PathLike,
+    *,
+    chunk_size: int = CHUNK_SIZE,
+) -> int:
+    """Encodes a UTF-8 text as token indices, one per character; returns how many were written.
+
+    The output is the decimal indices separated by single spaces, with a final line feed (an empty
+    text gives an empty file). ``vocab`` is a list of single characters or a vocabulary file.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); p, q = os.path.join(d, "t.txt"), os.path.join(d, "t.tok")
+    >>> _ = open(p, "wb").write(b"abba\\n")
+    >>> encode_file(p, ["\\n", "a", "b"], q), open(q, "rb").read()
+    (5, b'1 2 2 1 0\\n')
+    """
+    vocab, name = _load_vocab(vocab)
+    tables = _encode_tables(vocab, name)
+    count = 0
+    with open_regular(text_path, buffering=-1) as f, atomic_output(os.fspath(out_path)) as out:
+        for offset, block in _utf8_blocks(f, text_path, chunk_size):
+            words = _encode_block(tables, _code_points(text_path, offset, block))
+            if np.count_nonzero(words) < len(words):
+                raise _unknown_character(text_path, offset, block, words, name)
+            data = words.tobytes().translate(None, _PAD)  # drop the padding: minimal decimal text
+            out.write(data[1:] if count == 0 else data)  # every token brings its leading space
+            count += len(words)
+        if count:
+            out.write(b"\n")
+    return count
+
+def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndarray, name: str) -> PskdError:
+    """The E9011 error for the first character of a block that the vocabulary does not hold."""
+    position = int(np.argmin(words != 0))
+    at = _byte_offset(offset, block, position)
+    ch = block[at - offset :].decode("utf-8", errors="replace")[0]
+    return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in the vocabulary {name}",
+    )
+
+def _decoder(vocab: Sequence[str]) -> Callable[[np.ndarray], bytes]:
+    """A function from a block of token indices (each below ``len(vocab)``) to their UTF-8 bytes.
+
+    Three ways, fastest first: every token one byte (a plain gather); tokens of at most 8 bytes
+    and no U+0000 (gather zero-padded words, then delete the padding); anything else (offsets
+    into the concatenated tokens, expanded with ``np.repeat``).
+    """
+    pieces = [t.encode("utf-8") for t in vocab] or [b"?"]  # an empty vocabulary is never indexed
+    if all(len(p) == 1 for p in pieces):
+        table = np.frombuffer(b"".join(pieces), np.uint8)
+        return lambda ids: table.take(ids).tobytes()
+    if max(len(p) for p in pieces) <= 8 and not any(_PAD in p for p in pieces):
+        words = _rows(pieces)
+        return lambda ids: words.take(ids).tobytes().translate(None, _PAD)
+    blob = np.frombuffer(b"".join(pieces), np.uint8)
+    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+
+    def gather(ids: np.ndarray) -> bytes:
+        sizes = lengths.take(ids)
+        total = int(sizes.sum())
+        # Byte j of the output comes from blob[starts[id] + (j - first output byte of that token)].
+        jump = starts.take(ids) - (np.cumsum(sizes) - sizes)
+        return blob.take(np.repeat(jump, sizes) + np.arange(total)).tobytes()
+
+    return gather
+
+def decode_file(
+    tokens_path: PathLike,
+    vocab: Union[Sequence[str], PathLike],
+    out_path: PathLike,
+    *,
+    chunk_size: int = CHUNK_SIZE,
+) -> int:
+    """Writes the text of a tokens text: each token index replaced by its token; returns the count.
+
+    The inverse of :func:`encode_file`. Tokens may be of any length here.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); p, q = os.path.join(d, "t.tok"), os.path.join(d, "t.txt")
+    >>> _ = open(p, "wb").write(b"1 2 2 1 0\\n")
+    >>> decode_file(p, ["\\n", "a", "b"], q), open(q, "rb").read()
+    (5, b'abba\\n')
+    """
+    vocab, _ = _load_vocab(vocab)
+    decode = _decoder(vocab)
+    count = 0
+    with atomic_output(os.fspath(out_path)) as out:
+        for ids in iter_tokens(tokens_path, bound=len(vocab), chunk_size=chunk_size):
+            if len(ids):
+                out.write(decode(ids))
+            count += len(ids)
+    return count
+
+def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[int, bytes, np.ndarray]]:
+    """Yields ``(byte offset, block, code points)`` for a UTF-8 file read in blocks of whole
+    characters: the code points are a ``uint8`` view of an ASCII block, else ``uint32``.
+
+    Invalid UTF-8 is E9004 naming the file and line; an unreadable file E9003.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
+    >>> _ = open(p, "wb").write("aé".encode())
+    >>> [(offset, block, points.tolist()) for offset, block, points in iter_text_blocks(p)]
+    [(0, b'a\\xc3\\xa9', [97, 233])]
+    """
+    with open_regular(path, buffering=-1) as f:
+        for offset, block in _utf8_blocks(f, path, chunk_size):
+            yield offset, block, _code_points(path, offset, block)

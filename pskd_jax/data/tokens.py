@@ -1,0 +1,200 @@
+"""Tokens text: non-negative decimal integers separated by ASCII whitespace, parsed a block at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Union, BinaryIO, Iterator
+import numpy as np
+from pskd_jax.format.encodings import index_dtype
+from pskd_jax.errors import BadValueError, PskdError, UsageError
+from pskd_jax._os.files import line_at, open_regular, read_some
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Bytes read at a time: a block's arrays (up to 8 bytes a byte) then stay inside the L2 cache.
+CHUNK_SIZE = 1 << 17
+
+
+
+#: The bytes that separate tokens in a tokens text.
+WHITESPACE = b" \t\n\r\x0b\x0c"
+
+# A token of this many digits or more may not fit in 64 bits: such blocks take the exact slow path.
+_LONG_DIGITS = 20
+
+def _last_whitespace(data: bytes) -> int:
+    """The index of the last whitespace byte of ``data``, or −1."""
+    return max(data.rfind(c) for c in (b" ", b"\n", b"\t", b"\r", b"\x0b", b"\x0c"))
+
+def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(byte offset, block)``: the file in blocks cut just after whitespace, so that no
+    token straddles two blocks."""
+    offset, carry = 0, b""
+    while True:
+        data = read_some(f, path, chunk_size)
+        if not data:
+            if carry:
+                yield offset, carry
+            return
+        data = carry + data if carry else data
+        cut = _last_whitespace(data) + 1
+        if cut:
+            yield offset, data[:cut]
+        offset, carry = offset + cut, data[cut:]
+
+def _shifted_product(values: np.ndarray, mask: np.ndarray, shift: int, out: np.ndarray) -> np.ndarray:
+    """``out[i] = values[i - shift] * mask[i]``, 0 where ``i < shift``."""
+    shift = min(shift, len(values))
+    out[:shift] = 0
+    np.multiply(values[: len(values) - shift], mask[shift:], out=out[shift:])
+    return out
+
+def _extend_runs(run: np.ndarray, is_digit: np.ndarray, k: int) -> None:
+    """Turns ``run_{k-1}`` into ``run_k`` in place: ``run_k[i]`` iff bytes ``i-k .. i`` are digits."""
+    k = min(k, len(run))
+    run[k:] &= is_digit[: len(run) - k]
+    run[:k] = False
+
+def _digit_planes(digits: np.ndarray, is_digit: np.ndarray) -> list[np.ndarray] | None:
+    """Base-100 digits, one ``uint8`` array per digit pair (least significant first), read at each
+    token's last byte; ``None`` when a token has 20 digits or more (it may not fit in 64 bits).
+
+    Horner over digit positions, done on whole blocks: ``run_k`` marks the bytes whose previous
+    ``k`` bytes are digits too, so at a token's last byte ``i`` its digit of weight 10^k is
+    ``digits[i - k]`` while ``run_k[i]`` holds. Pairs of digits keep the arithmetic in bytes.
+    """
+    n = len(digits)
+    masked = digits * is_digit
+    run = is_digit.copy()  # run_0
+    scratch = np.empty(n, np.uint8)
+    planes, k = [], 0
+    while True:
+        plane = _shifted_product(masked, run, k, np.empty(n, np.uint8))  # weight 10^k
+        _extend_runs(run, is_digit, k + 1)
+        if run.any():
+            if k + 1 >= _LONG_DIGITS - 1:  # a token of 20 digits or more
+                return None
+            plane += _shifted_product(masked, run, k + 1, scratch) * np.uint8(10)  # weight 10^(k+1)
+            _extend_runs(run, is_digit, k + 2)
+        planes.append(plane)
+        if not run.any():
+            return planes
+        k += 2
+
+def _combine_planes(planes: list[np.ndarray]) -> np.ndarray:
+    """Values from base-100 digit planes (Horner, most significant plane first), in the narrowest
+    dtype that holds them: 2 digits fit a byte, 4 a ``uint16``, 8 a ``uint32``, 19 a ``uint64``."""
+    dtype = (np.uint8, np.uint16, np.uint32, np.uint32, *(np.uint64,) * 6)[len(planes) - 1]
+    value = planes[-1].astype(dtype, copy=False)  # one plane: the plane itself, no copy
+    for plane in reversed(planes[:-1]):
+        value *= dtype(100)
+        value += plane
+    return value
+
+def _bad_token(path: PathLike, offset: int, block: bytes, position: int) -> PskdError:
+    """The E9004 error for the whitespace-delimited word around byte ``position`` of a block."""
+    start = _last_whitespace(block[:position]) + 1
+    ends = [i for i in (block.find(c, position) for c in WHITESPACE) if i >= 0]
+    word = block[start : min(ends, default=len(block))].decode("utf-8", errors="backslashreplace")
+    shown = repr(word if len(word) <= 40 else word[:40] + "…")
+    return BadValueError(f"{os.fspath(path)}:{line_at(path, offset + start)}: {shown} is not a token index; "
+        "expected non-negative decimal integers separated by whitespace",
+    )
+
+def _too_large(path: PathLike, offset: int, value: int, bound: int | None) -> PskdError:
+    """The E9004 error for a token at or above ``bound`` (or 2**64) at byte ``offset``."""
+    where = f"{os.fspath(path)}:{line_at(path, offset)}"
+    if bound is None or bound > 1 << 64:
+        return BadValueError(f"{where}: token {value} does not fit in 64 bits (at most {(1 << 64) - 1})")
+    return BadValueError(f"{where}: token {value} is not below the vocabulary size {bound}")
+
+def _parse_long(path: PathLike, offset: int, block: bytes, bound: int | None) -> np.ndarray:
+    """The exact path for a block holding a token of 20 digits or more: Python integers.
+
+    Only such rare blocks come here (a value near 2**64, or zero-padded tokens).
+    """
+    limit = min(bound, 1 << 64) if bound is not None else 1 << 64
+    values = []
+    for match in re.finditer(rb"[0-9]+", block):
+        digits = match.group().lstrip(b"0")
+        if len(digits) > 40:  # far beyond 64 bits (and int() refuses over 4300 digits): shown cut
+            raise _too_large(path, offset + match.start(), f"{digits[:20].decode()}… ({len(digits)} digits)", bound)
+        value = int(match.group())
+        if value >= limit:
+            raise _too_large(path, offset + match.start(), value, bound)
+        values.append(value)
+    return np.array(values, dtype=np.uint64)
+
+def _parse_block(path: PathLike, offset: int, block: bytes, bound: int | None) -> np.ndarray:
+    """The tokens of one block (cut at whitespace) as unsigned integers of the smallest width."""
+    a = np.frombuffer(block, np.uint8)
+    digits = a - np.uint8(48)
+    is_digit = digits < 10
+    valid = is_digit | (a == 32)
+    valid |= (a - np.uint8(9)) < 5  # tab, line feed, vertical tab, form feed, carriage return
+    if not valid.all():
+        bad = int(np.argmin(valid))
+        start = _last_whitespace(block[:bad]) + 1
+        _parse_block(path, offset, block[:start], bound)  # an earlier token may be the first error
+        raise _bad_token(path, offset, block, bad)
+    ends = np.empty_like(is_digit)
+    np.greater(is_digit[:-1], is_digit[1:], out=ends[:-1])
+    ends[-1:] = is_digit[-1:]
+    last = np.flatnonzero(ends)  # the last byte of every token
+    if not len(last):
+        return np.zeros(0, np.uint8)
+    planes = _digit_planes(digits, is_digit)
+    if planes is None:
+        return _parse_long(path, offset, block, bound)
+    values = _combine_planes(planes).take(last)
+    if bound is not None and bound <= np.iinfo(values.dtype).max and values.max() >= bound:
+        t = int(np.argmax(values >= bound))
+        raise _too_large(path, offset + int(last[t]), int(values[t]), bound)
+    return values
+
+def _check_bound(bound: int | None) -> None:
+    """Refuses a bound that is not a non-negative integer (0 admits no token: an empty vocabulary)."""
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0):
+        raise UsageError(f"the vocabulary size must be a non-negative integer, got {bound!r}")
+
+def iter_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = CHUNK_SIZE) -> Iterator[np.ndarray]:
+    """Yields the tokens of a tokens text block by block, as ``uint64`` arrays, or arrays of the
+    smallest unsigned dtype that holds ``bound - 1`` (every token checked to be below ``bound``)."""
+    _check_bound(bound)
+    dtype = index_dtype(bound) if bound is not None else np.dtype(np.uint64)
+    with open_regular(path, buffering=-1) as f:
+        for offset, block in _whitespace_blocks(f, path, chunk_size):
+            values = _parse_block(path, offset, block, bound)
+            yield values.astype(dtype, copy=False)
+
+def read_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = CHUNK_SIZE) -> np.ndarray:
+    """Reads a tokens text (non-negative decimal integers separated by whitespace) into one array.
+
+    The array is ``uint64``, or the smallest unsigned dtype that holds ``bound - 1`` when ``bound``
+    is given. Memory is that array plus a few blocks.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.tok")
+    >>> _ = open(p, "wb").write(b" 3\\t14\\n\\n159 2")
+    >>> read_tokens(p, bound=200)
+    array([  3,  14, 159,   2], dtype=uint8)
+    """
+    _check_bound(bound)
+    dtype = index_dtype(bound) if bound is not None else np.dtype(np.uint64)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0  # opening it below reports it
+    # Every token takes at least two bytes but the last, so this never grows for a regular file;
+    # untouched pages of the reservation cost no memory, and the final resize gives them back.
+    out = np.empty(size // 2 + 1, dtype)
+    count = 0
+    for values in iter_tokens(path, bound=bound, chunk_size=chunk_size):
+        if count + len(values) > len(out):
+            out.resize(2 * (count + len(values)), refcheck=False)
+        out[count : count + len(values)] = values
+        count += len(values)
+    out.resize(count, refcheck=False)
+    return out

@@ -1,0 +1,38 @@
+"""The ``.psk.d`` format: sample types, encodings, pytree layouts, the header, reading and writing.
+
+This package never imports JAX. Its byte layout is described once, in ``docs/format.md`` and at
+the top of :mod:`pskd_jax.format.header`.
+"""
+
+from pskd_jax.format.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64
+from pskd_jax.format.header import MAGIC, Header, encode_header, read_header
+from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.reader import Reader
+from pskd_jax.format.sample_type import format_type, header_text, parse_type
+from pskd_jax.format.tree import flatten, layout_of_template
+from pskd_jax.format.writer import WriteResult, Writer, write, write_encoded, write_stream
+
+__all__ = [
+    "MAGIC",
+    "Encoding",
+    "Header",
+    "Layout",
+    "Leaf",
+    "Reader",
+    "Rounding",
+    "WriteResult",
+    "Writer",
+    "encode_header",
+    "flatten",
+    "format_type",
+    "header_text",
+    "index_dtype",
+    "layout_of_template",
+    "parse_type",
+    "read_header",
+    "round_f64_to_bf16",
+    "to_f64",
+    "write",
+    "write_encoded",
+    "write_stream",
+]

@@ -1,0 +1,330 @@
+"""How leaves are stored, and the exactness rules for what may be stored (SPEC §4).
+
+A real leaf is stored in one of three encodings, each a subset of the f64 numbers: f64, f32, or
+bf16 (the upper sixteen bits of an f32). An ``idx[N]`` leaf is stored as the smallest unsigned
+integer that holds N − 1. What reaches a file is exactly a number of its leaf's encoding:
+
+- values arrive as f64, rounded once and correctly (half-even) from whatever precision they came
+  in: decimal text, ``Fraction``, ``Decimal``, ``numpy.longdouble``, objects with ``__float__``;
+- narrowing to f32 or bf16 is refused unless asked for, and then rounds half-even and reports
+  the largest rounding error;
+- NaN and ±Inf are refused, and so is an index at or above its bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import numbers
+from typing import Any, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from pskd_jax.errors import BadValueError, MismatchError
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class Encoding(enum.IntEnum):
+    """The encoding byte of a version 2 header."""
+
+    F64 = 0
+    F32 = 1
+    BF16 = 2
+
+    @property
+    def label(self) -> str:
+        return {0: "f64", 1: "f32", 2: "bf16"}[int(self)]
+
+    @classmethod
+    def parse(cls, name: str) -> "Encoding":
+        """``"f64"``, ``"f32"`` or ``"bf16"`` → the encoding."""
+        for encoding in cls:
+            if encoding.label == name:
+                return encoding
+        raise BadValueError(f"unknown encoding {name!r}; expected f64, f32 or bf16")
+
+
+# The dtype of a real leaf's values in memory, by encoding, and the dtype of its bytes on disk.
+REAL_DTYPES = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"), Encoding.BF16: bfloat16}
+REAL_DISK_DTYPES = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"), Encoding.BF16: np.dtype("<u2")}
+INDEX_DTYPES = (np.dtype("<u1"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8"))
+
+
+def index_dtype(bound: int) -> np.dtype:
+    """The smallest unsigned dtype that holds ``bound - 1``.
+
+    >>> [index_dtype(n).itemsize for n in (1, 256, 257, 2**32, 2**32 + 1, 2**64)]
+    [1, 1, 2, 4, 8, 8]
+    """
+    for dtype in INDEX_DTYPES:
+        if bound - 1 <= np.iinfo(dtype).max:
+            return dtype
+    raise BadValueError(f"idx[{bound}] does not fit in 64 bits")
+
+
+def encoding_of_dtype(dtype: np.dtype) -> Encoding:
+    """The encoding that stores a float dtype exactly (float16 goes to f32, which holds it)."""
+    dtype = np.dtype(dtype)
+    if dtype == bfloat16:
+        return Encoding.BF16
+    if dtype.kind == "f" and dtype.itemsize in (2, 4):  # either byte order: the value decides
+        return Encoding.F32
+    return Encoding.F64
+
+
+def is_real_dtype(dtype: np.dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype == bfloat16 or np.issubdtype(dtype, np.floating)
+
+
+@dataclasses.dataclass
+class Rounding:
+    """What rounding to a narrower encoding did to one leaf: the largest error and where."""
+
+    leaf: str
+    encoding: Encoding
+    max_error: float = 0.0
+    where: tuple[int, ...] = ()
+    value: float = 0.0
+    rounded: float = 0.0
+
+    def merge(self, other: "Rounding") -> None:
+        if other.max_error > self.max_error:
+            self.max_error, self.where = other.max_error, other.where
+            self.value, self.rounded = other.value, other.rounded
+
+    def describe(self) -> str:
+        if self.max_error == 0.0:
+            return f"{self.leaf}: exact in {self.encoding.label}"
+        return (
+            f"{self.leaf}: rounded to {self.encoding.label}, largest error "
+            f"{self.max_error:.3g} at index {list(self.where)} ({self.value!r} → {self.rounded!r})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Values in: to f64, correctly rounded, once.
+
+
+def to_f64(values: Any, *, leaf: "str | Site" = "value") -> np.ndarray:
+    """Any real values → an f64 array, each rounded once and correctly (half-even).
+
+    Float arrays widen exactly; integer arrays and Python ints round once; ``longdouble`` rounds
+    in the cast; ``Fraction``, ``Decimal`` and other objects go through their own ``__float__``,
+    which for those types is correctly rounded. Strings are parsed as decimal text.
+
+    >>> from fractions import Fraction
+    >>> to_f64([Fraction(1, 3), "0.1"]).tolist()
+    [0.3333333333333333, 0.1]
+    """
+    if hasattr(values, "__array__") and not isinstance(values, np.ndarray):
+        values = np.asarray(values)
+    array = values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
+    if array.dtype == object:
+        flat = [_object_to_float(v, leaf, i) for i, v in enumerate(array.ravel())]
+        return np.asarray(flat, dtype=np.float64).reshape(array.shape)
+    if array.dtype.kind in "US":
+        return _parse_decimals(array, leaf)
+    if array.dtype == bool:
+        raise MismatchError(f"{leaf}: booleans given for a real leaf")
+    if not (array.dtype.kind in "iuf" or array.dtype == bfloat16):
+        raise MismatchError(f"{leaf}: {array.dtype} values given for a real leaf")
+    with np.errstate(over="ignore"):
+        return array.astype(np.float64)
+
+
+def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
+    if isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except ValueError:
+            raise BadValueError(f"{leaf}, element {position}: {value!r} is not a decimal number"
+            ) from None
+    if isinstance(value, bool) or not (
+        isinstance(value, numbers.Real) or hasattr(value, "__float__")
+    ):
+        raise BadValueError(f"{leaf}, element {position}: {value!r} is not a real number"
+        )
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
+
+
+def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
+    try:
+        return array.astype(np.float64)
+    except ValueError:
+        for position, text in enumerate(array.ravel()):
+            try:
+                float(text)
+            except ValueError:
+                raise BadValueError(f"{leaf}, element {position}: {str(text)!r} is not a decimal number",
+                ) from None
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# Checks and narrowing
+
+
+def _position(shape: tuple[int, ...], flat_index: int) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat_index, shape)) if shape else ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """Names a leaf in messages, and the samples along its first axis when it is batched.
+
+    ``row_names`` names each sample (``"in.txt:3"`` for pack's lines); ``first_row`` numbers the
+    first sample of a batch appended after others.
+    """
+
+    leaf: str
+    row_names: Sequence[str] | None = None
+    first_row: int = 0
+
+    def at(self, shape: tuple[int, ...], flat_index: int) -> str:
+        position = _position(shape, flat_index)
+        if self.row_names is not None and position:
+            return f"{self.row_names[position[0]]}: {self.leaf} at index {list(position[1:])}"
+        if position and self.first_row:
+            position = (position[0] + self.first_row, *position[1:])
+        return f"{self.leaf} at index {list(position)}"
+
+    def __str__(self) -> str:
+        return self.leaf
+
+
+def _site(leaf: "str | Site") -> Site:
+    return leaf if isinstance(leaf, Site) else Site(leaf)
+
+
+def check_finite(values: np.ndarray, *, leaf: "str | Site") -> None:
+    """Refuses NaN and ±Inf (E9004), naming the leaf and the first bad index."""
+    finite = np.isfinite(values)
+    if not finite.all():
+        flat = int(np.flatnonzero(~finite.ravel())[0])
+        bad = values.ravel()[flat]
+        raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
+            f"{float(bad)} is not a real number (NaN and ±Inf cannot be stored)",
+        )
+
+
+def check_finite_encoded(values: np.ndarray, encoding: Encoding, where: Site) -> None:
+    """Refuses NaN/Inf in values already in their encoding; bf16 is checked on its exponent bits."""
+    if encoding == Encoding.BF16:
+        exponent = values.view(np.uint16) & np.uint16(0x7F80)
+        if (exponent == np.uint16(0x7F80)).any():
+            check_finite(values.astype(np.float32), leaf=where)
+    elif not np.isfinite(values).all():
+        check_finite(values, leaf=where)
+
+
+def round_f64_to_bf16(values: np.ndarray) -> np.ndarray:
+    """f64 → bf16 rounded once, half-even.
+
+    Rounding through f32 would round twice; rounding to f32 *to odd* first keeps the sticky
+    information, and f32 has more than the two extra bits that makes the second rounding exact.
+    """
+    as_f32 = values.astype(np.float32)
+    inexact = as_f32.astype(np.float64) != values
+    if inexact.any():
+        # Truncate toward zero, then force the last bit to one: round-to-odd.
+        overshot = np.abs(as_f32.astype(np.float64)) > np.abs(values)
+        truncated = np.where(overshot, np.nextafter(as_f32, np.float32(0)), as_f32)
+        odd = truncated.view(np.uint32) | np.uint32(1)
+        as_f32 = np.where(inexact, odd.view(np.float32), as_f32)
+    return as_f32.astype(bfloat16)
+
+
+def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_to_encoding: bool
+           ) -> tuple[np.ndarray, Rounding | None]:
+    """f64 values → the leaf's encoding, exactly, or rounded when asked for (E9004 otherwise).
+
+    Returns the encoded array (f64, f32 or bfloat16) and, when rounding was asked for, what it did.
+    """
+    check_finite(values, leaf=leaf)
+    if encoding == Encoding.F64:
+        return values, None
+    with np.errstate(over="ignore"):
+        narrowed = values.astype(np.float32) if encoding == Encoding.F32 else round_f64_to_bf16(values)
+    back = narrowed.astype(np.float64)
+    overflow = ~np.isfinite(back)
+    changed = back != values
+    if overflow.any():
+        flat = int(np.flatnonzero(overflow.ravel())[0])
+        raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
+            f"{float(values.ravel()[flat])!r} is beyond the range of {encoding.label}",
+        )
+    if not round_to_encoding:
+        if changed.any():
+            flat = int(np.flatnonzero(changed.ravel())[0])
+            raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
+                f"{float(values.ravel()[flat])!r} is not a number of {encoding.label} (nearest "
+                f"{float(back.ravel()[flat])!r}); ask for rounding (round_to_encoding=True, --round) "
+                "or store the leaf in a wider encoding",
+            )
+        return narrowed, None
+    report = Rounding(str(leaf), encoding)
+    if changed.any():
+        errors = np.abs(back - values)
+        flat = int(np.argmax(errors.ravel()))
+        report.max_error = float(errors.ravel()[flat])
+        report.where = _position(values.shape, flat)
+        report.value = float(values.ravel()[flat])
+        report.rounded = float(back.ravel()[flat])
+    return narrowed, report
+
+
+def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
+    """Integer values → the leaf's unsigned dtype, refusing values outside [0, bound) (E9004)."""
+    dtype = index_dtype(bound)
+    array = np.asarray(values)
+    if array.dtype.kind == "f" and not isinstance(values, np.ndarray):
+        # numpy guesses float64 for Python ints that no one integer dtype holds (-1 and 2**63,
+        # or 2**64 - 1 and 0): keep them exact as objects.
+        as_objects = np.asarray(values, dtype=object)
+        if all(isinstance(v, (int, np.integer)) for v in as_objects.ravel()):
+            array = as_objects
+    if array.dtype == object:
+        array = _object_indices(array, bound, leaf)
+    elif array.dtype.kind in "US":
+        array = _object_indices(array.astype(object), bound, leaf)
+    elif array.dtype == bool:
+        array = array.astype(np.uint8)
+    elif array.dtype.kind not in "iu":
+        raise MismatchError(f"{leaf}: {array.dtype} values given for an idx[{bound}] leaf"
+        )
+    if array.size:
+        low, high = int(array.min()), int(array.max())
+        if low < 0 or high >= bound:
+            bad = array < 0
+            if high >= bound:  # then bound - 1 < high is representable in the array's dtype
+                bad |= array > bound - 1
+            flat = int(np.flatnonzero(bad.ravel())[0])
+            raise BadValueError(f"{_site(leaf).at(array.shape, flat)}: "
+                f"{array.ravel()[flat]} is not an index below {bound}",
+            )
+    return array.astype(dtype, copy=False)
+
+
+def _object_indices(array: np.ndarray, bound: int, leaf: "str | Site") -> np.ndarray:
+    out = np.empty(array.shape, dtype=np.uint64)
+    flat_out = out.reshape(-1)
+    for position, value in enumerate(array.ravel()):
+        if isinstance(value, str):
+            text = value.strip()
+            value = int(text) if text.isdigit() and text.isascii() else value
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: "
+                f"{value!r} is not an index",
+            )
+        if not 0 <= int(value) < bound:
+            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: "
+                f"{value} is not an index below {bound}",
+            )
+        flat_out[position] = int(value)
+    return out

@@ -1,0 +1,379 @@
+"""Random access to the samples of a ``.psk.d`` file.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import operator
+import os
+from typing import Any, BinaryIO, Sequence
+import numpy as np
+from pskd_jax.format import tree as tree_lib
+from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError, UsageError
+from pskd_jax.format.sample_type import ParamsType, parse_type
+from pskd_jax.format.layout import Layout
+from pskd_jax._os.positional import pread_spans
+from pskd_jax.format.header import MAX_COUNT, read_header
+from pskd_jax.format.placement import Placement, c_strides
+
+
+MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
+
+ACCESS_MODES = ("mmap", "pread")  # how Reader.gather reaches the file (see Reader)
+
+class Reader:
+    """Random access to the samples of a ``.psk.d`` file through a read-only memory map.
+
+    ``layout`` supplies the leaves of a ``params`` file: a :class:`Layout` or a template pytree
+    (arrays or ``jax.ShapeDtypeStruct``s in declaration order). Closed types need none.
+
+    ``access`` says how :meth:`gather` and indexing reach the samples:
+
+    - ``"mmap"`` (default): records are copied out of the map, the fastest way here (~40 µs for
+      64 records of 2 KiB). The pages touched stay mapped, so the process's resident set grows
+      toward the file's size as training visits it (clean page cache the kernel can drop, but
+      counted in RSS).
+    - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
+      batch, ~4× slower per record, and the resident set stays that of the batches in flight
+      whatever the file's size. Samples over 2 GiB, and :meth:`leaves`, :meth:`samples` and
+      :meth:`raw_data` (views, by design) still use the map.
+
+    Gathered idx values are checked against their bound (E9004 names the sample and the leaf):
+    a damaged file never hands a model an index its embedding does not have.
+
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.psk.d")
+    >>> from pskd_jax.format import write
+    >>> _ = write(path, "(idx[64][seq: 4], ℝ[])", (np.arange(8).reshape(2, 4), np.array([0.5, 1.5])))
+    >>> with Reader(path) as r:
+    ...     print(len(r), r[1], r.gather([1, 0, 1])[1])
+    2 (array([4, 5, 6, 7], dtype=uint8), array(1.5)) [1.5 0.5 1.5]
+    """
+
+    def __init__(self, path: str | os.PathLike, *, layout: Layout | Any | None = None, access: str = "mmap"):
+        self.path = os.fspath(path)
+        if access not in ACCESS_MODES:
+            raise UsageError(f"{self.path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
+        self.access = access
+        self._map = self._file = self._fd = None
+        try:
+            with open(self.path, "rb") as f:
+                self.header = read_header(f, self.path, os.fstat(f.fileno()).st_size)
+                # A file being appended to (a corpus shard, chunk by chunk) grows its data before
+                # its count: the size taken after the header covers every sample the header counts.
+                self.file_size = os.fstat(f.fileno()).st_size
+                self._map = self._open_map(f) if self.file_size else None
+                if access == "pread":  # a file object of its own owns the descriptor (closed when collected)
+                    self._file = open(os.dup(f.fileno()), "rb", buffering=0)
+                    self._fd = self._file.fileno()
+        except OSError as e:
+            raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        except ValueError:  # open() refuses a path holding a NUL byte
+            raise NotPskdError(f"{self.path!r}: cannot read: a path holds no NUL byte") from None
+        if self.header.count > MAX_COUNT:
+            self.close()
+            raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
+            )
+        self.layout: Layout | None = None
+        self.placement: Placement | None = None
+        self._views: list[np.ndarray] = []
+        self._records: np.ndarray | None = None
+        self._bounded: list[int] = []
+        try:
+            try:
+                parsed = parse_type(self.header.type_text)
+                own = None if isinstance(parsed, ParamsType) else Layout.of_type(parsed)
+            except PskdError as e:
+                raise PskdError(e.code, f"{self.path}: {e.message}") from None
+            if layout is not None:
+                self.with_layout(layout)
+            elif own is not None:
+                self.with_layout(own)
+        except BaseException:
+            self.close()  # a refused file leaves no map open behind it
+            raise
+
+    def _open_map(self, f: BinaryIO) -> mmap.mmap:
+        try:
+            return mmap.mmap(f.fileno(), self.file_size, access=mmap.ACCESS_READ)
+        except ValueError:  # shorter than its size a moment ago
+            raise TruncatedError(f"{self.path}: the file was cut short while being opened") from None
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def with_layout(self, layout: Layout | Any) -> "Reader":
+        """Supplies (or replaces) the layout; returns the reader."""
+        if not isinstance(layout, Layout):
+            layout = tree_lib.layout_of_template(layout)
+        encodings = self.header.encodings
+        if encodings is not None and len(encodings) != len(layout.leaves):
+            raise MismatchError(f"{self.path}: the header lists {len(encodings)} leaves, the layout has {len(layout.leaves)}",
+            )
+        placement = Placement.of(layout, encodings, self.path, from_header=True)
+        self._check_size(placement.sample_bytes)
+        self._check_addressable(placement)
+        self._check_params_size(placement.sample_bytes)
+        self.layout, self.placement = layout, placement
+        self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
+        self._records = self._record_view()
+        # idx leaves whose dtype holds values at or above the bound (idx[10] in u8): gathered
+        # values are checked. A bound that fills its dtype (idx[256] in u8) needs no check.
+        self._bounded = [i for i, (leaf, disk) in enumerate(zip(layout.leaves, placement.disk_dtypes))
+                         if not leaf.is_real and leaf.bound < 1 << (8 * disk.itemsize)]
+        return self
+
+    def _check_size(self, sample_bytes: int) -> None:
+        needed = self.header.data_offset + self.header.count * sample_bytes
+        if needed > self.file_size:
+            present = (self.file_size - self.header.data_offset) // sample_bytes if sample_bytes else 0
+            raise TruncatedError(f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes announced, "
+                f"{max(present, 0)} present ({self.file_size} bytes, {needed} needed)",
+            )
+
+    def _check_addressable(self, placement: Placement) -> None:
+        """Refuses what no numpy array can hold: the file's size bounds every leaf with elements,
+        but a leaf whose shape has an empty axis holds none, and numpy still refuses an array whose
+        other axes times its item size pass 2^63 (a hostile count over an empty type)."""
+        for leaf, dtype in zip(placement.layout.leaves, placement.disk_dtypes):
+            span = max(self.header.count, 1) * dtype.itemsize * math.prod(d for d in leaf.shape if d)
+            if span > MAX_COUNT:
+                raise TruncatedError(f"{self.path}: {self.header.count} samples of leaf {leaf.path or '(root)'} "
+                    f"(shape {list(leaf.shape)}) span more than the 2^63 bytes an array can address",
+                )
+
+    def _check_params_size(self, sample_bytes: int) -> None:
+        """A parameter tree's layout comes from outside the file, so the file's size is its only
+        witness: a params file (written whole, never appended to) must hold exactly its samples."""
+        if not self.header.is_params:
+            return
+        data = self.file_size - self.header.data_offset
+        if data != self.header.count * sample_bytes:
+            raise MismatchError(f"{self.path}: the layout makes samples of {sample_bytes} bytes, so {self.header.count} "
+                f"of them take {self.header.count * sample_bytes} bytes, but the file holds {data} bytes "
+                f"of data: the layout is not the one {self.header.type_text!r} was written with",
+            )
+
+    def _require_layout(self) -> Placement:
+        if self.placement is None:
+            raise NotClosedError(f"{self.path}: type {self.header.type_text!r} needs its layout "
+                "(Reader(path, layout=template) or reader.with_layout(...))",
+            )
+        return self.placement
+
+    def _map_bytes(self) -> np.ndarray:
+        """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
+        lives, closing the map fails (and is deferred) instead of leaving the view dangling."""
+        return np.frombuffer(self._map, dtype=np.uint8)
+
+    def _leaf_view(self, i: int) -> np.ndarray:
+        """Leaf i of every sample as one strided array over the map (no copy)."""
+        placement = self.placement
+        leaf = placement.layout.leaves[i]
+        disk = placement.disk_dtypes[i]
+        count = self.header.count
+        if self._map is None or count == 0 or placement.sample_bytes == 0:
+            empty = np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
+            empty.flags.writeable = False  # read-only like a view of the map
+            return empty
+        inner_strides = c_strides(leaf.shape, disk.itemsize)
+        view = np.ndarray(
+            (count, *leaf.shape),
+            dtype=disk,
+            buffer=self._map_bytes(),
+            offset=self.header.data_offset + placement.offsets[i],
+            strides=(placement.sample_bytes, *inner_strides),
+        )
+        return view.view(placement.value_dtype(i)) if disk != placement.value_dtype(i) else view
+
+    # -- access ------------------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return self.header.count
+
+    @property
+    def sample_bytes(self) -> int:
+        return self._require_layout().sample_bytes
+
+    @property
+    def trailing_bytes(self) -> int:
+        """Bytes after the last sample (left by an interrupted append)."""
+        return self.file_size - self.header.data_offset - self.header.count * self.sample_bytes
+
+    def __len__(self) -> int:
+        return self.header.count
+
+    def _check_index(self, index: int) -> int:
+        count = self.header.count
+        position = index + count if index < 0 else index
+        if not 0 <= position < count:
+            raise TruncatedError(f"{self.path}: sample {index} is beyond the count {count}")
+        return position
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` as its pytree of fresh arrays."""
+        placement = self._require_layout()
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TruncatedError(f"{self.path}: a sample index is an integer, got {index!r}") from None
+        position = self._check_index(index)
+        leaves = self._gathered_leaves(np.array([position], dtype=np.intp))
+        return placement.layout.unflatten([leaf[0, ...] for leaf in leaves])  # 0-d arrays, not scalars
+
+    def gather(self, indices: Sequence[int] | np.ndarray) -> Any:
+        """The samples at ``indices``, stacked under a leading batch axis: one vectorised read per leaf."""
+        return self._require_layout().layout.unflatten(self.gather_leaves(indices))
+
+    def gather_leaves(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
+        """:meth:`gather` as the list of leaves in storage order, each ``(len(indices), *shape)``."""
+        self._require_layout()
+        indices = np.asarray(indices)
+        if indices.ndim != 1:
+            raise TruncatedError(f"{self.path}: sample indices form one axis, got shape {indices.shape}")
+        if indices.dtype.kind not in "iu" and indices.size:  # [] comes as float64: nothing to read
+            raise TruncatedError(f"{self.path}: sample indices must be integers, got {indices.dtype}")
+        count = self.header.count
+        if indices.size and (indices.min() < -count or indices.max() >= count):
+            bad = indices[(indices < -count) | (indices >= count)][0]
+            raise TruncatedError(f"{self.path}: sample {bad} is beyond the count {count}")
+        positions = indices.astype(np.intp, copy=False)
+        if positions.size and positions.min() < 0:  # a negative index counts from the end
+            positions = np.where(positions < 0, positions + count, positions)
+        return self._gathered_leaves(positions)
+
+    def _gathered_leaves(self, positions: np.ndarray) -> list[np.ndarray]:
+        """Each leaf of the samples at ``positions`` (valid, non-negative), bounds checked."""
+        placement = self.placement
+        if self._records is None and self._map is not None and placement.sample_bytes and len(positions):
+            # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
+            leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._views]
+        else:
+            # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never
+            # a copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
+            records = None
+            if self._records is not None:
+                records = self._read_records(positions) if self._fd is not None else self._records.take(positions)
+            leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(len(self._views))]
+        for i in self._bounded:
+            self._check_bound(i, leaves[i], positions)
+        return leaves
+
+    def _check_bound(self, i: int, values: np.ndarray, positions: np.ndarray) -> None:
+        """Refuses stored idx values at or above the leaf's bound (only a damaged or hand-made file
+        holds one: every writer refuses them)."""
+        bound = self.placement.layout.leaves[i].bound
+        if values.size == 0 or values.max() < bound:
+            return
+        over = values.reshape(len(values), -1).max(axis=1) >= bound
+        row = int(np.argmax(over))
+        leaf = self.placement.layout.leaves[i]
+        raise BadValueError(f"{self.path}: sample {int(positions[row])}, leaf {leaf.path or '(root)'}: stored value "
+            f"{int(values[row].max())} is not below its bound idx[{bound}]",
+        )
+
+    def _read_records(self, positions: np.ndarray) -> np.ndarray:
+        """The records at ``positions`` read with ``preadv``: one call per run of consecutive
+        records, straight into the batch (``access="pread"``)."""
+        size = self._records.itemsize
+        out = np.empty(len(positions), dtype=self._records.dtype)
+        if not len(positions):
+            return out
+        flat = memoryview(out.view(np.uint8))
+        breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+        firsts = np.concatenate(([0], breaks)).tolist()
+        ends = np.concatenate((breaks, [len(positions)])).tolist()
+        spans = [flat[a * size : b * size] for a, b in zip(firsts, ends)]
+        offsets = (self.header.data_offset + positions[firsts].astype(np.int64) * size).tolist()
+        pread_spans(self._fd, spans, offsets, self.path)
+        return out
+
+    def _record_view(self) -> np.ndarray | None:
+        """Every sample as one opaque record, or None when there is none or a sample is larger
+        than the 2^31 - 1 bytes a numpy record holds (a checkpoint of several GiB)."""
+        sample_bytes = self.placement.sample_bytes
+        if self._map is None or sample_bytes == 0 or sample_bytes > MAX_RECORD_BYTES:
+            return None
+        record = np.dtype((np.void, sample_bytes))
+        return np.frombuffer(self._map, dtype=record, count=self.header.count, offset=self.header.data_offset)
+
+    def _leaf_of_records(self, records: np.ndarray | None, i: int, n: int) -> np.ndarray:
+        """Leaf i of gathered records: a view when it is the whole record, else a contiguous copy."""
+        placement = self.placement
+        leaf = placement.layout.leaves[i]
+        value_dtype = placement.value_dtype(i)
+        if records is None or n == 0:
+            shape = (n, *leaf.shape)
+            if math.prod(d for d in shape if d) * value_dtype.itemsize > MAX_COUNT:  # numpy refuses even 0 elements
+                raise TruncatedError(f"{self.path}: {n} samples of leaf {leaf.path or '(root)'} (shape {list(leaf.shape)}) span "
+                    "more than the 2^63 bytes an array can address",
+                )
+            return np.zeros(shape, dtype=value_dtype)
+        disk = placement.disk_dtypes[i]
+        if len(placement.disk_dtypes) == 1:
+            return records.view(disk).reshape(n, *leaf.shape).view(value_dtype)
+        inner = c_strides(leaf.shape, disk.itemsize)
+        strided = np.ndarray((n, *leaf.shape), dtype=disk, buffer=records, offset=placement.offsets[i],
+                             strides=(placement.sample_bytes, *inner))
+        return np.ascontiguousarray(strided).view(value_dtype)
+
+    def leaves(self) -> list[np.ndarray]:
+        """Every leaf of every sample as a read-only view of the map, shape (count, *leaf.shape)."""
+        self._require_layout()
+        return list(self._views)
+
+    def samples(self) -> Any:
+        """All samples as one batched pytree of read-only views (no copy)."""
+        return self._require_layout().layout.unflatten(self.leaves())
+
+    def raw_data(self) -> memoryview:
+        """The bytes of the ``count`` samples (whole data region if the layout is unknown)."""
+        if self._map is None:
+            return memoryview(b"")
+        end = self.file_size
+        if self.placement is not None:
+            end = self.header.data_offset + self.header.count * self.placement.sample_bytes
+        return memoryview(self._map)[self.header.data_offset : end]
+
+    # -- pickling (for worker processes: grain's, multiprocessing's) ---------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The path, the layout and what identifies the file; the map is not sent, it is reopened.
+
+        A layout built from a template rebuilds through a closure, which ``pickle`` refuses and
+        ``cloudpickle`` (what grain sends workers with) accepts.
+        """
+        return {"path": self.path, "layout": self.layout, "header": self.header, "file_size": self.file_size,
+                "access": self.access}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], layout=state["layout"], access=state.get("access", "mmap"))
+        then, now = (state["header"], state["file_size"]), (self.header, self.file_size)
+        if then != now:
+            self.close()
+            raise MismatchError(f"{self.path}: the file changed since the reader was pickled "
+                f"(count {then[0].count}, {then[1]} bytes then; count {now[0].count}, {now[1]} bytes now)",
+            )
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._views = []
+        self._records = None
+        if self._file is not None:
+            self._file.close()
+            self._file = self._fd = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                # A caller still holds a view of the map; it stays valid and closes with them.
+                pass
+            self._map = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
