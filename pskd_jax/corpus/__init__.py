@@ -1,7 +1,8 @@
 """Sharded token corpora: tokenizers, the ``shards.json`` manifest, building, looking after, and
 training windows over the global token stream."""
 
-from pskd_jax.corpus.build import BuildResult, ShardResult, build_corpus, build_shard
+from pskd_jax.corpus.build import BuildResult, ShardResult, build_corpus, build_options, build_shard
+from pskd_jax.corpus.inputs import find_inputs
 from pskd_jax.corpus.maintain import VerifyResult, info_lines, merge_manifests, verify_corpus
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, is_manifest, read_manifest, write_manifest
 from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
@@ -20,7 +21,9 @@ __all__ = [
     "Tokenizer",
     "VerifyResult",
     "build_corpus",
+    "build_options",
     "build_shard",
+    "find_inputs",
     "info_lines",
     "is_manifest",
     "merge_manifests",
