@@ -43,8 +43,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import pskd_jax  # noqa: E402
-from pskd_jax.pipeline.batches import Pipeline
-from pskd_jax.pipeline.parse import parse_pipeline  # noqa: E402
+from pskd_jax.pipeline import Pipeline, parse_pipeline  # noqa: E402
 
 VOCAB = 65536
 SEED = 1

@@ -36,6 +36,9 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 from pskd_jax.data import text as T  # noqa: E402
+from pskd_jax.data import tokens as TOK  # noqa: E402
+from pskd_jax.data import windows as W  # noqa: E402
+from pskd_jax.format import index_dtype  # noqa: E402
 
 MB = 1_000_000
 
@@ -75,10 +78,10 @@ def stage_encode_idiom(d: str, name: str, seq: int) -> dict:
 def stage_windows(d: str, name: str, seq: int) -> dict:
     bound = len(T.read_vocab(os.path.join(d, "vocab.json")))
     t0 = time.perf_counter()
-    tokens = T.read_tokens(os.path.join(d, f"{name}.tok"), bound=bound)
+    tokens = TOK.read_tokens(os.path.join(d, f"{name}.tok"), bound=bound)
     windows = 0
     with open(os.path.join(d, f"{name}.win"), "wb") as f:
-        for records in T.lm_window_records(tokens, seq, seq):
+        for records in W.lm_window_records(tokens, seq, seq):
             f.write(records)  # the (input, target) sample bytes, as the container stores them
             windows += len(records)
     return {"seconds": time.perf_counter() - t0, "windows": windows, "tokens": len(tokens)}
@@ -89,7 +92,7 @@ def stage_windows_stream(d: str, name: str, seq: int) -> dict:
     t0 = time.perf_counter()
     windows = 0
     with open(os.path.join(d, f"{name}.stream.win"), "wb") as f:
-        for records in T.lm_window_stream(T.iter_tokens(os.path.join(d, f"{name}.tok"), bound=bound), seq, seq):
+        for records in W.lm_window_stream(TOK.iter_tokens(os.path.join(d, f"{name}.tok"), bound=bound), seq, seq):
             f.write(records)
             windows += len(records)
     return {"seconds": time.perf_counter() - t0, "windows": windows}
@@ -101,7 +104,7 @@ def stage_windows_idiom(d: str, name: str, seq: int) -> dict:
     with open(os.path.join(d, f"{name}.tok"), encoding="ascii") as f:
         tokens = np.array(f.read().split()).astype(int)
     windows = np.lib.stride_tricks.sliding_window_view(tokens, seq + 1)[::seq]
-    records = np.stack([windows[:, :seq], windows[:, 1:]], axis=1).astype(T.index_dtype(bound))
+    records = np.stack([windows[:, :seq], windows[:, 1:]], axis=1).astype(index_dtype(bound))
     with open(os.path.join(d, f"{name}.idiom.win"), "wb") as f:
         f.write(records.tobytes())
     return {"seconds": time.perf_counter() - t0, "windows": len(records)}
