@@ -14,7 +14,7 @@ distinct finding (exception type and the innermost frame of the toolkit) is save
 ``WORKDIR/TARGET/crashes/<signature>.bin`` with the traceback beside it in ``.txt``; the fuzzer
 goes on after it. Timeouts and out-of-memory kills are saved by libFuzzer in the same directory
 (``timeout-…``, ``oom-…``) and the run restarts for the time left. Once a finding is fixed, copy its
-input to ``fuzz/regressions/TARGET-<name>.bin``: ``tests/test_fuzz_regressions.py`` replays them.
+input to ``fuzz/regressions/TARGET-<name>.bin``: ``tests/robustness/test_fuzz_regressions.py`` replays them.
 
 Engines: ``atheris`` (coverage-guided libFuzzer over instrumented Python; the default when the
 ``atheris`` package is installed) or ``mutate`` (random byte mutations of the seeds, no coverage;

@@ -5,7 +5,7 @@
     python tools/make_hostile.py --check    # exit 1 if the files on disk differ from what it makes
 
 Each case is one file (a directory for checkpoint indexes) of a *kind*, which says how the toolkit
-meets it (``tests/test_hostile.py`` runs each through the API and through the ``pskd`` command):
+meets it (``tests/robustness/test_hostile.py`` runs each through the API and through the ``pskd`` command):
 
 | kind        | API                                             | command                                 |
 | ----------- | ----------------------------------------------- | --------------------------------------- |

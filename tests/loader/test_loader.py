@@ -22,7 +22,7 @@ from pskd_jax.pipeline.parse import parse_pipeline
 jax = pytest.importorskip("jax")
 from pskd_jax.loader import Loader  # noqa: E402  (after the JAX check)
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "workers" / "loader_worker.py"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import pskd_jax
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TESTDATA = ROOT / "testdata"
 
 

@@ -18,7 +18,7 @@ import pytest
 from pskd_jax.checkpoint import restoring
 from pskd_jax import checkpoint as ck
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """

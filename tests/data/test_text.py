@@ -492,6 +492,6 @@ def test_window_stream_from_a_tokens_file(tmp_path):
 
 def test_text_module_does_not_import_jax():
     code = "import sys, pskd_jax.data; sys.exit('jax' in sys.modules)"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     result = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert result.returncode == 0

@@ -18,7 +18,7 @@ import pytest
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import CheckpointManager
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KILLS = 4
 
 CHILD = textwrap.dedent(

@@ -14,7 +14,7 @@ import pytest
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import INDEX, CheckpointManager
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def pskd(*args) -> subprocess.CompletedProcess:

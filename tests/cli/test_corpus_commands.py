@@ -24,7 +24,7 @@ from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.build import build_shard
 from pskd_jax.errors import PskdError
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 # The console script the package installs beside this interpreter, as a user runs it.
 SCRIPT = shutil.which("pskd", path=os.path.dirname(sys.executable))
@@ -256,7 +256,7 @@ def finished_shards(out: pathlib.Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/test_faults.py
+@pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/robustness/test_faults.py
 def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
     inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
     assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent(
     """

@@ -56,7 +56,7 @@ from pskd_jax.data import windows
 from pskd_jax.format.reader import Reader
 from pskd_jax.errors import PskdError
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "testdata" / "hostile"
 MANIFEST = json.loads((HOSTILE / "manifest.json").read_text(encoding="utf-8"))
 CASES = MANIFEST["cases"]
@@ -161,7 +161,7 @@ def manifest_steps(path: str) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
-# The worker: python tests/test_hostile.py --worker SCRATCH  (one JSON line per case and side)
+# The worker: python tests/robustness/test_hostile.py --worker SCRATCH  (one JSON line per case and side)
 
 
 def _limit_memory() -> None:
@@ -415,4 +415,4 @@ if __name__ == "__main__":
         sys.path.insert(0, str(ROOT))
         worker(sys.argv[2])
     else:
-        sys.exit("usage: python tests/test_hostile.py --worker SCRATCH (run by pytest)")
+        sys.exit("usage: python tests/robustness/test_hostile.py --worker SCRATCH (run by pytest)")

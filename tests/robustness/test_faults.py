@@ -46,7 +46,7 @@ from pskd_jax.format.writer import Writer, write
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax.checkpoint.manager import CheckpointManager
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 KILLS = 12  # per writer
 SEED = 20261129
 
@@ -64,7 +64,7 @@ def _temporaries(directory: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# The worker: python tests/test_faults.py --worker SCRATCH  (one JSON line per scenario)
+# The worker: python tests/robustness/test_faults.py --worker SCRATCH  (one JSON line per scenario)
 
 
 def _inputs(directory: str) -> dict[str, dict]:
@@ -575,7 +575,7 @@ if __name__ == "__main__":
         sys.path.insert(0, str(ROOT))
         worker(sys.argv[2])
     else:
-        sys.exit("usage: python tests/test_faults.py --worker SCRATCH (run by pytest)")
+        sys.exit("usage: python tests/robustness/test_faults.py --worker SCRATCH (run by pytest)")
 
 
 def test_a_file_system_without_flock_still_gets_atomic_output(tmp_path, monkeypatch):
