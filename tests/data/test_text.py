@@ -1,4 +1,5 @@
-"""Tests of pskd_jax.text: vocabularies, encode/decode, token reading, language-model windows."""
+"""Characters, vocabularies, encode and decode (pskd_jax.data.text): exact round trips across chunk
+boundaries, and refusals that name the file, line and character."""
 
 from __future__ import annotations
 
@@ -7,25 +8,21 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pskd_jax.data import text as T
 from pskd_jax.data import tokens as TOK
-from pskd_jax.data import windows as W
-from pskd_jax.errors import PskdError
+from tests.helpers import raises
+from .files import write
+
 
 # Characters of every UTF-8 length, and the ones that tend to go wrong: CR LF, tab, NUL, BOM.
 MIXED = "Héllo, wörld!\r\n\tçà et là: 日本語テキスト 😀🎉\n\x00\ufeffß∑ — fin\n"
+
+
 CHUNK_SIZES = [1, 2, 3, 5, 7, 64, T.CHUNK_SIZE]
-
-
-def write(path, data: bytes) -> str:
-    with open(path, "wb") as f:
-        f.write(data)
-    return str(path)
 
 
 def round_trip(tmp_path, text: str, chunk_size: int = T.CHUNK_SIZE) -> tuple[list[str], bytes]:
@@ -41,26 +38,6 @@ def round_trip(tmp_path, text: str, chunk_size: int = T.CHUNK_SIZE) -> tuple[lis
     assert m == len(text)
     assert (tmp_path / "out.txt").read_bytes() == text.encode("utf-8")
     return vocab, (tmp_path / "t.tok").read_bytes()
-
-
-def raises(code: str, *fragments: str):
-    """A context manager asserting a PskdError with ``code`` whose message holds every fragment."""
-
-    class Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(PskdError)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *exc):
-            handled = self.ctx.__exit__(*exc)
-            error = self.info.value
-            assert error.code == code, str(error)
-            for fragment in fragments:
-                assert fragment in error.message, (fragment, error.message)
-            return handled
-
-    return Check()
 
 
 def only_files(directory) -> list[str]:
@@ -280,214 +257,6 @@ def test_vocab_list_is_checked(tmp_path):
     with raises("E9011", "token 0 is the empty string"):
         T.write_vocab(tmp_path / "v.json", [""])
     assert only_files(tmp_path) == ["t.txt"]
-
-
-# ---------------------------------------------------------------------------------------------
-# reading tokens
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4, 7, T.CHUNK_SIZE])
-def test_read_tokens_odd_whitespace(tmp_path, chunk_size):
-    path = write(tmp_path / "t.tok", b"   12\t3\n\n\n 0  \r\n7\x0b8\x0c9 100\n\t4")
-    got = TOK.read_tokens(path, chunk_size=chunk_size)
-    assert got.dtype == np.uint64 and got.tolist() == [12, 3, 0, 7, 8, 9, 100, 4]
-
-
-@pytest.mark.parametrize("data", [b"", b"\n", b"  \t\n\n "])
-def test_read_tokens_no_tokens(tmp_path, data):
-    assert TOK.read_tokens(write(tmp_path / "t.tok", data), bound=5).tolist() == []
-
-
-@pytest.mark.parametrize(
-    "bound, dtype",
-    [
-        (None, np.uint64), (1, np.uint8), (256, np.uint8), (257, np.uint16), (65536, np.uint16),
-        (65537, np.uint32), (2**32 + 1, np.uint64),
-    ],
-)
-def test_read_tokens_dtype(tmp_path, bound, dtype):
-    got = TOK.read_tokens(write(tmp_path / "t.tok", b"0 0\n"), bound=bound)
-    assert got.dtype == dtype and got.tolist() == [0, 0]
-
-
-def test_read_tokens_every_digit_count(tmp_path):
-    values = [0, 9, 10, 99, 100, 12345, 10**8, 99999999, 123456789, 2**32, 2**53 + 1]
-    values += [10**k - 1 for k in range(1, 20)] + [10**k for k in range(19)] + [2**64 - 1, 10**19]
-    for chunk_size in (5, 64, T.CHUNK_SIZE):
-        path = write(tmp_path / "t.tok", " ".join(map(str, values)).encode())
-        assert TOK.read_tokens(path, chunk_size=chunk_size).tolist() == values
-
-
-def test_read_tokens_random_values(tmp_path):
-    rng = np.random.default_rng(0)
-    values = np.concatenate(
-        [
-            rng.integers(0, 100, 5000),
-            rng.integers(0, 10**6, 5000),
-            rng.integers(0, 2**63, 5000, dtype=np.uint64) * 2 + 1,
-        ]
-    ).astype(np.uint64)
-    rng.shuffle(values)
-    seps = rng.choice([" ", "\n", "\t", "  ", "\r\n"], len(values))
-    path = write(tmp_path / "t.tok", "".join(f"{v}{s}" for v, s in zip(values.tolist(), seps)).encode())
-    assert np.array_equal(TOK.read_tokens(path, chunk_size=4096), values)
-
-
-def test_read_tokens_leading_zeros(tmp_path):
-    path = write(tmp_path / "t.tok", b"007 0000000000000000000000000042 00\n5")
-    assert TOK.read_tokens(path).tolist() == [7, 42, 0, 5]
-    assert TOK.read_tokens(path, bound=50).tolist() == [7, 42, 0, 5]
-
-
-@pytest.mark.parametrize("chunk_size", [1, 3, T.CHUNK_SIZE])
-@pytest.mark.parametrize(
-    "bad, shown",
-    [
-        (b"-1", "'-1'"),
-        (b"+1", "'+1'"),
-        (b"1.5", "'1.5'"),
-        (b"abc", "'abc'"),
-        (b"1e3", "'1e3'"),
-        (b"12a", "'12a'"),
-        (b"0x1F", "'0x1F'"),
-        ("１".encode(), "'１'"),  # a fullwidth digit is not an ASCII digit
-        (b"1,2", "'1,2'"),
-        (b"\xff7", "'\\\\xff7'"),
-    ],
-)
-def test_read_tokens_bad_token(tmp_path, chunk_size, bad, shown):
-    path = write(tmp_path / "t.tok", b"1 2\n3\n\n  4 " + bad + b" 5\n")
-    with raises("E9004", f"t.tok:4: {shown} is not a token index"):
-        TOK.read_tokens(path, chunk_size=chunk_size)
-
-
-@pytest.mark.parametrize("chunk_size", [1, 8, T.CHUNK_SIZE])
-def test_read_tokens_beyond_64_bits(tmp_path, chunk_size):
-    path = write(tmp_path / "t.tok", b"1\n18446744073709551615\n18446744073709551616\n")
-    with raises("E9004", "t.tok:3: token 18446744073709551616 does not fit in 64 bits"):
-        TOK.read_tokens(path, chunk_size=chunk_size)
-    path = write(tmp_path / "t.tok", b"1\n\n123456789012345678901234567890")
-    with raises("E9004", "t.tok:3: token 123456789012345678901234567890 does not fit"):
-        TOK.read_tokens(path, chunk_size=chunk_size)
-
-
-@pytest.mark.parametrize("chunk_size", [1, 4, T.CHUNK_SIZE])
-def test_read_tokens_bound(tmp_path, chunk_size):
-    path = write(tmp_path / "t.tok", b"91 0\n5\n97 3\n")
-    with raises("E9004", "t.tok:3: token 97 is not below the vocabulary size 92"):
-        TOK.read_tokens(path, bound=92, chunk_size=chunk_size)
-    assert TOK.read_tokens(path, bound=98, chunk_size=chunk_size).tolist() == [91, 0, 5, 97, 3]
-    with raises("E9004", "t.tok:1: token 91 is not below the vocabulary size 1"):
-        TOK.read_tokens(path, bound=1, chunk_size=chunk_size)
-    with raises("E9004", "t.tok:1: token 91 is not below the vocabulary size 12"):
-        TOK.read_tokens(write(tmp_path / "t.tok", b"5 91 0123456789012345678901"), bound=12, chunk_size=chunk_size)
-
-
-def test_read_tokens_first_error_wins(tmp_path):
-    path = write(tmp_path / "t.tok", b"1\n300\nx\n")
-    with raises("E9004", "t.tok:2: token 300 is not below the vocabulary size 256"):
-        TOK.read_tokens(path, bound=256)
-
-
-def test_read_tokens_bad_usage(tmp_path):
-    path = write(tmp_path / "t.tok", b"1")
-    for bound in (-1, 2.0, True):
-        with raises("E9012", "vocabulary size"):
-            TOK.read_tokens(path, bound=bound)
-    with raises("E9003", "missing.tok"):
-        TOK.read_tokens(tmp_path / "missing.tok")
-
-
-def test_iter_tokens_streams(tmp_path):
-    path = write(tmp_path / "t.tok", (" ".join(str(i % 50) for i in range(1000))).encode())
-    blocks = list(TOK.iter_tokens(path, bound=50, chunk_size=64))
-    assert len(blocks) > 10 and all(b.dtype == np.uint8 for b in blocks)
-    assert np.concatenate(blocks).tolist() == [i % 50 for i in range(1000)]
-
-
-# ---------------------------------------------------------------------------------------------
-# language-model windows
-# ---------------------------------------------------------------------------------------------
-
-
-def test_window_counts():
-    assert W.lm_window_count(200, 8, 8) == 24
-    assert W.lm_window_count(1182121, 256, 256) == 4617
-    assert W.lm_window_count(9, 8, 8) == 1
-    assert W.lm_window_count(8, 8, 1) == 0
-    assert W.lm_window_count(0, 1, 1) == 0
-    assert W.lm_window_count(10, 3, 1) == 7
-    with raises("E9012", "seq=0"):
-        W.lm_window_count(10, 0, 1)
-    with raises("E9012", "stride=0"):
-        W.lm_window_count(10, 2, 0)
-
-
-def check_windows(tokens: np.ndarray, seq: int, stride: int, chunk_windows: int | None) -> int:
-    chunks = list(W.lm_window_chunks(tokens, seq, stride, chunk_windows=chunk_windows))
-    count = W.lm_window_count(len(tokens), seq, stride)
-    if count == 0:
-        assert chunks == [] and list(W.lm_window_stream([tokens], seq, stride)) == []
-        return 0
-    inputs = np.concatenate([i for i, _ in chunks])
-    targets = np.concatenate([t for _, t in chunks])
-    assert inputs.shape == targets.shape == (count, seq)
-    assert inputs.dtype == targets.dtype == tokens.dtype
-    assert all(i.flags.c_contiguous and t.flags.c_contiguous for i, t in chunks)
-    starts = np.arange(count) * stride
-    assert np.array_equal(inputs, tokens[starts[:, None] + np.arange(seq)])
-    assert np.array_equal(targets, tokens[starts[:, None] + np.arange(seq) + 1])
-    records = np.concatenate(list(W.lm_window_records(tokens, seq, stride, chunk_windows=chunk_windows)))
-    assert np.array_equal(records, np.stack([inputs, targets], axis=1))
-    for seed in range(3):  # the same windows from the tokens cut into random blocks
-        cuts = np.sort(np.random.default_rng(seed).integers(0, len(tokens) + 1, 1 + seed * 5))
-        blocks = np.split(tokens, cuts)
-        streamed = list(W.lm_window_stream(iter(blocks), seq, stride, chunk_windows=chunk_windows))
-        assert np.array_equal(np.concatenate(streamed), records)
-        assert all(r.dtype == tokens.dtype and r.flags.c_contiguous for r in streamed)
-    return count
-
-
-def test_windows_of_200_tokens(tmp_path):
-    tokens = np.random.default_rng(1).integers(0, 64, 200).astype(np.uint8)
-    path = write(tmp_path / "tokens.txt", (" ".join(map(str, tokens.tolist())) + "\n").encode())
-    read = TOK.read_tokens(path, bound=64)
-    assert np.array_equal(read, tokens)
-    assert check_windows(read, 8, 8, None) == 24
-    inputs, targets = next(W.lm_window_chunks(read, 8, 8))
-    assert inputs[1].tolist() == tokens[8:16].tolist() and targets[1].tolist() == tokens[9:17].tolist()
-    assert check_windows(read, 8, 8, 5) == 24
-    assert check_windows(read, 8, 1, 7) == 192
-
-
-def test_windows_of_the_civil_code_figure(tmp_path):
-    tokens = (np.arange(1182121, dtype=np.uint64) * 7919 % 92).astype(np.uint8)
-    path = tmp_path / "civil_tokens.txt"
-    path.write_bytes((" ".join(map(str, tokens.tolist())) + "\n").encode())
-    read = TOK.read_tokens(path, bound=92)
-    assert read.dtype == np.uint8 and np.array_equal(read, tokens)
-    assert check_windows(read, 256, 256, None) == 4617
-    assert check_windows(read, 256, 256, 1000) == 4617
-
-
-@pytest.mark.parametrize(
-    "n, seq, stride",
-    [(0, 4, 4), (4, 4, 1), (5, 4, 4), (6, 4, 4), (13, 4, 3), (100, 1, 1), (100, 3, 7), (1000, 5, 40)],
-)
-@pytest.mark.parametrize("chunk_windows", [None, 1, 2, 5])
-def test_windows_edges(n, seq, stride, chunk_windows):
-    check_windows(np.arange(n, dtype=np.uint16), seq, stride, chunk_windows)
-
-
-def test_window_stream_from_a_tokens_file(tmp_path):
-    tokens = np.random.default_rng(2).integers(0, 300, 5000).astype(np.uint16)
-    path = write(tmp_path / "t.tok", (" ".join(map(str, tokens.tolist())) + "\n").encode())
-    expected = np.concatenate(list(W.lm_window_records(tokens, 16, 16)))
-    for chunk_windows in (None, 3):
-        blocks = TOK.iter_tokens(path, bound=300, chunk_size=100)
-        got = np.concatenate(list(W.lm_window_stream(blocks, 16, 16, chunk_windows=chunk_windows)))
-        assert got.dtype == np.uint16 and np.array_equal(got, expected)
 
 
 def test_text_module_does_not_import_jax():

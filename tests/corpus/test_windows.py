@@ -1,0 +1,110 @@
+"""Windows over a corpus's global token stream (pskd_jax.corpus.windows): equal to lm windows of the
+concatenated shards, bounds, pickling, and through the pipeline and loader."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import pskd_jax
+from pskd_jax.corpus.windows import CorpusWindows
+from pskd_jax.errors import PskdError
+from pskd_jax.data.windows import lm_windows_file
+from .helpers import write_corpus
+
+
+PIECES = [[5, 6, 7], [], [8], list(range(20, 60)), [9, 10], list(range(100, 131))]
+
+
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+@pytest.mark.parametrize("seq,stride", [(4, 4), (4, 1), (3, 2), (8, 5), (1, 1), (30, 7), (76, 1), (10, 200)])
+def test_windows_equal_lm_windows_of_the_concatenation(tmp_path, seq, stride, access):
+    path = write_corpus(tmp_path / "c", [np.array(p) for p in PIECES])
+    stream = np.concatenate([np.array(p, np.uint16) for p in PIECES])
+    tokens_text = tmp_path / "tokens.txt"
+    tokens_text.write_text(" ".join(map(str, stream.tolist())) + "\n")
+    result = lm_windows_file(str(tokens_text), str(tmp_path / "w.psk.d"), vocab=257, seq=seq, stride=stride)
+    with CorpusWindows(path, seq=seq, stride=stride, access=access) as windows, \
+            pskd_jax.Reader(tmp_path / "w.psk.d") as reader:
+        assert len(windows) == len(reader) == result.windows
+        assert windows.type_text == reader.header.type_text
+        if not len(windows):
+            return
+        order = np.random.default_rng(seq).permutation(len(windows))
+        for idx in (np.arange(len(windows)), order, order[:3], np.array([-1, 0, -len(windows)])):
+            inputs, targets = windows.gather(idx)
+            want_in, want_tg = reader.gather(idx)
+            assert inputs.dtype == want_in.dtype and inputs.flags.c_contiguous and targets.flags.c_contiguous
+            np.testing.assert_array_equal(inputs, want_in)
+            np.testing.assert_array_equal(targets, want_tg)
+        i, t = windows[len(windows) - 1]
+        np.testing.assert_array_equal(i, reader[len(windows) - 1][0])
+        np.testing.assert_array_equal(windows.stream(0, windows.total_tokens), stream)
+        assert windows.gather(np.array([], np.int64))[0].shape == (0, seq)
+
+
+def test_windows_refuse_bad_indices(tmp_path):
+    with CorpusWindows(write_corpus(tmp_path / "c", [np.arange(10)]), seq=4) as w:
+        assert len(w) == 2
+        with pytest.raises(PskdError, match="E9003.*window 2 is beyond the 2 windows"):
+            w.gather([0, 2])
+        with pytest.raises(PskdError, match="E9012"):
+            w.gather(np.zeros((2, 2), np.int64))
+        with pytest.raises(PskdError, match="E9012"):
+            CorpusWindows(w.path, seq=0)
+        with pytest.raises(PskdError, match="E9012.*an integer"):
+            w[1.5]
+        np.testing.assert_array_equal(w[np.int64(1)][1], np.arange(5, 9))
+    with pytest.raises(PskdError, match="E9012.*closed"):
+        w.gather([0])
+
+
+def test_windows_pickle_and_verify(tmp_path):
+    path = write_corpus(tmp_path / "c", [np.arange(50), np.arange(30)])
+    w = CorpusWindows(path, seq=6, stride=5, verify=True)
+    copy = pickle.loads(pickle.dumps(w))
+    pread_copy = pickle.loads(pickle.dumps(CorpusWindows(path, seq=6, stride=5, access="pread")))
+    assert pread_copy.access == "pread"
+    for a, b in zip(w.gather(np.arange(len(w))), pread_copy.gather(np.arange(len(w)))):
+        np.testing.assert_array_equal(a, b)
+    pread_copy.close()
+    with pytest.raises(PskdError, match="E9012.*access is one of mmap, pread"):
+        CorpusWindows(path, seq=6, access="read")
+    for a, b in zip(w.gather(np.arange(len(w))), copy.gather(np.arange(len(w)))):
+        np.testing.assert_array_equal(a, b)
+    copy.close()
+    shard = tmp_path / "c" / "s1.psk.d"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-1] + b"\x09")
+    CorpusWindows(path, seq=6)  # the size and count match: only hashing finds it
+    with pytest.raises(PskdError, match="E9017.*s1.psk.d: sha256"):
+        CorpusWindows(path, seq=6, verify=True)
+    with pytest.raises(PskdError, match="E9017: .*manifest changed"):
+        write_corpus(tmp_path / "c", [np.arange(51), np.arange(30)])
+        pickle.loads(pickle.dumps(w))
+
+
+def test_windows_through_the_pipeline_and_loader(tmp_path):
+    jax = pytest.importorskip("jax")
+    from pskd_jax.loader import Loader
+    from pskd_jax.pipeline.batches import IteratorState, Pipeline
+
+    path = write_corpus(tmp_path / "c", [np.arange(250) % 257, np.arange(123) % 257, np.arange(301) % 257])
+    windows = CorpusWindows(path, seq=16, stride=9)
+    pipeline = Pipeline(str(path), seed=3, batch_size=8)
+    pipeline.check_batch_type(windows.type_text, "(idx[257][B, seq: 16], idx[257][B, seq: 16])")
+    expected = [windows.gather(idx) for _, idx in pipeline.iter_batches(len(windows), epochs=2)]
+    got = []
+    with Loader(windows, pipeline, epochs=2) as loader:
+        for inputs, targets in loader:
+            assert isinstance(inputs, jax.Array)
+            got.append((np.asarray(inputs), np.asarray(targets)))
+    assert len(got) == len(expected) == 2 * (len(windows) // 8)
+    for (a, b), (c, d) in zip(got, expected):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    resumed = Loader(windows, pipeline, state=IteratorState(2, 1), epochs=2)
+    np.testing.assert_array_equal(np.asarray(next(iter(resumed))[0]), expected[len(expected) // 2 + 1][0])
+    resumed.close()

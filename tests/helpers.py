@@ -1,0 +1,127 @@
+"""What many test files need, written once: the repository's paths, commands run the way a user
+runs them, and checks of an error's code.
+
+Commands run in a fresh interpreter with :data:`ENV`: this checkout first on the path, one BLAS
+thread (the machine's cores are shared by the tests that run processes side by side), and none of
+pytest's own variables. ``pskd`` is either the console script the package installed beside this
+interpreter (``script=True``, as a user types it) or ``python -m pskd_jax.apps.pskd``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pskd_jax.errors import PskdError
+
+__all__ = [
+    "ENV", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "pskd", "pskd_fails", "pskd_ok", "python", "raises",
+    "run_python", "train_lm",
+]
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TESTDATA = ROOT / "testdata"
+# The console script the package installs beside this interpreter (None where it is not installed).
+SCRIPT = shutil.which("pskd", path=os.path.dirname(sys.executable))
+ENV = {
+    **{key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")},
+    "PYTHONPATH": str(ROOT),
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+}
+TIMEOUT_S = 300  # a command that hangs fails its test instead of the whole run
+
+
+def pskd(*args, cwd=None, script: bool = False, env: dict | None = None, timeout: float = TIMEOUT_S,
+         **options) -> subprocess.CompletedProcess:
+    """Runs ``pskd ARGS`` in a fresh interpreter (in the repository root unless ``cwd`` is given)
+    and returns what it did, text captured."""
+    if script:
+        assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
+    command = [SCRIPT] if script else [sys.executable, "-m", "pskd_jax.apps.pskd"]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd or ROOT,
+                          env=env or ENV, timeout=timeout, **options)
+
+
+def pskd_ok(*args, **options) -> list[str]:
+    """Runs a command that must succeed and print nothing on stderr; returns its stdout lines."""
+    result = pskd(*args, **options)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # not a terminal: no progress bar either
+    return result.stdout.splitlines()
+
+
+def pskd_fails(code: str, *args, **options) -> str:
+    """Runs a command that must fail with ``code``: exit status 1, nothing on stdout, one line
+    ``pskd: CODE: …`` on stderr and no traceback. Returns that line."""
+    result = pskd(*args, **options)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert result.stdout == ""
+    assert_code(result, code)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+def train_lm(*args, cwd=None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs ``python -m pskd_jax.apps.train_lm ARGS`` on the CPU, text captured."""
+    return subprocess.run([sys.executable, "-m", "pskd_jax.apps.train_lm", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd or ROOT, timeout=timeout, env=dict(ENV, JAX_PLATFORMS="cpu"))
+
+
+def python(code: str, *args, **options) -> subprocess.Popen:
+    """Starts ``python -c CODE ARGS`` (the code dedented), text pipes on stdout and stderr."""
+    options = {"env": ENV, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **options}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], **options)
+
+
+def run_python(code: str, *args, timeout: float = TIMEOUT_S, **options) -> subprocess.CompletedProcess:
+    """Runs ``python -c CODE ARGS`` (the code dedented) to its end, text captured."""
+    options = {"env": ENV, "capture_output": True, "text": True, "cwd": ROOT, **options}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], timeout=timeout, **options)
+
+
+def assert_code(outcome, code: str, *fragments: str) -> str:
+    """Checks that ``outcome`` failed with ``code`` and that its message holds every fragment;
+    returns the message. ``outcome`` is a :class:`PskdError`, the ``ExceptionInfo`` of
+    ``pytest.raises`` or a finished command (whose stderr must begin ``pskd: CODE: ``)."""
+    if isinstance(outcome, subprocess.CompletedProcess):
+        message = outcome.stderr
+        assert message.startswith(f"pskd: {code}: "), message
+        assert "Traceback" not in message, message
+    else:
+        error = outcome.value if isinstance(outcome, pytest.ExceptionInfo) else outcome
+        assert isinstance(error, PskdError), repr(error)
+        assert error.code == code, str(error)
+        message = error.message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+def raises(code: str, *args, **kwargs):
+    """A :class:`PskdError` with ``code``, in either of pytest.raises' two forms:
+
+    - ``raises(code, fn, *args, **kwargs)`` calls ``fn`` and returns the error it raised;
+    - ``with raises(code, *fragments) as info:`` checks the error raised in the block, and that its
+      message holds every fragment (``info`` is pytest's ``ExceptionInfo``).
+    """
+    if args and callable(args[0]):
+        with pytest.raises(PskdError) as info:
+            args[0](*args[1:], **kwargs)
+        assert_code(info, code)
+        return info.value
+    return _raises_in_block(code, args)
+
+
+@contextlib.contextmanager
+def _raises_in_block(code: str, fragments: tuple[str, ...]):
+    with pytest.raises(PskdError) as info:
+        yield info
+    assert_code(info, code, *fragments)
