@@ -7,7 +7,8 @@
                                                 # the hostile and fault tests
 
 The section counts the hostile files by kind, the fuzz minutes, executions and findings per target,
-the kills per writer of ``tests/robustness/test_faults.py`` (``pskd corpus build`` included), and the outcome of the hostile and fault tests.
+the kills per writer of ``tests/robustness/test_faults.py`` (``pskd corpus build`` included), and the
+outcome of the hostile and fault tests.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def run_fuzzers(minutes: float, workdir: str) -> None:
 
 
 def run_tests() -> str:
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/robustness/test_hostile.py",
-                          "tests/robustness/test_faults.py", "tests/robustness/test_fuzz_regressions.py"],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/robustness/test_hostile.py", "tests/robustness/test_faults.py",
+                          "tests/robustness/test_fuzz_regressions.py"],
                          cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return lines[-1].strip("= ") if lines else "the tests did not run"
@@ -79,11 +81,11 @@ def section(workdir: str, tests: str | None) -> str:
         out.append(f"| `{name}` | {summary['minutes']:.1f} | {summary['executions']:,} | {found} | {kept} |")
     waiting = sorted(os.listdir(os.path.join(HERE, "open"))) if os.path.isdir(os.path.join(HERE, "open")) else []
     out += ["", f"Every input a fuzzer found a bug with is kept: fixed ones in `fuzz/regressions/` "
-                f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones whose fix belongs "
-                f"to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
+                f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones "
+                f"whose fix belongs to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
                 "collection's cases of open bugs are written by `python tools/make_hostile.py --include-open`.", ""]
-    out += [f"**Faults** (`tests/robustness/test_faults.py`): SIGKILL at random points, {test_faults.KILLS} kills each of "
-            f"`pskd pack`, `pskd lm-windows`, `pskd encode` and `pskd corpus build`, {test_faults.KILLS // 2} each "
+    out += [f"**Faults** (`tests/robustness/test_faults.py`): SIGKILL at random points, {test_faults.KILLS} kills "
+            f"each of `pskd pack`, `pskd lm-windows`, `pskd encode` and `pskd corpus build`, {test_faults.KILLS // 2} each "
             "of `checkpoint.save` and `CheckpointManager.save`: the destination held the old content or the new, "
             "whole, after every kill (a corpus: its old or new `shards.json` and every shard it lists, or no "
             "`shards.json` and the journal of the unfinished build); a rerun completed and left no temporary file "
@@ -98,8 +100,8 @@ def section(workdir: str, tests: str | None) -> str:
             "with E9014 while the first is open (`read_only=True` and `pskd verify` still read); two "
             "`checkpoint.save`s of one file take turns under a lock, never mixing data and layout "
             "(`tests/checkpoint/test_concurrent.py`); a second `pskd corpus build` of one directory is refused "
-            "with E9016 (`tests/cli/test_corpus_commands.py`); two `atomic_output` writers of one file never remove each "
-            "other's temporary file.", "",
+            "with E9016 (`tests/cli/test_corpus_commands.py`); two `atomic_output` writers of one file never "
+            "remove each other's temporary file.", "",
             "**Paths**: a pipeline file, a `shards.json` and a checkpoint index may not lead outside their "
             "directory — absolute paths, `..` and symlinks out are refused (E9010, E9016, E9014), tested in the "
             "hostile collection and in unit tests; a pipeline file may be given a wider root (`root=`, `--root`)."]

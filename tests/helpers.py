@@ -10,9 +10,12 @@ interpreter (``script=True``, as a user types it) or ``python -m pskd_jax.apps.p
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -22,8 +25,8 @@ import pytest
 from pskd_jax.errors import PskdError
 
 __all__ = [
-    "ENV", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "pskd", "pskd_fails", "pskd_ok", "python", "raises",
-    "run_python", "train_lm",
+    "ENV", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "documents", "free_port", "pskd", "pskd_fails", "pskd_ok",
+    "python", "raises", "run_python", "start_pskd", "train_lm",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -39,15 +42,25 @@ ENV = {
 TIMEOUT_S = 300  # a command that hangs fails its test instead of the whole run
 
 
+def _pskd_command(script: bool) -> list[str]:
+    if script:
+        assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
+        return [SCRIPT]
+    return [sys.executable, "-m", "pskd_jax.apps.pskd"]
+
+
 def pskd(*args, cwd=None, script: bool = False, env: dict | None = None, timeout: float = TIMEOUT_S,
          **options) -> subprocess.CompletedProcess:
     """Runs ``pskd ARGS`` in a fresh interpreter (in the repository root unless ``cwd`` is given)
     and returns what it did, text captured."""
-    if script:
-        assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
-    command = [SCRIPT] if script else [sys.executable, "-m", "pskd_jax.apps.pskd"]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd or ROOT,
-                          env=env or ENV, timeout=timeout, **options)
+    return subprocess.run([*_pskd_command(script), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env or ENV, timeout=timeout, **options)
+
+
+def start_pskd(*args, cwd=None, script: bool = False, **options) -> subprocess.Popen:
+    """Starts ``pskd ARGS`` (as :func:`pskd` runs it) and returns the running process; ``options``
+    go to ``Popen`` (its pipes, for one)."""
+    return subprocess.Popen([*_pskd_command(script), *map(str, args)], cwd=cwd or ROOT, **{"env": ENV, **options})
 
 
 def pskd_ok(*args, **options) -> list[str]:
@@ -85,6 +98,13 @@ def run_python(code: str, *args, timeout: float = TIMEOUT_S, **options) -> subpr
     """Runs ``python -c CODE ARGS`` (the code dedented) to its end, text captured."""
     options = {"env": ENV, "capture_output": True, "text": True, "cwd": ROOT, **options}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], timeout=timeout, **options)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a JAX coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def assert_code(outcome, code: str, *fragments: str) -> str:
@@ -125,3 +145,15 @@ def _raises_in_block(code: str, fragments: tuple[str, ...]):
     with pytest.raises(PskdError) as info:
         yield info
     assert_code(info, code, *fragments)
+
+
+def documents(path: pathlib.Path, n: int, seed: int, width: int = 60) -> pathlib.Path:
+    """Writes ``n`` random documents of up to ``width`` words (some of them not ASCII), one JSON object
+    a line, to ``path``; the same documents for the same seed."""
+    rng = random.Random(seed)
+    words = ["corpus", "shard", "tökén", "window", "boundary", "jax", "données", "🙂", "a", "the"]
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(0, width)))
+            f.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
+    return path

@@ -8,7 +8,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -18,15 +17,7 @@ from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.names import save_lock
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-
-
-def python(code: str, *args: str, **options) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **options)
-
+from tests.helpers import pskd, python
 
 def finish(child: subprocess.Popen, timeout: float = 120) -> str:
     out, err = child.communicate(timeout=timeout)
@@ -71,8 +62,7 @@ def test_a_second_manager_is_refused_until_the_first_closes(tmp_path):
         # the lock file upsets neither listing nor `pskd verify`, which takes no lock
         assert (directory / LOCK).exists()
         assert [e["step"] for e in verify_directory(str(directory))] == [1]
-        verify = subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "verify", str(directory)], env=ENV,
-                                capture_output=True, text=True, timeout=120, cwd=ROOT)
+        verify = pskd("verify", directory)
         assert verify.returncode == 0 and verify.stdout.endswith(f"1 checkpoint verified in {directory}\n"), \
             verify.stderr
         with CheckpointManager(directory, read_only=True) as reader:

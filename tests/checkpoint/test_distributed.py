@@ -4,13 +4,11 @@ CPU): each process writes only its shards into one file, which equals the single
 from __future__ import annotations
 
 import os
-import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import ENV, free_port
 
 WORKER = textwrap.dedent(
     """
@@ -87,15 +85,8 @@ WORKER = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_write_one_file_equal_to_the_single_process_one(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(ENV, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
     port = str(free_port())
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(k), port, str(tmp_path)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]

@@ -13,6 +13,7 @@ from pskd_jax._os.digests import file_digest, file_sha256
 from pskd_jax.errors import PskdError
 from pskd_jax._os.names import step_file
 from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index
+from tests.helpers import pskd
 
 
 def params(step: int) -> dict:
@@ -310,8 +311,6 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
 @pytest.mark.parametrize("which", ["file", "layout"])
 def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, which):
     import shutil
-    import subprocess
-    import sys
 
     from pskd_jax.checkpoint.manager import verify_directory
 
@@ -328,7 +327,7 @@ def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, w
             attempt()
         assert e.value.code == "E9014" and "outside the checkpoint directory" in e.value.message
         assert str(outside) in e.value.message
-    run = subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "verify", str(directory)], capture_output=True, text=True)
+    run = pskd("verify", directory)
     assert run.returncode == 1 and run.stderr.startswith("pskd: E9014: ") and "Traceback" not in run.stderr
     os.unlink(directory / name)  # a symlink that stays inside is fine
     shutil.move(outside, directory / ("copy-" + name))

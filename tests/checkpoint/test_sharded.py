@@ -7,9 +7,6 @@ JAX's device count is fixed when it starts, so the 8-device checks run in a subp
 from __future__ import annotations
 
 import os
-import pathlib
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,7 +15,7 @@ import pytest
 from pskd_jax.checkpoint import restoring
 from pskd_jax import checkpoint as ck
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import ENV, run_python
 
 SCRIPT = textwrap.dedent(
     """
@@ -85,10 +82,8 @@ SCRIPT = textwrap.dedent(
 
 
 def test_restore_into_sharded_arrays_on_8_host_devices(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "s.psk.d")], capture_output=True,
-                            text=True, env=env, timeout=300)
+    env = dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    result = run_python(SCRIPT, tmp_path / "s.psk.d", env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.strip().endswith("ok")
 

@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import INDEX, CheckpointManager
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def pskd(*args) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=120)
-
-
-def fails(code: str, *args) -> str:
-    result = pskd(*args)
-    assert result.returncode != 0 and result.stdout == ""
-    assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    return result.stderr
+from tests.helpers import pskd
+from tests.helpers import pskd_fails as fails
 
 
 def test_verify_a_directory_a_step_and_a_file(tmp_path):
@@ -124,9 +107,7 @@ def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
     tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.int32(7)}
     pskd_jax.save(a, tree)
     pskd_jax.save(b, {"w": tree["w"] + 1, "step": np.int32(8)})
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)],  # noqa: E731
-                                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    run = pskd
     info = run("info", a)
     assert info.returncode == 0, info.stderr
     assert "[0] {'w': [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], 'step': 7}" in info.stdout

@@ -3,62 +3,19 @@ writer in another process."""
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
-import random
 import re
-import shutil
-import signal
 import subprocess
-import sys
-import textwrap
 import time
 
-import numpy as np
 import pytest
 
-import pskd_jax
 from pskd_jax import corpus
 from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.corpus.build import build_shard
 from pskd_jax.errors import PskdError
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-# The console script the package installs beside this interpreter, as a user runs it.
-SCRIPT = shutil.which("pskd", path=os.path.dirname(sys.executable))
-
-
-def pskd(*args, cwd=None, script=False) -> subprocess.CompletedProcess:
-    command = [SCRIPT] if script and SCRIPT else [sys.executable, "-m", "pskd_jax.apps.pskd"]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd or ROOT, env=ENV,
-                          timeout=120)
-
-
-def ok(*args, cwd=None, script=False) -> list[str]:
-    result = pskd(*args, cwd=cwd, script=script)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""  # not a terminal: no progress bar
-    return result.stdout.splitlines()
-
-
-def fails(code: str, *args, cwd=None, script=False) -> str:
-    result = pskd(*args, cwd=cwd, script=script)
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
-    return result.stderr
-
-
-def documents(path: pathlib.Path, n: int, seed: int, width: int = 60) -> pathlib.Path:
-    rng = random.Random(seed)
-    words = ["corpus", "shard", "tökén", "window", "boundary", "jax", "données", "🙂", "a", "the"]
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(n):
-            text = " ".join(rng.choice(words) for _ in range(rng.randint(0, width)))
-            f.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
-    return path
+from tests.helpers import SCRIPT, documents, pskd, start_pskd
+from tests.helpers import pskd_fails as fails
+from tests.helpers import pskd_ok as ok
 
 
 def test_build_verify_info(tmp_path):
@@ -200,9 +157,8 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     pipe = tmp_path / "slow.jsonl"
     os.mkfifo(pipe)
     out = tmp_path / "c"
-    first = subprocess.Popen([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", "build", str(tmp_path / "a.jsonl"),
-                              str(pipe), "-o", str(out)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = start_pskd("corpus", "build", tmp_path / "a.jsonl", pipe, "-o", out, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (out / ".shards.journal").exists():  # written once the lock is held
@@ -233,116 +189,6 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     assert (out / ".pskd-corpus.lock").exists()  # left in place on purpose (see directory_lock)
     ok("corpus", "verify", "c/shards.json", cwd=tmp_path)
     ok("corpus", "build", "a.jsonl", "-o", "c", cwd=tmp_path)  # the directory is free again
-
-
-# ---------------------------------------------------------------------------------------------
-# Killed and resumed
-
-
-KILLS = 3
-
-
-def start_build(inputs, out, workers) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", "build", *map(str, inputs), "-o", str(out),
-                             "--workers", str(workers), "--chunk-tokens", "1000"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def finished_shards(out: pathlib.Path) -> int:
-    """Shards the journal of a build in progress lists (its first line is a header)."""
-    try:
-        return max(0, (out / ".shards.journal").read_bytes().count(b"\n") - 1)
-    except OSError:
-        return 0
-
-
-@pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/robustness/test_faults.py
-def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
-    inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
-    assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0
-    out = tmp_path / "out"
-    rng = random.Random(workers)
-    running = []
-    # Killed at random points: once 0..4 shards are done (in increasing order, since a rerun keeps
-    # what is done), plus a random delay that lands in start-up, a shard's chunks, or the journal.
-    for target in sorted(rng.sample(range(len(inputs)), KILLS)):
-        child = start_build(inputs, out, workers)
-        deadline = time.monotonic() + 60
-        while child.poll() is None and finished_shards(out) < target and time.monotonic() < deadline:
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0.0, 0.15))
-        running.append(child.poll() is None)
-        child.send_signal(signal.SIGKILL)  # a no-op when poll() above already reaped it
-        child.wait()
-    assert any(running)
-    child = start_build(inputs, out, workers)
-    assert child.wait(timeout=120) == 0
-    names = sorted(os.listdir(tmp_path / "ref"))
-    assert sorted(os.listdir(out)) == names
-    for name in names:
-        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
-    corpus.verify_corpus(out / "shards.json")
-
-
-# ---------------------------------------------------------------------------------------------
-# A reader beside the writer
-
-
-WRITER = textwrap.dedent(
-    """
-    import sys
-    from pskd_jax.corpus import Tokenizer
-    from pskd_jax.corpus import build_shard
-    print("start", flush=True)
-    build_shard(sys.argv[1], sys.argv[2], tokenizer=Tokenizer.bytes(), chunk_tokens=int(sys.argv[3]))
-    """
-)
-
-
-def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
-    chunk = 997
-    source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)
-    reference = tmp_path / "ref.psk.d"
-    build_shard(str(source), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
-    with pskd_jax.Reader(reference) as r:
-        expected = np.array(r.leaves()[0])
-    header = len(Tokenizer.bytes().header(0))
-    shard = tmp_path / "s.psk.d"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(shard), str(chunk)], env=ENV,
-                              stdout=subprocess.PIPE)
-    assert writer.stdout.readline().strip() == b"start"
-    seen = set()
-    while True:
-        done = writer.poll() is not None
-        if shard.exists() and shard.stat().st_size >= header:
-            with pskd_jax.Reader(shard) as r:
-                n = len(r)
-                assert n % chunk == 0 or n == len(expected), n
-                np.testing.assert_array_equal(r.leaves()[0], expected[:n])
-                seen.add(n)
-        if done:
-            break
-    assert writer.returncode == 0
-    assert max(seen) == len(expected) and len([n for n in seen if 0 < n < len(expected)]) >= 3, sorted(seen)
-
-
-def test_train_lm_on_a_corpus(tmp_path):
-    documents(tmp_path / "a.jsonl", 80, 1)
-    documents(tmp_path / "b.jsonl", 60, 2)
-    ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
-    pipeline = f'stream "{tmp_path / "c" / "shards.json"}" |> shuffle(seed = 1) |> batch(B = 4)'
-    run = lambda *extra: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2",
-         "--steps=3", "--log_every=1", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(ENV, JAX_PLATFORMS="cpu"))
-    result = run("--seq=16", "--stride=8", "--verify_corpus")
-    assert result.returncode == 0, result.stderr[-3000:]
-    windows = corpus.CorpusWindows(tmp_path / "c" / "shards.json", seq=16, stride=8)
-    assert f"train: {len(windows)} windows of 16 tokens over a vocabulary of 257;" in result.stdout
-    assert [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("step ")] == \
-        [["step", "1"], ["step", "2"], ["step", "3"]]
-    result = run()
-    assert result.returncode == 1 and "E9012: " in result.stderr and "--seq T" in result.stderr
 
 
 def test_progress_bar_draws_in_place():

@@ -3,44 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pskd_jax
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-TESTDATA = ROOT / "testdata"
-
-
-def pskd(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd or ROOT, env=env, timeout=120,
-    )
-
-
-def ok(*args: str, cwd: pathlib.Path | None = None) -> list[str]:
-    result = pskd(*args, cwd=cwd)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return result.stdout.splitlines()
-
-
-def fails(code: str, *args: str) -> str:
-    """Runs a command that must fail with ``code``: one line on stderr, no traceback."""
-    result = pskd(*args)
-    assert result.returncode != 0
-    assert result.stdout == ""
-    assert result.stderr.startswith(f"pskd: {code}: "), result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    return result.stderr
+from tests.helpers import TESTDATA, pskd, run_python
+from tests.helpers import pskd_fails as fails
+from tests.helpers import pskd_ok as ok
 
 
 def test_lm_windows_and_info_reproduce_the_reference_session(tmp_path):
@@ -189,41 +159,14 @@ def test_two_params_files_of_one_encoding_diff_without_their_layout(tmp_path):
 
 def test_data_commands_never_import_jax():
     code = "import sys, pskd_jax.apps.pskd; sys.exit(1 if 'jax' in sys.modules else 0)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert result.returncode == 0
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
 
 
 def test_usage_errors_go_through_argparse(tmp_path):
     result = pskd("lm-windows", "--vocab", "3")
     assert result.returncode == 2
     assert "required" in result.stderr
-
-
-def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
-    data = tmp_path / "w.psk.d"
-    pskd_jax.write(data, "ℝ[2]", np.zeros((10, 2)))
-    text_file = tmp_path / "train.pipeline"
-    text_file.write_text('stream "w.psk.d" |> shuffle(seed = 0) |> batch(B = 5) |> take(n = 1)\n')
-    lines = ok("pipeline", text_file, "--epoch", "2", "--batches", "3")
-    assert lines == [
-        f'pipeline stream "{data}" |> shuffle(seed = 0) |> batch(B = 5) |> take(n = 1)',
-        "samples  10 of type ℝ[2], 1 batches an epoch",
-        "epoch 2 batch 0: 9 1 3 6 8",  # SPEC §5: seed 0, epoch 2, n = 10 starts 9 1 3 6 8
-    ]
-    assert pskd_jax.shuffle_order(10, seed=0, epoch=2, start=0, stop=5).tolist() == [9, 1, 3, 6, 8]
-    message = fails("E9010", "pipeline", 'stream "w.psk.d" |> batch(B = 0)')
-    assert "TEXT:1:" in message
-
-
-def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
-    (tmp_path / "runs").mkdir()
-    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
-    text_file = tmp_path / "runs" / "train.pipeline"
-    text_file.write_text('stream "../w.psk.d" |> batch(B = 5)\n')
-    message = fails("E9010", "pipeline", text_file)
-    assert str(text_file) in message and "outside" in message and "--root" in message
-    lines = ok("pipeline", text_file, "--root", tmp_path, "--batches", "1")
-    assert lines[-1] == "epoch 1 batch 0: 0 1 2 3 4"
 
 
 def test_info_and_export_of_a_file_holding_an_index_beyond_its_bound(tmp_path):

@@ -1,18 +1,18 @@
-"""The training app run as a user runs it: loss printed, checkpoints saved, resumed exactly."""
+"""The training app run as a user runs it: loss printed, checkpoints saved, resumed exactly, on a
+windows file and on a corpus."""
 
 from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pskd_jax
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from pskd_jax import corpus
+from tests.helpers import documents, train_lm
+from tests.helpers import pskd_ok as ok
 
 
 @pytest.fixture
@@ -28,12 +28,8 @@ def windows(tmp_path) -> pathlib.Path:
 
 def train(windows: pathlib.Path, checkpoints: pathlib.Path, *extra: str) -> list[str]:
     pipeline = f'stream "{windows}" |> shuffle(seed = 4) |> batch(B = 8)'
-    result = subprocess.run(
-        [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
-         "--heads=2", "--log_every=2", f"--checkpoint_dir={checkpoints}", *extra],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
-    )
+    result = train_lm(f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2", "--log_every=2",
+                      f"--checkpoint_dir={checkpoints}", *extra)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.splitlines()
 
@@ -59,10 +55,23 @@ def test_a_resumed_run_sees_the_same_batches_and_ends_bit_for_bit_equal(windows,
 def test_a_file_of_the_wrong_type_is_refused_naming_both_types(tmp_path):
     path = tmp_path / "r.psk.d"
     pskd_jax.write(path, "ℝ[3]", np.ones((10, 3)))
-    result = subprocess.run(
-        [sys.executable, "-m", "pskd_jax.apps.train_lm", f'--pipeline=stream "{path}" |> batch(B = 2)', "--steps=1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
-    )
+    result = train_lm(f'--pipeline=stream "{path}" |> batch(B = 2)', "--steps=1")
     assert result.returncode == 1
     assert "E9010" in result.stderr and "ℝ[3]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_train_lm_on_a_corpus(tmp_path):
+    documents(tmp_path / "a.jsonl", 80, 1)
+    documents(tmp_path / "b.jsonl", 60, 2)
+    ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
+    pipeline = f'stream "{tmp_path / "c" / "shards.json"}" |> shuffle(seed = 1) |> batch(B = 4)'
+    run = lambda *extra: train_lm(f"--pipeline={pipeline}", "--width=16", "--layers=1", "--heads=2",  # noqa: E731
+                                  "--steps=3", "--log_every=1", *extra)
+    result = run("--seq=16", "--stride=8", "--verify_corpus")
+    assert result.returncode == 0, result.stderr[-3000:]
+    windows = corpus.CorpusWindows(tmp_path / "c" / "shards.json", seq=16, stride=8)
+    assert f"train: {len(windows)} windows of 16 tokens over a vocabulary of 257;" in result.stdout
+    assert [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("step ")] == \
+        [["step", "1"], ["step", "2"], ["step", "3"]]
+    result = run()
+    assert result.returncode == 1 and "E9012: " in result.stderr and "--seq T" in result.stderr

@@ -51,7 +51,7 @@ def test_build_corpus_manifest_and_rerun(tmp_path):
 
 
 def test_pool_build_is_byte_identical(tmp_path):
-    """In a pool of spawned workers (the command line's forked ones are tested in tests/cli/test_corpus_commands.py)."""
+    """In a pool of spawned workers (the command's forked ones: tests/cli/test_corpus_commands.py)."""
     inputs = make_inputs(tmp_path)
     build_corpus(inputs, tmp_path / "one", chunk_tokens=30, durable=False)
     calls = []

@@ -1,7 +1,11 @@
 """Shards written chunk by chunk (pskd_jax.corpus.shard_writer): whole chunks only, the same bytes
-whatever the chunk."""
+whatever the chunk, and a reader in another process sees whole chunks only."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -10,6 +14,7 @@ import pskd_jax
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.build import build_shard
+from tests.helpers import ENV, documents
 from .helpers import build, jsonl, shard_tokens
 
 
@@ -35,3 +40,45 @@ def test_shard_bytes_do_not_depend_on_the_chunk(tmp_path, chunk):
     build_shard(str(p), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
     _, out = build(tmp_path, p, chunk_tokens=chunk)
     assert out.read_bytes() == reference.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# A reader beside the writer
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pskd_jax.corpus import Tokenizer
+    from pskd_jax.corpus import build_shard
+    print("start", flush=True)
+    build_shard(sys.argv[1], sys.argv[2], tokenizer=Tokenizer.bytes(), chunk_tokens=int(sys.argv[3]))
+    """
+)
+
+
+def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
+    chunk = 997
+    source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)
+    reference = tmp_path / "ref.psk.d"
+    build_shard(str(source), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
+    with pskd_jax.Reader(reference) as r:
+        expected = np.array(r.leaves()[0])
+    header = len(Tokenizer.bytes().header(0))
+    shard = tmp_path / "s.psk.d"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(shard), str(chunk)], env=ENV,
+                              stdout=subprocess.PIPE)
+    assert writer.stdout.readline().strip() == b"start"
+    seen = set()
+    while True:
+        done = writer.poll() is not None
+        if shard.exists() and shard.stat().st_size >= header:
+            with pskd_jax.Reader(shard) as r:
+                n = len(r)
+                assert n % chunk == 0 or n == len(expected), n
+                np.testing.assert_array_equal(r.leaves()[0], expected[:n])
+                seen.add(n)
+        if done:
+            break
+    assert writer.returncode == 0
+    assert max(seen) == len(expected) and len([n for n in seen if 0 < n < len(expected)]) >= 3, sorted(seen)

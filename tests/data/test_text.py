@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +12,7 @@ from hypothesis import strategies as st
 
 from pskd_jax.data import text as T
 from pskd_jax.data import tokens as TOK
-from tests.helpers import raises
+from tests.helpers import raises, run_python
 from .files import write
 
 
@@ -261,6 +259,5 @@ def test_vocab_list_is_checked(tmp_path):
 
 def test_text_module_does_not_import_jax():
     code = "import sys, pskd_jax.data; sys.exit('jax' in sys.modules)"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": root})
-    assert result.returncode == 0
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr

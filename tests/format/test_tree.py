@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
-import subprocess
-import sys
 from typing import NamedTuple
 
 import ml_dtypes
@@ -18,6 +15,7 @@ from pskd_jax.format.writer import write, write_encoded
 from pskd_jax.errors import PskdError
 from pskd_jax.format.layout import Leaf
 from pskd_jax.format.tree import flatten, layout_of_template, leaf_of_spec, template_dtypes
+from tests.helpers import ENV, run_python
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -368,8 +366,7 @@ def test_data_modules_do_not_import_jax():
         "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax'))\n"
         "print('ok')\n"
     )
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=60)
+    completed = run_python(code, env=dict(ENV, PYTHONDONTWRITEBYTECODE="1"), timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "ok"
 

@@ -7,14 +7,13 @@ and header, and the worker reopens the file. The pickling tests need no grain.
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pskd_jax
 from pskd_jax.errors import PskdError
+from tests.helpers import run_python
 
 TYPE = "(idx[100][4], ℝ[])"
 COUNT = 50
@@ -131,7 +130,6 @@ print("ok", len(got))
 
 
 def test_grain_worker_processes_read_a_pickled_reader(grain, path):
-    done = subprocess.run([sys.executable, "-c", WORKERS, str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = run_python(WORKERS, path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["ok", "5"]

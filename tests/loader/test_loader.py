@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import socket
 import subprocess
 import sys
 import threading
@@ -18,11 +16,11 @@ import pskd_jax
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.parse import parse_pipeline
+from tests.helpers import ENV, ROOT, free_port, run_python
 
 jax = pytest.importorskip("jax")
 from pskd_jax.loader import Loader  # noqa: E402  (after the JAX check)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "workers" / "loader_worker.py"
 
 
@@ -146,23 +144,15 @@ for name, (mesh, spec) in meshes.items():
 
 
 def test_batches_land_sharded_on_a_1d_and_a_2d_mesh(windows):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", SHARDED, str(windows), str(windows.parent)],
-                            capture_output=True, text=True, env=env, timeout=300)
+    env = dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    result = run_python(SHARDED, windows, windows.parent, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["1d", "ok", "2d", "ok"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_processes(n: int, data: pathlib.Path, out_dir: pathlib.Path, resume: dict | None = None) -> list[dict]:
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+    env = dict(ENV, JAX_PLATFORMS="cpu")
     outs = [out_dir / f"process{i}.json" for i in range(n)]
     extra = [json.dumps(resume)] if resume else []
     procs = [

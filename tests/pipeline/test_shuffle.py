@@ -3,9 +3,6 @@ scalar reference."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ from hypothesis import strategies as st
 from pskd_jax.pipeline import shuffle
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline.shuffle import Permutation, chacha20_block, round_keys, shuffle_order
+from tests.helpers import run_python
 
 # RFC 8439 §2.3.2: key 00..1f, nonce 00 00 00 09 00 00 00 4a 00 00 00 00, block counter 1.
 RFC_KEY = bytes(range(32))
@@ -159,9 +157,8 @@ def test_the_same_order_in_a_fresh_process():
         "from pskd_jax.pipeline import shuffle_order;"
         "print(' '.join(map(str, shuffle_order(5000, seed=1234, epoch=9).tolist())))"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(shuffle.__file__)))
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
     here = shuffle_order(5000, seed=1234, epoch=9).tolist()
     assert [int(v) for v in result.stdout.split()] == here
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pathlib
 import random
 import resource
 import shutil
@@ -45,8 +44,7 @@ from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import Writer, write
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax.checkpoint.manager import CheckpointManager
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import ENV, ROOT, run_python
 KILLS = 12  # per writer
 SEED = 20261129
 
@@ -455,9 +453,8 @@ def results(tmp_path_factory) -> dict:
     # unprivileged writer before the directory under test does.
     scratch = tempfile.mkdtemp(prefix="pskd-faults-")
     os.chmod(scratch, 0o755)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     try:
-        run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=env,
+        run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=ENV,
                              capture_output=True, text=True, timeout=600)
     finally:
         subprocess.run(["chmod", "-R", "u+w", scratch], check=False)
@@ -548,9 +545,8 @@ def test_a_second_writer_of_one_destination_leaves_the_first_ones_file_alone(tmp
     dest = tmp_path / "d.psk.d"
     with Writer(dest, "ℝ[]") as first:
         first.append(np.arange(3.0))
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
         code = f"from pskd_jax.format import write; import numpy as np; write({str(dest)!r}, 'ℝ[]', np.ones(5))"
-        subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+        assert run_python(code, timeout=60).returncode == 0
         assert os.path.exists(first._tmp)
         with Reader(dest) as reader:
             assert len(reader) == 5

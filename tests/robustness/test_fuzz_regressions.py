@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
+
 sys.path.insert(0, str(ROOT / "fuzz"))
 
 import targets  # noqa: E402  (fuzz/targets.py)

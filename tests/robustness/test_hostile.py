@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import resource
 import shutil
 import signal
@@ -55,8 +54,8 @@ from pskd_jax.data import text
 from pskd_jax.data import windows
 from pskd_jax.format.reader import Reader
 from pskd_jax.errors import PskdError
+from tests.helpers import ENV, ROOT, SCRIPT, pskd
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "testdata" / "hostile"
 MANIFEST = json.loads((HOSTILE / "manifest.json").read_text(encoding="utf-8"))
 CASES = MANIFEST["cases"]
@@ -281,8 +280,7 @@ def worker(scratch: str) -> None:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict:
     scratch = tmp_path_factory.mktemp("hostile")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, __file__, "--worker", str(scratch)], cwd=scratch, env=env,
+    run = subprocess.run([sys.executable, __file__, "--worker", str(scratch)], cwd=scratch, env=ENV,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     results = {}
@@ -382,11 +380,8 @@ def test_manifest_lists_every_file_once():
                                   "container/v2-f32-on-idx.psk.d"])
 def test_the_console_script_itself(name):
     """The installed ``pskd`` (a fresh interpreter, as a user runs it) on a few of the files."""
-    script = shutil.which("pskd", path=os.path.dirname(sys.executable)) or shutil.which("pskd")
-    command = [script] if script else [sys.executable, "-m", "pskd_jax.apps.pskd"]
     case = next(c for c in CASES if c["file"] == name)
-    run = subprocess.run([*command, "info", str(HOSTILE / name)], capture_output=True, text=True, timeout=60,
-                         cwd=ROOT)
+    run = pskd("info", HOSTILE / name, script=SCRIPT is not None, timeout=60)
     assert run.returncode == 1 and run.stdout == ""
     assert run.stderr.startswith(f"pskd: {case['code']}: ") and run.stderr.count("\n") == 1, run.stderr
 

@@ -1,5 +1,6 @@
-"""A process saving checkpoints is killed with SIGKILL at random points: the path then holds the
-old checkpoint or the new one, whole; a manager's latest step is complete and verifies."""
+"""Processes killed with SIGKILL at random points. A process saving checkpoints: the path then holds
+the old checkpoint or the new one, whole; a manager's latest step is complete and verifies. A
+``pskd corpus build``: run again, it finishes a corpus byte-identical to an uninterrupted build."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax import corpus
 from pskd_jax.checkpoint.manager import CheckpointManager
+from tests.helpers import ENV, documents, start_pskd
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 KILLS = 4
 
 CHILD = textwrap.dedent(
@@ -51,8 +53,7 @@ def expected(k: int) -> dict:
 
 
 def run_and_kill(mode: str, path: pathlib.Path, rng: random.Random) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    child = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(path)], stdout=subprocess.PIPE, env=env)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(path)], stdout=subprocess.PIPE, env=ENV)
     try:
         assert child.stdout.readline().strip() == b"ready"
         time.sleep(rng.uniform(0.0, 0.25))
@@ -97,3 +98,51 @@ def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# ``pskd corpus build`` killed and resumed
+
+
+CORPUS_KILLS = 3
+
+
+def start_build(inputs, out, workers) -> subprocess.Popen:
+    return start_pskd("corpus", "build", *inputs, "-o", out, "--workers", workers, "--chunk-tokens", "1000",
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def finished_shards(out: pathlib.Path) -> int:
+    """Shards the journal of a build in progress lists (its first line is a header)."""
+    try:
+        return max(0, (out / ".shards.journal").read_bytes().count(b"\n") - 1)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/robustness/test_faults.py
+def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
+    inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
+    assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0
+    out = tmp_path / "out"
+    rng = random.Random(workers)
+    running = []
+    # Killed at random points: once 0..4 shards are done (in increasing order, since a rerun keeps
+    # what is done), plus a random delay that lands in start-up, a shard's chunks, or the journal.
+    for target in sorted(rng.sample(range(len(inputs)), CORPUS_KILLS)):
+        child = start_build(inputs, out, workers)
+        deadline = time.monotonic() + 60
+        while child.poll() is None and finished_shards(out) < target and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.15))
+        running.append(child.poll() is None)
+        child.send_signal(signal.SIGKILL)  # a no-op when poll() above already reaped it
+        child.wait()
+    assert any(running)
+    child = start_build(inputs, out, workers)
+    assert child.wait(timeout=120) == 0
+    names = sorted(os.listdir(tmp_path / "ref"))
+    assert sorted(os.listdir(out)) == names
+    for name in names:
+        assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    corpus.verify_corpus(out / "shards.json")
