@@ -113,3 +113,6 @@ def make_train_step(config: ModelConfig, learning_rate: float = 3e-3):
         return params, {"mu": mu, "nu": nu, "count": count}, loss
 
     return step
+
+
+__all__ = ["ModelConfig", "init_adam", "init_params", "logits", "loss_fn", "make_train_step"]

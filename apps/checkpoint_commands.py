@@ -77,3 +77,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", metavar="LAYOUT.json", help="the layout of a params checkpoint "
                    "(default: the NAME.layout.json beside it)")
     p.add_argument("--name", metavar="NAME", help="the params type name of a new checkpoint (default Params)")
+
+
+__all__ = ["register"]

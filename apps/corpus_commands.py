@@ -132,3 +132,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR/shards.json",
                    help="the merged manifest (written atomically), in a directory above every shard; a directory "
                         "means its shards.json")
+
+
+__all__ = ["BuildProgress", "register"]

@@ -119,3 +119,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("file", metavar="FILE.psk.d")
     p.add_argument("-o", "--output", required=True, metavar="OUT.json")
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
+
+
+__all__ = ["LAYOUT_HELP", "register"]

@@ -37,3 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batches", type=int, default=4, metavar="K", help="how many batches to print")
     parser.add_argument("--root", metavar="DIR",
                         help="a pipeline file may stream files inside DIR (default: only inside its own directory)")
+
+
+__all__ = ["register"]

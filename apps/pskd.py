@@ -54,3 +54,6 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+__all__ = ["COMMAND_GROUPS", "main", "make_parser", "parse_flags", "run"]

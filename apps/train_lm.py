@@ -140,3 +140,6 @@ def run() -> None:
 
 if __name__ == "__main__":
     run()
+
+
+__all__ = ["FLAGS", "main", "run"]

@@ -11,3 +11,6 @@ job has one home here, used by every part of the toolkit:
 - :mod:`digests`: digests of whole files and of byte streams;
 - :mod:`jsonfile`: strict JSON for the toolkit's own files.
 """
+
+
+__all__: list[str] = []

@@ -162,3 +162,6 @@ def save_distributed(
         return SaveResult(path, plan_.type_text, 2 if any(e != Encoding.F64 for e in placement.encodings) else 1,
                           placement.encodings, [reports[i] for i in sorted(reports)], plan_.size, found.get("sha256"),
                           layout_path, found.get("xxh3_128"))
+
+
+__all__ = ["save_distributed"]

@@ -86,3 +86,6 @@ def encode_chunks(i: int, plan_: SavePlan, round_to_encoding: bool, reports: dic
 
 def bytes_of(chunk: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+
+
+__all__ = ["CHUNK_BYTES", "bytes_of", "encode_chunks"]

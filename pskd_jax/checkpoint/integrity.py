@@ -51,3 +51,6 @@ def verify_file(path: str | os.PathLike, sha256: str | None = None, *, xxh3_128:
     for algorithm, hex_digest in expected.items():
         check_digest(path, algorithm, file_digest(path, algorithm), hex_digest)
     return next(iter(expected))
+
+
+__all__ = ["CHECKPOINT_DIGEST", "check_digest", "digest_algorithm", "expected_digests", "verify_file"]

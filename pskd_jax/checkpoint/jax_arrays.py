@@ -30,3 +30,6 @@ def sharding_of(spec: Any) -> Any:
 
 def single_device(sharding: Any) -> bool:
     return len(sharding.device_set) == 1
+
+
+__all__ = ["is_array_like", "is_global", "jax_module", "sharding_of", "single_device", "wants_jax"]

@@ -81,3 +81,6 @@ def _listify(node: Any) -> Any:
 def nested_rebuild(keys: Sequence[Sequence[str | int]]):
     keys = [tuple(k) for k in keys]
     return lambda values: nest(keys, values)
+
+
+__all__ = ["MAX_KEY_DEPTH", "check_key_depth", "nest", "nested_rebuild", "path_keys"]

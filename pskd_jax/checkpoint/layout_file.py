@@ -89,3 +89,15 @@ def find_layout(checkpoint: str | os.PathLike) -> Layout | None:
     """The layout written beside a checkpoint, or None when there is none."""
     candidate = layout_path_for(checkpoint)
     return read_layout(candidate) if os.path.exists(candidate) else None
+
+
+__all__ = [
+    "LAYOUT_FORMAT",
+    "LAYOUT_VERSION",
+    "LayoutFile",
+    "find_layout",
+    "layout_json",
+    "read_layout",
+    "read_layout_file",
+    "write_layout",
+]

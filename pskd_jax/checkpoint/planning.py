@@ -172,3 +172,6 @@ class SaveResult:
     def digest(self) -> dict[str, str]:
         """The digests computed, by algorithm (``{"xxh3_128": hex}``; empty when none was asked)."""
         return {name: getattr(self, name) for name in DIGESTS if getattr(self, name) is not None}
+
+
+__all__ = ["SavePlan", "SaveResult", "plan"]

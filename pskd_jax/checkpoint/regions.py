@@ -46,3 +46,6 @@ def read_region(fd: int, path: str, offset: int, shape: tuple[int, ...], disk: n
         if run_bytes:
             read_into(fd, memoryview(flat[k * run_bytes : (k + 1) * run_bytes]), offset + start * disk.itemsize, path)
     return out
+
+
+__all__ = ["read_region", "region_runs"]

@@ -298,3 +298,6 @@ def _restore_sharded(fd: int, path: str, offset: int, leaf: Leaf, placement: Pla
         return cache[key]
 
     return jax.make_array_from_callback(leaf.shape, sharding, shard, dtype=dtype)
+
+
+__all__ = ["HASH_PIECE", "PARALLEL_READ_BYTES", "restore"]

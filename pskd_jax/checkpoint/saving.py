@@ -151,3 +151,6 @@ def save(
         layout_path,
         found.get("xxh3_128"),
     )
+
+
+__all__ = ["save"]

@@ -403,3 +403,15 @@ def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
             raise TruncatedError(f"a build worker died ({error}); run the build again to finish it") from None
         raise error
     return results
+
+
+__all__ = [
+    "JOURNAL_FORMAT",
+    "BuildResult",
+    "ShardResult",
+    "build_corpus",
+    "build_options",
+    "build_shard",
+    "pool_context",
+    "remove_stale_shards",
+]

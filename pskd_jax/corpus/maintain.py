@@ -151,3 +151,6 @@ def _describe_tokenizer(t: Tokenizer) -> str:
         return f"bytes, vocabulary {t.vocab_size}"
     shown = "".join(t.vocab[:20])
     return f"chars, {t.size} characters {shown!r}{'…' if t.size > 20 else ''}, vocabulary {t.vocab_size}"
+
+
+__all__ = ["VerifyResult", "info_lines", "merge_manifests", "shard_problem", "verify_corpus"]

@@ -298,3 +298,24 @@ def is_manifest(path: str | os.PathLike) -> bool:
     except (PskdError, OSError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+__all__ = [
+    "BUILD_KEYS",
+    "FORMAT",
+    "MANIFEST",
+    "MAX_COUNT",
+    "PATH_MAX",
+    "VERSION",
+    "Manifest",
+    "Shard",
+    "check_build",
+    "decode_manifest",
+    "is_manifest",
+    "manifest_bytes",
+    "manifest_json",
+    "parse_manifest",
+    "read_manifest",
+    "safe_path",
+    "write_manifest",
+]

@@ -120,3 +120,6 @@ class ShardWriter:
                 os.unlink(self.path)
             os.close(self._fd)
             self._fd = -1
+
+
+__all__ = ["DEFAULT_CHUNK_TOKENS", "ShardWriter"]

@@ -99,3 +99,6 @@ class Tokenizer:
             return cls.chars(data.get("vocab"), f"{name}: tokenizer vocab")
         except PskdError as e:
             raise CorpusDirectoryError(e.message) from None
+
+
+__all__ = ["BYTE_TOKENS", "Tokenizer"]

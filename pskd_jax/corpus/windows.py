@@ -246,3 +246,6 @@ class CorpusWindows:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+__all__ = ["CorpusWindows"]

@@ -107,3 +107,6 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
         diff_norm.add(chunk_a - chunk_b)
         a_norm.add(chunk_a)
     return Distance(diff_norm.value, a_norm.value, int(flat_a.size), without_layout=True)
+
+
+__all__ = ["CHUNK_ELEMENTS", "Distance", "diff"]

@@ -71,3 +71,6 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
                     f.write(separator + json.dumps(sample, ensure_ascii=False, allow_nan=False).encode("utf-8"))
             f.write(b"]}\n")
         return len(reader)
+
+
+__all__ = ["CHUNK_ELEMENTS", "export_json", "plain"]

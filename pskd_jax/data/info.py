@@ -78,3 +78,6 @@ def _params_lines(reader: Reader) -> list[str]:
         "supply its layout to read the samples"
     )
     return lines
+
+
+__all__ = ["INFO_DEPTH", "INFO_ELEMENTS", "info_lines", "iter_info_lines"]

@@ -161,3 +161,6 @@ def _first_bad(flat: np.ndarray, ok) -> tuple[int, int]:
             if not ok(str(flat[row, col])):
                 return row, col
     raise AssertionError("no bad value found")  # the caller saw one
+
+
+__all__ = ["pack_file", "parse_encodings", "read_value_lines"]

@@ -375,3 +375,15 @@ def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterato
     with open_regular(path, buffering=-1) as f:
         for offset, block in _utf8_blocks(f, path, chunk_size):
             yield offset, block, _code_points(path, offset, block)
+
+
+__all__ = [
+    "CODE_POINTS",
+    "char_vocab",
+    "check_vocab",
+    "decode_file",
+    "encode_file",
+    "iter_text_blocks",
+    "read_vocab",
+    "write_vocab",
+]

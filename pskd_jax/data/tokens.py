@@ -198,3 +198,6 @@ def read_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = C
         count += len(values)
     out.resize(count, refcheck=False)
     return out
+
+
+__all__ = ["CHUNK_SIZE", "WHITESPACE", "PathLike", "iter_tokens", "read_tokens"]

@@ -147,3 +147,14 @@ class _Counted:
         for block in self.blocks:
             self.total += len(block)
             yield block
+
+
+__all__ = [
+    "WindowsResult",
+    "lm_window_chunks",
+    "lm_window_count",
+    "lm_window_records",
+    "lm_window_stream",
+    "lm_windows_file",
+    "window_type",
+]

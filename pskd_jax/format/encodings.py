@@ -328,3 +328,23 @@ def _object_indices(array: np.ndarray, bound: int, leaf: "str | Site") -> np.nda
             )
         flat_out[position] = int(value)
     return out
+
+
+__all__ = [
+    "INDEX_DTYPES",
+    "REAL_DISK_DTYPES",
+    "REAL_DTYPES",
+    "Encoding",
+    "Rounding",
+    "Site",
+    "bfloat16",
+    "check_finite",
+    "check_finite_encoded",
+    "encoding_of_dtype",
+    "index_dtype",
+    "is_real_dtype",
+    "narrow",
+    "round_f64_to_bf16",
+    "to_f64",
+    "to_index",
+]

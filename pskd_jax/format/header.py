@@ -127,3 +127,16 @@ def read_header(f: BinaryIO, path: str, file_size: int) -> Header:
         encodings = tuple(Encoding(b) for b in raw)
         offset += 4 + n_leaves
     return Header(version, type_text, count, encodings, offset)
+
+
+__all__ = [
+    "MAGIC",
+    "MAX_COUNT",
+    "MAX_TYPE_BYTES",
+    "VERSIONS",
+    "VERSION_ENCODED",
+    "VERSION_F64",
+    "Header",
+    "encode_header",
+    "read_header",
+]

@@ -94,3 +94,6 @@ def _place(structure: Any, values: Sequence[Any]) -> Any:
     if isinstance(structure, tuple):
         return tuple(_place(item, values) for item in structure)
     return values[structure]
+
+
+__all__ = ["Layout", "Leaf"]

@@ -77,3 +77,6 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
         strides.append(step)
         step *= max(d, 1)
     return tuple(reversed(strides))
+
+
+__all__ = ["Placement", "c_strides"]

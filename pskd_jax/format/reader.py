@@ -377,3 +377,6 @@ class Reader:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+__all__ = ["ACCESS_MODES", "MAX_RECORD_BYTES", "Reader"]

@@ -275,3 +275,20 @@ def format_type(parsed: SampleType) -> str:
     if parsed.is_bool:
         return "bool" + dims
     return f"idx[{parsed.bound}]" + dims
+
+
+__all__ = [
+    "MAX_AXES",
+    "MAX_INDEX_BOUND",
+    "MAX_NESTING",
+    "MAX_SAMPLE_ELEMENTS",
+    "Dim",
+    "IndexType",
+    "ParamsType",
+    "RealType",
+    "SampleType",
+    "TupleType",
+    "format_type",
+    "header_text",
+    "parse_type",
+]

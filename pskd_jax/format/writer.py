@@ -286,3 +286,6 @@ def write_stream(path: str | os.PathLike, sample_type: str, batches: Iterable[An
         for batch in batches:
             writer.append(batch)
     return writer.result
+
+
+__all__ = ["WriteResult", "Writer", "dtype_encodings", "resolve_layout", "write", "write_encoded", "write_stream"]

@@ -238,3 +238,6 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+__all__ = ["GROUP_SIZE", "Loader", "Source", "local_rows"]

@@ -200,3 +200,6 @@ def _check_count(n: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_N:
         raise BadValueError(f"n (the number of samples) must be an integer in [0, 2**64], got n={n!r}")
     return int(n)
+
+
+__all__ = ["BLOCK_POSITIONS", "IteratorState", "Pipeline"]

@@ -218,3 +218,6 @@ def check_inside(path: str, root: str, source: str) -> None:
             "streams only files inside its directory, or inside the root it is loaded with (root=, "
             "`pskd pipeline --root`, `train_lm --pipeline_root`); or pass the text itself",
         )
+
+
+__all__ = ["check_inside", "load_pipeline", "parse_pipeline"]

@@ -494,3 +494,28 @@ def shuffle_order(n: int, *, seed: int, epoch: int, start: int = 0, stop: int | 
     [156, 421, 538, 754]
     """
     return Permutation(n, seed=seed, epoch=epoch).order(start, stop)
+
+
+__all__ = [
+    "CHUNK",
+    "FMIX_C1",
+    "FMIX_C2",
+    "KEY_TAG",
+    "LANE_LIMIT",
+    "MASK32",
+    "MAX_N",
+    "MAX_SEED",
+    "REPACK_AFTER",
+    "ROUNDS",
+    "TABLE_LANE_LIMIT",
+    "TABLE_MAX_HALF_BITS",
+    "Permutation",
+    "chacha20_block",
+    "check_epoch",
+    "check_n",
+    "check_seed",
+    "fmix32",
+    "half_bits",
+    "round_keys",
+    "shuffle_order",
+]
