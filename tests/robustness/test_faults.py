@@ -22,6 +22,7 @@ imported the toolkit once, so a kill costs the time the writer ran, not an inter
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -31,7 +32,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
@@ -154,6 +154,33 @@ def _restore_old(dest: str, old_bytes: bytes) -> None:
     with open(dest + ".reset", "wb") as f:
         f.write(old_bytes)
     os.replace(dest + ".reset", dest)
+
+
+CAP_DAC_OVERRIDE = 1  # linux/capability.h
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def bound_by_permissions() -> None:
+    """Makes this (forked) process obey permission bits as its user's files' owner, even as root.
+
+    Root writes into a read-only directory through the ``CAP_DAC_OVERRIDE`` capability: dropping it
+    (from the effective and permitted sets, for good) makes the directory's mode 0555 stop root as
+    it stops its owner. The process keeps its user, so everything it could read it still reads:
+    the modules it has yet to import (numpy imports some lazily), wherever the checkout and its
+    virtual environment lie, even under a directory others may not enter (a root user's home, a
+    ``mktemp -d``), which a switch to another user such as ``nobody`` would lose. Nothing to do for
+    any other user, whom the mode stops already."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)  # {version, pid 0: this process}
+    sets = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}: capabilities 0-31, 32-63
+    if libc.capget(header, sets) != 0:
+        raise OSError(ctypes.get_errno(), "capget failed")
+    sets[0] &= ~(1 << CAP_DAC_OVERRIDE)  # effective
+    sets[1] &= ~(1 << CAP_DAC_OVERRIDE)  # permitted
+    if libc.capset(header, sets) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
 
 
 def kill_cli_writers(directory: str, rng: random.Random) -> list[dict]:
@@ -353,23 +380,16 @@ def environment_faults(directory: str) -> list[dict]:
                         "stderr": stderr, "dest": dest, "unchanged": _digest(dest) == old,
                         "temporaries": _temporaries(os.path.dirname(dest))})
 
-    # A read-only directory (as root, whom permissions do not stop, the writer drops to nobody).
+    # A read-only directory (as root, whom permissions do not stop, the writer first gives up
+    # the capability that lets it write there: see bound_by_permissions).
     read_only = os.path.join(directory, "env", "read-only")
     os.makedirs(read_only)
-    os.chmod(os.path.join(directory, "env"), 0o755)
-    for name in os.listdir(os.path.join(directory, "env")):
-        os.chmod(os.path.join(directory, "env", name), 0o755 if os.path.isdir(os.path.join(directory, "env", name)) else 0o644)
     os.chmod(read_only, 0o555)
-
-    def as_nobody() -> None:
-        if os.geteuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
 
     for writer, spec in specs.items():
         dest = os.path.join(read_only, os.path.basename(spec["dest"]))
         argv = [*spec["new"][:-1], dest]
-        status, signal_number, stderr = _fork(_cli(argv), prepare=as_nobody, log=log)
+        status, signal_number, stderr = _fork(_cli(argv), prepare=bound_by_permissions, log=log)
         results.append({"scenario": f"read-only directory {writer}", "status": status, "signal": signal_number,
                         "stderr": stderr, "dest": dest, "unchanged": not os.path.exists(dest),
                         "temporaries": _temporaries(read_only)})
@@ -420,13 +440,8 @@ def corpus_environment_faults(directory: str) -> list[dict]:
     os.makedirs(read_only)
     os.chmod(read_only, 0o555)
 
-    def as_nobody() -> None:
-        if os.geteuid() == 0:
-            os.setgid(65534)
-            os.setuid(65534)
-
     target = os.path.join(read_only, "corpus")
-    status, signal_number, stderr = _fork(build(large, target), prepare=as_nobody, log=log)
+    status, signal_number, stderr = _fork(build(large, target), prepare=bound_by_permissions, log=log)
     results.append({"scenario": "read-only directory corpus build", "status": status, "signal": signal_number,
                     "stderr": stderr, "dest": target, "state": "absent" if not os.path.exists(target) else "created",
                     "temporaries": _temporaries(read_only)})
@@ -449,10 +464,7 @@ def worker(scratch: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    # Not under pytest's own temporary directory: its 0700 parents would stop the read-only test's
-    # unprivileged writer before the directory under test does.
-    scratch = tempfile.mkdtemp(prefix="pskd-faults-")
-    os.chmod(scratch, 0o755)
+    scratch = str(tmp_path_factory.mktemp("faults"))
     try:
         run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=ENV,
                              capture_output=True, text=True, timeout=600)
@@ -463,6 +475,8 @@ def results(tmp_path_factory) -> dict:
     return {r["scenario"]: r for r in map(json.loads, run.stdout.splitlines())}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("writer", ["pack", "lm-windows", "encode"])
 def test_a_killed_command_leaves_the_old_or_the_new_file_and_a_rerun_cleans_up(results, writer):
     r = results[f"kill {writer}"]
@@ -472,6 +486,8 @@ def test_a_killed_command_leaves_the_old_or_the_new_file_and_a_rerun_cleans_up(r
     assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_killed_corpus_build_leaves_a_whole_corpus_or_its_journal_and_a_rerun_finishes_it(results):
     r = results["kill corpus build"]
     assert not [s for s in r["states"] if s.startswith("torn")], r["states"]
@@ -482,6 +498,8 @@ def test_a_killed_corpus_build_leaves_a_whole_corpus_or_its_journal_and_a_rerun_
     assert (r["after_rerun"], r["missing_after_rerun"]) == ([], []), "not the reference build's files"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("scenario", ["kill checkpoint.save", "kill CheckpointManager.save"])
 def test_a_killed_checkpoint_save_leaves_a_whole_checkpoint_and_a_rerun_cleans_up(results, scenario):
     r = results[scenario]
@@ -490,11 +508,15 @@ def test_a_killed_checkpoint_save_leaves_a_whole_checkpoint_and_a_rerun_cleans_u
     assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kills_did_leave_temporary_files_for_the_rerun_to_remove(results):
     """Evidence that the cleanup was exercised, not only that nothing happened to need it."""
     assert sum(results[f"kill {w}"]["kills_leaving_a_temporary"] for w in ("pack", "lm-windows", "encode")) > 0
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("writer", ["pack", "lm-windows", "encode"])
 @pytest.mark.parametrize("fault", ["full disk", "read-only directory", "missing parent"])
 def test_environment_faults_give_a_clear_error_and_tear_nothing(results, fault, writer):
@@ -507,6 +529,8 @@ def test_environment_faults_give_a_clear_error_and_tear_nothing(results, fault, 
     assert r["temporaries"] == [], f"left behind: {r['temporaries']}"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("fault", ["full disk", "read-only directory"])
 def test_environment_faults_of_a_corpus_build_give_a_clear_error_and_tear_nothing(results, fault):
     r = results[f"{fault} corpus build"]
@@ -540,6 +564,7 @@ def test_the_cleanup_removes_only_stale_temporaries_of_its_own_destination(tmp_p
     assert all(other.exists() for other in others) and link.is_symlink()
 
 
+@pytest.mark.subprocess
 def test_a_second_writer_of_one_destination_leaves_the_first_ones_file_alone(tmp_path):
     """Another process writes the destination while this one's writer is open: both finish."""
     dest = tmp_path / "d.psk.d"
