@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
+import _posixsubprocess
+import functools
 import os
+import subprocess
 import tempfile
 
 import pytest
@@ -23,3 +26,50 @@ pytest.register_assert_rewrite("tests.helpers", "tests.format.golden", "tests.co
                                "tests.checkpoint.helpers", "tests.data.files")
 
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "pskd_jax-hypothesis"))
+
+
+# --------------------------------------------------------------------------------------------
+# The ``subprocess`` marker is kept honest: a test that starts a process (through subprocess,
+# multiprocessing, concurrent.futures or os.fork, in its set-up or its body) and is not marked
+# fails, so that ``pytest -m "not subprocess"`` runs in this interpreter alone.
+
+_STARTED: list[str] = []
+
+
+def _recording(function, what: str):
+    @functools.wraps(function)
+    def started(*args, **kwargs):
+        _STARTED.append(what)
+        return function(*args, **kwargs)
+
+    return started
+
+
+def pytest_configure(config) -> None:
+    for owner, name in ((os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"), (subprocess, "_fork_exec"),
+                        (_posixsubprocess, "fork_exec")):
+        if getattr(owner, name, None) is not None:
+            setattr(owner, name, _recording(getattr(owner, name), f"{owner.__name__}.{name}"))
+
+
+def _check_processes(item) -> None:
+    started, _STARTED[:] = sorted(set(_STARTED)), []
+    if started and item.get_closest_marker("subprocess") is None:
+        raise AssertionError(f"{item.nodeid} starts processes ({', '.join(started)}) but is not marked "
+                             "@pytest.mark.subprocess")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _STARTED.clear()
+    result = yield
+    _check_processes(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    _STARTED.clear()
+    result = yield
+    _check_processes(item)
+    return result

@@ -19,6 +19,9 @@ from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
 from tests.helpers import pskd, python
 
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+
 def finish(child: subprocess.Popen, timeout: float = 120) -> str:
     out, err = child.communicate(timeout=timeout)
     assert child.returncode == 0, err

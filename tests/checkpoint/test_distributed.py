@@ -8,7 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.helpers import ENV, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 WORKER = textwrap.dedent(
     """

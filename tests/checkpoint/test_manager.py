@@ -308,6 +308,7 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
     assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000001.layout.json", "step-00000001.psk.d"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("which", ["file", "layout"])
 def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, which):
     import shutil

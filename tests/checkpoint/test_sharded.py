@@ -81,6 +81,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_restore_into_sharded_arrays_on_8_host_devices(tmp_path):
     env = dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     result = run_python(SCRIPT, tmp_path / "s.psk.d", env=env)

@@ -13,6 +13,8 @@ from pskd_jax.checkpoint.manager import INDEX, CheckpointManager
 from tests.helpers import pskd
 from tests.helpers import pskd_fails as fails
 
+pytestmark = pytest.mark.subprocess
+
 
 def test_verify_a_directory_a_step_and_a_file(tmp_path):
     manager = CheckpointManager(tmp_path / "run")

@@ -18,6 +18,7 @@ from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 
 
+@pytest.mark.subprocess
 def test_build_verify_info(tmp_path):
     (tmp_path / "in").mkdir()
     documents(tmp_path / "in" / "a.jsonl", 50, 1)
@@ -48,6 +49,7 @@ def in_process(*args) -> list[str]:
     return list(parsed.handler(parsed))
 
 
+@pytest.mark.subprocess
 def test_chars_vocabulary_and_usage(tmp_path):
     (tmp_path / "t.txt").write_text("abba\nbaab\n", encoding="utf-8")
     ok("chars", tmp_path / "t.txt", "-o", tmp_path / "v.json")
@@ -66,6 +68,7 @@ def test_chars_vocabulary_and_usage(tmp_path):
     assert f"{tmp_path / 'u.txt'}:1: character 'c'" in err
 
 
+@pytest.mark.subprocess
 def test_bad_input_and_skip_bad(tmp_path):
     documents(tmp_path / "a.jsonl", 10, 1)
     (tmp_path / "b.jsonl").write_text('{"text": "x"}\n{"text": 5}\nnot json\n{"text": "y"}\n')
@@ -80,6 +83,7 @@ def test_bad_input_and_skip_bad(tmp_path):
     assert "skipped    2 bad documents" in "\n".join(ok("corpus", "info", tmp_path / "c" / "shards.json"))
 
 
+@pytest.mark.subprocess
 def test_verify_failures(tmp_path):
     documents(tmp_path / "a.jsonl", 10, 1)
     documents(tmp_path / "b.jsonl", 10, 2)
@@ -96,6 +100,7 @@ def test_verify_failures(tmp_path):
     fails("E9016", "corpus", "info", tmp_path / "nothing.json")
 
 
+@pytest.mark.subprocess
 def test_merge(tmp_path):
     assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
     for name, n in (("a", 30), ("b", 20), ("c", 25)):
@@ -150,6 +155,7 @@ def test_merge(tmp_path):
     assert "the following arguments are required: PART/shards.json" in err
 
 
+@pytest.mark.subprocess
 def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     """A real build holds the directory (it waits on a named pipe for its second input); a second
     build of the directory, in another process, is refused at once."""

@@ -12,6 +12,8 @@ from tests.helpers import TESTDATA, pskd, run_python
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 
+pytestmark = pytest.mark.subprocess
+
 
 def test_lm_windows_and_info_reproduce_the_reference_session(tmp_path):
     out = tmp_path / "tokens.psk.d"

@@ -4,10 +4,13 @@ stream outside their directory."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import pskd_jax
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):

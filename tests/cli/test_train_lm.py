@@ -14,6 +14,8 @@ from pskd_jax import corpus
 from tests.helpers import documents, train_lm
 from tests.helpers import pskd_ok as ok
 
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
 
 @pytest.fixture
 def windows(tmp_path) -> pathlib.Path:

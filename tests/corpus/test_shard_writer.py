@@ -57,6 +57,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
     chunk = 997
     source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)

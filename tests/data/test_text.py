@@ -257,6 +257,7 @@ def test_vocab_list_is_checked(tmp_path):
     assert only_files(tmp_path) == ["t.txt"]
 
 
+@pytest.mark.subprocess
 def test_text_module_does_not_import_jax():
     code = "import sys, pskd_jax.data; sys.exit('jax' in sys.modules)"
     result = run_python(code)

@@ -359,6 +359,7 @@ def test_write_encoded_params_with_explicit_encodings(tmp_path):
     assert sample["i"].dtype == np.uint16 and int(sample["i"]) == 65535
 
 
+@pytest.mark.subprocess
 def test_data_modules_do_not_import_jax():
     code = (
         "import sys\n"

@@ -129,6 +129,8 @@ print("ok", len(got))
 """
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_grain_worker_processes_read_a_pickled_reader(grain, path):
     done = run_python(WORKERS, path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -143,6 +143,8 @@ for name, (mesh, spec) in meshes.items():
 """
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_batches_land_sharded_on_a_1d_and_a_2d_mesh(windows):
     env = dict(ENV, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     result = run_python(SHARDED, windows, windows.parent, env=env)
@@ -166,6 +168,8 @@ def run_processes(n: int, data: pathlib.Path, out_dir: pathlib.Path, resume: dic
     return [json.loads(o.read_text()) for o in outs]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_processes_each_read_only_their_rows_and_resume_elastically(windows, tmp_path):
     pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
     with pskd_jax.Reader(windows) as reader:

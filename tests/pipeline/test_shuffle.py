@@ -152,6 +152,7 @@ def test_slices_beyond_2_pow_63():
     assert [int(v) for v in got] == [permutation.at(p) for p in range(n - 5, n)]
 
 
+@pytest.mark.subprocess
 def test_the_same_order_in_a_fresh_process():
     code = (
         "from pskd_jax.pipeline import shuffle_order;"

@@ -304,6 +304,8 @@ def _needs_packages(case) -> None:
         pytest.importorskip("safetensors")
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_api(outcomes, case):
     _needs_packages(case)
@@ -322,6 +324,8 @@ def test_api(outcomes, case):
         f"allocated {outcome['peak']} bytes for an input of {record['size']}")
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_cli(outcomes, case):
     _needs_packages(case)
@@ -344,6 +348,8 @@ def test_cli(outcomes, case):
 MANIFEST_CASES = [case for case in CASES if case["kind"] == "manifest"]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", MANIFEST_CASES, ids=_id)
 def test_cli_corpus_info(outcomes, case):
     """``pskd corpus info`` reads the manifest alone: E9016 where the manifest is bad, else its lines."""
@@ -376,6 +382,7 @@ def test_manifest_lists_every_file_once():
     assert all(case["code"] is None or case["code"].startswith("E9") for case in CASES)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", ["container/type-len-max.psk.d", "container/count-max.psk.d",
                                   "container/v2-f32-on-idx.psk.d"])
 def test_the_console_script_itself(name):

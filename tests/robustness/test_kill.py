@@ -21,6 +21,8 @@ from pskd_jax import corpus
 from pskd_jax.checkpoint.manager import CheckpointManager
 from tests.helpers import ENV, documents, start_pskd
 
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
 KILLS = 4
 
 CHILD = textwrap.dedent(
