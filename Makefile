@@ -1,11 +1,11 @@
 # make demo: set up .venv if needed, then text → tokens → windows → training → checkpoints.
-# make test: the same set-up, then the whole test suite.
+# make test: the same set-up, then the whole test suite; make test-fast: the suite less its slow tests.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-corpus test bench clean
+.PHONY: demo demo-corpus test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,9 @@ demo-corpus: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
