@@ -86,16 +86,26 @@ def test_a_lock_file_left_by_a_killed_writer_is_reused_and_removed(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_a_waiter_never_shares_a_lock_file_its_holder_removed(tmp_path):
+def test_a_waiter_never_shares_a_lock_file_its_holder_removed(tmp_path, monkeypatch):
     """The holder removes the file while another waits on it: the waiter then locks a new file
     under the name, never the removed one (which a third opener could not see)."""
     path = str(tmp_path / "x.lock")
     first = locks.acquire(path, wait=True)
+    waiting = threading.Event()
+    flock = locks.flock
+
+    def signalling_flock(fd, *, wait):
+        if wait and threading.current_thread() is not threading.main_thread():
+            waiting.set()  # the waiter has the old file open and is about to block on it
+        return flock(fd, wait=wait)
+
+    monkeypatch.setattr(locks, "flock", signalling_flock)
     got = []
     waiter = threading.Thread(target=lambda: got.append(locks.acquire(path, wait=True)))
     waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive()  # waiting for the holder
+    assert waiting.wait(30)
+    waiter.join(0.1)
+    assert waiter.is_alive()  # blocked on the holder's lock
     locks.release(first, path)
     waiter.join(30)
     assert not waiter.is_alive() and got[0] is not None
