@@ -71,11 +71,13 @@ def pskd_ok(*args, **options) -> list[str]:
     return result.stdout.splitlines()
 
 
-def pskd_fails(code: str, *args, **options) -> str:
-    """Runs a command that must fail with ``code``: exit status 1, nothing on stdout, one line
-    ``pskd: CODE: …`` on stderr and no traceback. Returns that line."""
+def pskd_fails(code: str, *args, status: int | None = None, **options) -> str:
+    """Runs a command that must fail with ``code``: nothing on stdout, one line ``pskd: CODE: …`` on
+    stderr, no traceback, and exit status ``status``: by default 1, or for a usage error (E9012)
+    1 or 2 (2 where the command line itself does not parse, as argparse exits). Returns the line."""
     result = pskd(*args, **options)
-    assert result.returncode == 1, (result.returncode, result.stderr)
+    expected = {status} if status is not None else {1, 2} if code == "E9012" else {1}
+    assert result.returncode in expected, (result.returncode, result.stderr)
     assert result.stdout == ""
     assert_code(result, code)
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
