@@ -10,20 +10,20 @@ from pskd_jax.format import Layout
 
 
 def _chars(args) -> Iterator[str]:
-    vocab, characters = data.char_vocab(args.input)
+    vocab, characters = data.char_vocab_file(args.input)
     data.write_vocab(args.output, vocab)
     yield f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)"
 
 
 def _encode(args) -> Iterator[str]:
     vocab = data.read_vocab(args.vocab)
-    count = data.encode_file(args.input, vocab, args.output)
+    count = data.encode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
 
 
 def _decode(args) -> Iterator[str]:
     vocab = data.read_vocab(args.vocab)
-    count = data.decode_file(args.input, vocab, args.output)
+    count = data.decode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
 
 
