@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Iterator
 import numpy as np
 from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
 from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, Permutation
+from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
 
-# Stage name → (parameter name, smallest value, what is accepted), in the order stages must come.
+__all__ = ["IteratorState", "Pipeline"]
+
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
 
 @dataclasses.dataclass(frozen=True)
@@ -175,18 +175,13 @@ class Pipeline:
         positions += dtype(j * self.batch_size)
         if self.seed is None:
             return positions
-        return _permutation(n, self.seed, epoch)(positions)
+        return held_permutation(n, seed=self.seed, epoch=epoch)(positions)
 
 def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
     """The type of a batch: a leading axis of ``batch_size`` on every leaf."""
     if isinstance(parsed, TupleType):
         return TupleType(tuple(_with_batch_axis(item, batch_size) for item in parsed.items))
     return dataclasses.replace(parsed, dims=(Dim(batch_size), *parsed.dims))
-
-@functools.lru_cache(maxsize=4)
-def _permutation(n: int, seed: int, epoch: int) -> Permutation:
-    """The permutation of an epoch, kept: deriving its keys costs ~100 µs, a batch far less."""
-    return Permutation(n, seed=seed, epoch=epoch)
 
 def _check_stage_value(name: str, value: Any, low: int, high: int | None = None) -> int:
     """A stage's value as an int in [low, high), or PskdError(BAD_PIPELINE) saying what fits."""
