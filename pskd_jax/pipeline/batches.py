@@ -90,6 +90,23 @@ class Pipeline:
         full = n // self.batch_size
         return full if self.take is None else min(full, self.take)
 
+    def check_batches(self, n: int) -> int:
+        """:meth:`batches_per_epoch`, refusing (E9010) a pipeline that makes no batch of ``n``
+        samples: ``batch(B = n)`` larger than the file would give every epoch zero batches, and
+        a training run would loop over nothing.
+
+        >>> Pipeline("d.psk.d", seed=None, batch_size=8).check_batches(5)
+        Traceback (most recent call last):
+        ...
+        pskd_jax.errors.PipelineError: E9010: stream "d.psk.d" |> batch(B = 8) makes no batch of 8 from 5 samples: the file needs at least 8 samples, or a smaller B
+        """
+        count = self.batches_per_epoch(n)
+        if count == 0:
+            raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
+                f"the file needs at least {self.batch_size} samples, or a smaller B",
+            )
+        return count
+
     def batch_indices(self, n: int, epoch: int, j: int) -> np.ndarray:
         """The sample indices of batch ``j`` (from 0) of ``epoch`` (from 1): π_epoch(jB + i) for
         i < B, or jB + i without a shuffle.
@@ -112,11 +129,7 @@ class Pipeline:
         used, and a new iterator started from it continues with the next batch. The stream runs
         over epochs 1, 2, … forever, or up to and including epoch ``epochs``.
         """
-        count = self.batches_per_epoch(n)
-        if count == 0:
-            raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
-                f"the file needs at least {self.batch_size} samples, or a smaller B",
-            )
+        count = self.check_batches(n)
         state = IteratorState() if state is None else state
         if not isinstance(state, IteratorState):
             raise BadValueError(f"state must be an IteratorState (IteratorState.from_json), got {state!r}")
