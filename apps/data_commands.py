@@ -38,8 +38,17 @@ def _pack(args) -> Iterator[str]:
         yield f"pskd: {report.describe()}"
 
 
+def _vocab_size(text: str) -> int:
+    """``--vocab`` of lm-windows: a number V, or a vocabulary file (what ``chars`` writes and
+    ``encode`` reads), whose length is V. An integer (decimal digits, perhaps signed) is a number,
+    checked by lm-windows; anything else names a file."""
+    if text.isascii() and text.lstrip("+-").isdigit() and len(text) - len(text.lstrip("+-")) <= 1:
+        return int(text)
+    return len(data.read_vocab(text))
+
+
 def _lm_windows(args) -> Iterator[str]:
-    result = data.lm_windows_file(args.input, args.output, vocab=args.vocab, seq=args.seq,
+    result = data.lm_windows_file(args.input, args.output, vocab=_vocab_size(args.vocab), seq=args.seq,
                                      stride=args.stride)
     yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
            f"from {result.tokens} tokens)")
@@ -100,7 +109,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("lm-windows", _lm_windows, "Cut a token stream into language-modelling windows.")
     p.add_argument("input", metavar="TOKENS.txt")
-    p.add_argument("--vocab", required=True, type=int, metavar="V", help="vocabulary size (tokens are below it)")
+    p.add_argument("--vocab", required=True, metavar="V|VOCAB.json",
+                   help="the vocabulary size (tokens are below it), or the vocabulary file, whose length it is")
     p.add_argument("--seq", required=True, type=int, metavar="T", help="window length")
     p.add_argument("--stride", type=int, metavar="S", help="distance between window starts (default T)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
