@@ -70,11 +70,13 @@ SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file 
 
 def _diff(args) -> Iterator[str]:
     # Each file through its own layout (--layout, --layout-b, else the NAME.layout.json beside
-    # it): two checkpoints pair their leaves by key path. A file without one borrows a's.
+    # it): two checkpoints pair their leaves by key path. A layout named with --layout also reads
+    # a B that has none of its own; one found beside A never does (B's order may differ).
     layout_a = _layout(args, args.a)
     layout_b = checkpoint.read_layout(args.layout_b) if args.layout_b else checkpoint.find_layout(args.b)
-    borrowed = layout_b is None and layout_a is not None
-    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_a if borrowed else layout_b)
+    if layout_b is None and args.layout:
+        layout_b = layout_a
+    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
@@ -82,8 +84,6 @@ def _diff(args) -> Iterator[str]:
         if paths:
             more = f" … and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else ""
             yield f"only in {name} ({len(paths)} leaves, not compared): {' '.join(paths[:SHOWN_PATHS])}{more}"
-    if borrowed:
-        yield f"note: {args.b} has no layout of its own: read with the layout of {args.a}"
     for note in distance.notes:
         yield f"note: {note}"
 
@@ -139,9 +139,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
     p.add_argument("a", metavar="A.psk.d")
     p.add_argument("b", metavar="B.psk.d")
-    p.add_argument("--layout", metavar="LAYOUT.json", help="the layout of a params file A (default: the NAME.layout.json written beside it, if any)")
+    p.add_argument("--layout", metavar="LAYOUT.json",
+                   help="the layout of a params file A, and of B when B has none beside it "
+                        "(default: the NAME.layout.json written beside A)")
     p.add_argument("--layout-b", metavar="LAYOUT.json",
-                   help="the layout of a params file B (default: the NAME.layout.json written beside it, else A's)")
+                   help="the layout of a params file B (default: the NAME.layout.json written beside it)")
 
     p = command("export", _export, "Write a file's samples as JSON, every real exact.")
     p.add_argument("file", metavar="FILE.psk.d")

@@ -30,7 +30,7 @@ import numpy as np
 
 from pskd_jax._os.files import open_fd
 from pskd_jax._os.positional import read_into
-from pskd_jax.errors import MismatchError
+from pskd_jax.errors import MismatchError, NotClosedError
 from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.placement import Placement
@@ -224,9 +224,11 @@ def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, 
         if a.placement is None and b.placement is None:
             return _diff_flat(a, b)
         if a.placement is None or b.placement is None:
-            missing = a if a.placement is None else b
-            raise MismatchError(f"{missing.path}: type {missing.header.type_text!r} needs its layout to be compared "
-                                f"with {(b if missing is a else a).path}, which has one")
+            # Never read one file with the other's layout by default: the same leaves may lie in
+            # another order, and the distance would be wrong without a word.
+            missing, other = (a, b) if a.placement is None else (b, a)
+            raise NotClosedError(f"{missing.path}: type {missing.header.type_text!r} needs its own layout to be "
+                                 f"compared with {other.path}, which has one (the NAME.layout.json beside it)")
         pairs, only_a, only_b = _pair_leaves(a, b)
         with _DataFile(a) as file_a, _DataFile(b) as file_b:
             total = _Accumulator()

@@ -132,7 +132,7 @@ def test_params_files_without_layouts_compare_flat(tmp_path):
                    layout=template)
     got = pskd_jax.diff(a, b)
     assert got.without_layout and (got.diff_norm, got.a_norm, got.elements) == (3 ** 0.5, 24 ** 0.5, 9)
-    with pytest.raises(PskdError, match="E9005.*needs its layout"):
+    with pytest.raises(PskdError, match="E9001.*b.psk.d.*needs its own layout"):
         pskd_jax.diff(a, b, layout_a=template)
 
 
@@ -302,3 +302,22 @@ def test_the_command_states_non_finite_values_plainly_without_warnings(tmp_path)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.splitlines()[0] == "‖a − b‖₂ = inf  ‖a‖₂ = inf  relative nan  over 2 real elements"
     assert "note: a holds inf where b holds -inf, so ‖a − b‖₂ is inf (leaf (root), sample 0, element 0)" in done.stdout
+
+
+@pytest.mark.subprocess
+def test_a_file_without_a_layout_of_its_own_is_never_read_with_the_others_found_beside_it(tmp_path):
+    # The same leaves in another order, and every leaf f64: a's layout would misread b silently.
+    checkpoint(tmp_path / "a.psk.d", {"w": np.arange(2.0), "b": np.ones(2)})
+    checkpoint(tmp_path / "c.psk.d", {"b": np.ones(2) * 3, "w": np.arange(2.0)})
+    (tmp_path / "b.psk.d").write_bytes((tmp_path / "c.psk.d").read_bytes())  # c's data, no layout beside it
+    done = pskd("diff", "a.psk.d", "b.psk.d", cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("pskd: E9001: b.psk.d: type 'params Params' needs its own layout")
+    done = pskd("diff", "a.psk.d", "b.psk.d", "--layout-b", "c.layout.json", cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [
+        f"‖a − b‖₂ = {8 ** 0.5!r}  ‖a‖₂ = {3 ** 0.5!r}  relative {math.sqrt(8 / 3)!r}  over 4 real elements"]
+    # A layout named with --layout reads a B that has none: the user said so.
+    (tmp_path / "d.psk.d").write_bytes((tmp_path / "a.psk.d").read_bytes())
+    done = pskd("diff", "d.psk.d", "a.psk.d", "--layout", "a.layout.json", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("‖a − b‖₂ = 0.0  ‖a‖₂ = "), done.stderr
