@@ -18,6 +18,8 @@ from absl.flags import argparse_flags
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
 from pskd_jax.errors import PskdError, UsageError
 
+__all__ = ["CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run", "usage_error"]
+
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
 
 USAGE_EXIT = 2  # argparse's status for a command line that does not parse

@@ -21,6 +21,8 @@ from pskd_jax.errors import BadValueError, UsageError
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.sample_type import header_text
 
+__all__ = ["pack_file", "parse_encodings", "read_value_lines"]
+
 
 def read_value_lines(path: str) -> tuple[list[list[str]], list[int]]:
     """The value tokens of each sample line and its 1-based line number."""
