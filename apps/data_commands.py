@@ -10,20 +10,20 @@ from pskd_jax.format import Layout
 
 
 def _chars(args) -> Iterator[str]:
-    vocab, characters = data.char_vocab(args.input)
+    vocab, characters = data.char_vocab_file(args.input)
     data.write_vocab(args.output, vocab)
     yield f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)"
 
 
 def _encode(args) -> Iterator[str]:
     vocab = data.read_vocab(args.vocab)
-    count = data.encode_file(args.input, vocab, args.output)
+    count = data.encode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
 
 
 def _decode(args) -> Iterator[str]:
     vocab = data.read_vocab(args.vocab)
-    count = data.decode_file(args.input, vocab, args.output)
+    count = data.decode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
 
 
@@ -38,8 +38,17 @@ def _pack(args) -> Iterator[str]:
         yield f"pskd: {report.describe()}"
 
 
+def _vocab_size(text: str) -> int:
+    """``--vocab`` of lm-windows: a number V, or a vocabulary file (what ``chars`` writes and
+    ``encode`` reads), whose length is V. An integer (decimal digits, perhaps signed) is a number,
+    checked by lm-windows; anything else names a file."""
+    if text.isascii() and text.lstrip("+-").isdigit() and len(text) - len(text.lstrip("+-")) <= 1:
+        return int(text)
+    return len(data.read_vocab(text))
+
+
 def _lm_windows(args) -> Iterator[str]:
-    result = data.lm_windows_file(args.input, args.output, vocab=args.vocab, seq=args.seq,
+    result = data.lm_windows_file(args.input, args.output, vocab=_vocab_size(args.vocab), seq=args.seq,
                                      stride=args.stride)
     yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
            f"from {result.tokens} tokens)")
@@ -56,11 +65,27 @@ def _info(args) -> Iterator[str]:
     yield from data.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
 
 
+SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only
+
+
 def _diff(args) -> Iterator[str]:
-    distance = data.diff(args.a, args.b, layout=_layout(args, args.a))
+    # Each file through its own layout (--layout, --layout-b, else the NAME.layout.json beside
+    # it): two checkpoints pair their leaves by key path. A layout named with --layout also reads
+    # a B that has none of its own; one found beside A never does (B's order may differ).
+    layout_a = _layout(args, args.a)
+    layout_b = checkpoint.read_layout(args.layout_b) if args.layout_b else checkpoint.find_layout(args.b)
+    if layout_b is None and args.layout:
+        layout_b = layout_a
+    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
+    for name, paths in (("a", distance.only_a), ("b", distance.only_b)):
+        if paths:
+            more = f" … and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else ""
+            yield f"only in {name} ({len(paths)} leaves, not compared): {' '.join(paths[:SHOWN_PATHS])}{more}"
+    for note in distance.notes:
+        yield f"note: {note}"
 
 
 def _export(args) -> Iterator[str]:
@@ -100,7 +125,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("lm-windows", _lm_windows, "Cut a token stream into language-modelling windows.")
     p.add_argument("input", metavar="TOKENS.txt")
-    p.add_argument("--vocab", required=True, type=int, metavar="V", help="vocabulary size (tokens are below it)")
+    p.add_argument("--vocab", required=True, metavar="V|VOCAB.json",
+                   help="the vocabulary size (tokens are below it), or the vocabulary file, whose length it is")
     p.add_argument("--seq", required=True, type=int, metavar="T", help="window length")
     p.add_argument("--stride", type=int, metavar="S", help="distance between window starts (default T)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
@@ -113,7 +139,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
     p.add_argument("a", metavar="A.psk.d")
     p.add_argument("b", metavar="B.psk.d")
-    p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
+    p.add_argument("--layout", metavar="LAYOUT.json",
+                   help="the layout of a params file A, and of B when B has none beside it "
+                        "(default: the NAME.layout.json written beside A)")
+    p.add_argument("--layout-b", metavar="LAYOUT.json",
+                   help="the layout of a params file B (default: the NAME.layout.json written beside it)")
 
     p = command("export", _export, "Write a file's samples as JSON, every real exact.")
     p.add_argument("file", metavar="FILE.psk.d")

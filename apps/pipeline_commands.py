@@ -18,7 +18,7 @@ def _pipeline(args) -> Iterator[str]:
     with Reader(pipeline.path) as reader:
         header = reader.header
     n = header.count
-    per_epoch = pipeline.batches_per_epoch(n)
+    per_epoch = pipeline.check_batches(n)  # E9010 when it makes no batch, as a training run refuses it
     yield f"pipeline {pipeline}"
     yield f"samples  {n} of type {header.type_text}, {per_epoch} batches an epoch"
     for j in range(min(args.batches, per_epoch)):

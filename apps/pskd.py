@@ -2,35 +2,71 @@
 
 Each command group lives in a module beside this one and adds its subcommands with
 ``register(subparsers)``; a subcommand's handler takes the parsed arguments and returns the line
-it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback.
+it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback; a
+command line that does not parse prints one line ``pskd: E9012: …`` and exits 2 (``--help`` shows
+the usage).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
-from absl import app
+from absl import app, flags
 from absl.flags import argparse_flags
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
-from pskd_jax.errors import PskdError
+from pskd_jax.errors import PskdError, UsageError
+
+__all__ = ["CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run", "usage_error"]
 
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
 
+USAGE_EXIT = 2  # argparse's status for a command line that does not parse
 
-def make_parser() -> argparse_flags.ArgumentParser:
-    parser = argparse_flags.ArgumentParser(
-        prog="pskd", description="Data and checkpoint tools for .psk.d files."
-    )
+
+class CommandParser(argparse_flags.ArgumentParser):
+    """The parser of ``pskd`` and of each subcommand (argparse makes subparsers of its class):
+    a usage error is the toolkit's E9012 in one line, not argparse's usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def usage_error(message: str) -> NoReturn:
+    print(f"pskd: {UsageError(message)}", file=sys.stderr)
+    sys.exit(USAGE_EXIT)
+
+
+def make_parser() -> CommandParser:
+    parser = CommandParser(prog="pskd", description="Data and checkpoint tools for .psk.d files.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(subparsers)
     return parser
 
 
+# Options whose value may begin with '-': argparse would take ``--encoding -,f32`` for two options.
+DASH_VALUE_OPTIONS = ("--encoding",)
+
+
+def join_dash_values(args: Sequence[str]) -> list[str]:
+    """``--encoding -,f32,bf16`` → ``--encoding=-,f32,bf16``: a value that starts with '-' and holds
+    a comma (no option does) is the value of the option before it."""
+    joined: list[str] = []
+    for arg in args:
+        if joined and joined[-1] in DASH_VALUE_OPTIONS and arg.startswith("-") and "," in arg:
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def parse_flags(argv: Sequence[str]):
-    return make_parser().parse_args(argv[1:])
+    try:
+        return make_parser().parse_args(join_dash_values(argv[1:]))
+    except flags.Error as e:  # absl's own flags (--flagfile naming no file, …)
+        usage_error(f"pskd: {str(e).removeprefix('ERROR::').strip()}")
 
 
 def main(args) -> None:

@@ -6,6 +6,9 @@
    case n = 2^38 + 1, whose domain is 4n so a few positions walk twenty times (≤ 500 µs).
 2. The whole order of an epoch of n samples against ``np.random.default_rng().permutation(n)``
    (held to ≤ 3×).
+3. ``shuffle_order(n, seed=, epoch=, start=, stop=)`` called once per batch of 256 consecutive
+   positions at n = 2^40 against ``order(start, stop)`` on a Permutation held by the caller
+   (held to ≤ 1.5×): the round keys of (seed, epoch) are derived once, not per call.
 """
 
 from __future__ import annotations
@@ -53,6 +56,26 @@ def plain_numpy_pass_microseconds(batches: int) -> float:
     return float(np.median(runs))
 
 
+def per_batch_call_microseconds(n: int, batches: int) -> tuple[float, float]:
+    """Median µs per batch of 256 consecutive positions: shuffle_order called per batch, and
+    ``order(start, stop)`` of a Permutation the caller holds (interleaved, so load hits both)."""
+    held = Permutation(n, seed=1234, epoch=1)
+    starts = [j * BATCH for j in range(batches)]
+    shuffle_order(n, seed=1234, epoch=1, start=0, stop=BATCH)  # the first call derives the keys
+    held.order(0, BATCH)
+    called, kept = [], []
+    for _ in range(5):
+        begin = time.perf_counter()
+        for s in starts:
+            shuffle_order(n, seed=1234, epoch=1, start=s, stop=s + BATCH)
+        called.append((time.perf_counter() - begin) / batches * 1e6)
+        begin = time.perf_counter()
+        for s in starts:
+            held.order(s, s + BATCH)
+        kept.append((time.perf_counter() - begin) / batches * 1e6)
+    return float(np.median(called)), float(np.median(kept))
+
+
 def seconds(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -77,6 +100,14 @@ def main() -> None:
         )
     print(f"  reference: one plain numpy pass of the rounds over {BATCH} positions: {plain:.1f} µs"
           " (40–75 µs in PERFORMANCE.md)")
+
+    print(f"shuffle_order per batch of {BATCH} consecutive positions at n = 2^40 (median of 5 × {args.batches})")
+    called, kept = per_batch_call_microseconds(2**40, args.batches)
+    ratio = called / kept
+    verdict = "ok" if ratio <= 1.5 else "OVER"
+    print(f"  shuffle_order(start=, stop=) per batch: {called:7.1f} µs")
+    print(f"  held Permutation.order(start, stop):    {kept:7.1f} µs")
+    print(f"  ratio per-batch call / held:            {ratio:7.2f}×   target ≤ 1.5×   ({verdict})")
 
     n = args.n
     print(f"whole order of an epoch of {n} samples")

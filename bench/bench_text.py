@@ -50,7 +50,7 @@ MB = 1_000_000
 
 def stage_chars(d: str, name: str, seq: int) -> dict:
     t0 = time.perf_counter()
-    vocab, count = T.char_vocab(os.path.join(d, f"{name}.txt"))
+    vocab, count = T.char_vocab_file(os.path.join(d, f"{name}.txt"))
     seconds = time.perf_counter() - t0
     T.write_vocab(os.path.join(d, "vocab.json"), vocab)
     return {"seconds": seconds, "vocab": len(vocab), "chars": count}

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from pskd_jax.format.reader import ACCESS_MODES, Reader
+from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.positional import pread_spans
 from pskd_jax.errors import ShardMismatchError, TruncatedError, UsageError
 from pskd_jax.data.windows import lm_window_count
@@ -220,6 +221,27 @@ class CorpusWindows:
             inputs[row], targets[row] = window[:-1], window[1:]
         del tokens
         return inputs, targets
+
+    # -- data-loader hooks (grain, PyTorch) -----------------------------------------------------
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Windows ``indices`` as a list of ``(inputs, targets)``, read in one :meth:`gather`: the
+        batched-read hook grain's ``MapDataset`` calls as ``_getitems`` and PyTorch's
+        ``DataLoader`` as ``__getitems__``."""
+        inputs, targets = self.gather(np.asarray(indices, dtype=np.int64) if len(indices) else
+                                      np.zeros(0, dtype=np.int64))
+        return [(inputs[k], targets[k]) for k in range(len(indices))]
+
+    _getitems = __getitems__
+
+    def __repr__(self) -> str:
+        """The corpus and what identifies it, stable across processes and new sources of one
+        corpus (grain checks a data loader's saved state against ``repr(data_source)``): the
+        manifest's absolute path, the window shape and count, and an xxh3 of the manifest, which
+        records every shard's sha256."""
+        digest = DIGESTS["xxh3_128"](self.manifest.to_bytes()).hexdigest()
+        return (f"CorpusWindows({os.path.abspath(self.path)!r}, seq={self.seq}, stride={self.stride}, "
+                f"windows={self._length}, type={self.type_text!r}, manifest_xxh3={digest})")
 
     # -- pickling (worker processes) and lifetime ----------------------------------------------
 

@@ -8,15 +8,27 @@ from pskd_jax.data.distance import Distance, diff
 from pskd_jax.data.export import export_json
 from pskd_jax.data.info import info_lines, iter_info_lines
 from pskd_jax.data.pack import pack_file, parse_encodings
-from pskd_jax.data.text import char_vocab, decode_file, encode_file, read_vocab, write_vocab
+from pskd_jax.data.text import (
+    char_vocab,
+    char_vocab_file,
+    decode,
+    decode_file,
+    encode,
+    encode_file,
+    read_vocab,
+    write_vocab,
+)
 from pskd_jax.data.tokens import iter_tokens, read_tokens
 from pskd_jax.data.windows import lm_window_count, lm_windows_file, window_type
 
 __all__ = [
     "Distance",
     "char_vocab",
+    "char_vocab_file",
+    "decode",
     "decode_file",
     "diff",
+    "encode",
     "encode_file",
     "export_json",
     "info_lines",

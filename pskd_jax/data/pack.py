@@ -1,13 +1,16 @@
 """``pack``: text lines of values → a ``.psk.d`` file of any closed sample type.
 
 One sample a line, its values separated by whitespace in leaf order (row-major within a leaf):
-indices as non-negative integers, reals as decimals (correctly rounded to f64 once, then held to
-the leaf's encoding). Empty lines and lines starting with ``--`` are skipped.
+indices as non-negative decimal integers (ASCII digits, leading zeros allowed, up to 2^64 - 1 and
+below the leaf's bound: the rule of a tokens text), reals as decimals (ASCII digits with an
+optional sign, point and exponent, correctly rounded to f64 once, then held to the leaf's
+encoding). Empty lines and lines starting with ``--`` are skipped.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 import numpy as np
@@ -17,6 +20,8 @@ from pskd_jax.format.encodings import Encoding
 from pskd_jax.errors import BadValueError, UsageError
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.sample_type import header_text
+
+__all__ = ["pack_file", "parse_encodings", "read_value_lines"]
 
 
 def read_value_lines(path: str) -> tuple[list[list[str]], list[int]]:
@@ -108,36 +113,81 @@ def _value_table(rows: list[list[str]], width: int) -> np.ndarray:
     return np.array(rows, dtype=str).reshape(len(rows), width)
 
 
+#: An index is ASCII decimal digits, leading zeros allowed (as a tokens text's tokens are).
+_DIGITS = "0123456789"
+
+#: A real is a decimal: ASCII digits with an optional sign, point and exponent. Not Python's
+#: wider float syntax: no ``1_0``, no fullwidth or other Unicode digits, no ``inf`` or ``nan``.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_DECIMAL_CHARACTERS = "0123456789+-.eE"
+
+#: Digits that always fit in a uint64 (numpy converts them at once); longer ones are exact ints.
+_SHORT_DIGITS = 19
+
+
 def _is_index(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 19
+    return text.isascii() and text.isdigit()
+
+
+def _is_decimal(text: str) -> bool:
+    return _DECIMAL.fullmatch(text) is not None
+
+
+def _all_match(flat: np.ndarray, characters: str, ok) -> bool:
+    """Whether every token is made of ``characters`` (ASCII) and, for an object table of long
+    tokens, passes ``ok``.
+
+    A text table is checked on its code points: a fixed-width ``<U`` array is UTF-32 with NUL
+    padding (and no token holds a NUL: :func:`read_value_lines` refuses it), so one table lookup
+    per code point answers for every token at once.
+    """
+    if flat.dtype == object:
+        return all(ok(token) for token in flat.ravel())
+    allowed = np.zeros(128, dtype=bool)
+    allowed[[0, *map(ord, characters)]] = True
+    points = np.ascontiguousarray(flat).view(np.uint32)
+    return bool(allowed.take(points, mode="clip").all() and (points < 128).all())
 
 
 def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: list[int], first: int) -> np.ndarray:
     """Text of one leaf for every sample → numbers; a bad token names its line and value."""
     flat = column.reshape(len(column), math.prod(column.shape[1:]))  # (-1 fails when there are no rows)
     if bound is None:
-        try:
-            return column.astype(np.float64)  # str or, for an object table, float() of each
-        except ValueError:
-            bad = _first_bad(flat, _is_decimal)
-            kind = "a real number"
+        if _all_match(flat, _DECIMAL_CHARACTERS, _is_decimal):
+            try:
+                return column.astype(np.float64)  # str or, for an object table, float() of each
+            except ValueError:
+                pass  # made of the right characters, yet not a decimal ("1e", "+-1", "."): named below
+        bad = _first_bad(flat, _is_decimal)
+        kind = "a real number (a decimal: digits with an optional sign, point and exponent)"
     else:
-        if column.dtype == object:
-            digits = np.array([_is_index(t) for t in flat.ravel()], dtype=bool)
-        else:
-            digits = (np.char.strip(flat, "0123456789") == "") & (np.char.str_len(flat) <= 19)
-        if digits.all():
-            return column.astype(np.uint64)  # the writer checks the bound, naming the line
+        if _all_match(flat, _DIGITS, _is_index):
+            return _indices(column, flat, bound, path, numbers, first)  # the writer checks the bound
         bad = _first_bad(flat, _is_index)
-        row, col = bad
-        if flat[row, col].isascii() and flat[row, col].isdigit():
-            raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} is {_shown(flat[row, col], quoted=False)}, "
-                f"not an index below {bound}",
-            )
         kind = "an index (a non-negative integer)"
     row, col = bad
     raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} {_shown(flat[row, col])} is not {kind}"
     )
+
+
+def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: list[int], first: int) -> np.ndarray:
+    """Digit tokens → uint64: at once when every token has at most 19 digits, else the long ones
+    one by one, exactly (leading zeros allowed, values up to 2^64 - 1)."""
+    lengths = np.char.str_len(flat.astype(str)) if flat.dtype == object else np.char.str_len(flat)
+    if lengths.size == 0 or lengths.max() <= _SHORT_DIGITS:
+        return column.astype(np.uint64)
+    values = np.zeros(flat.shape, dtype=np.uint64)
+    short = lengths <= _SHORT_DIGITS
+    values[short] = flat[short].astype(np.uint64)
+    for row, col in zip(*np.nonzero(~short)):
+        token = str(flat[row, col])
+        digits = token.lstrip("0")
+        value = int(digits or "0") if len(digits) <= 20 else None  # more digits: at least 10^20, beyond u64
+        if value is None or value >= min(bound, 1 << 64):
+            raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} is {_shown(token, quoted=False)}, "
+                                f"not an index below {bound}")
+        values[row, col] = value
+    return values.reshape(column.shape)
 
 
 def _shown(token: str, *, quoted: bool = True) -> str:
@@ -145,14 +195,6 @@ def _shown(token: str, *, quoted: bool = True) -> str:
     token = str(token)
     shown = repr(token[:40]) if quoted else token[:40]
     return shown if len(token) <= 40 else f"{shown}… ({len(token)} characters)"
-
-
-def _is_decimal(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _first_bad(flat: np.ndarray, ok) -> tuple[int, int]:

@@ -1,8 +1,10 @@
 """Text kernels: character vocabularies, encoding text to tokens and back, and language-model windows.
 
 These are the kernels behind ``pskd chars``, ``pskd encode``, ``pskd decode`` and the token reading
-of ``pskd lm-windows``. They stream: a file is read in blocks of :data:`CHUNK_SIZE` bytes, every
-block is turned into numpy arrays at once, and no Python object is made per character or token.
+of ``pskd lm-windows`` (the ``*_file`` functions), and their in-memory twins for strings:
+:func:`char_vocab`, :func:`encode` and :func:`decode`. The file functions stream: a file is read
+in blocks of :data:`CHUNK_SIZE` bytes, every block is turned into numpy arrays at once, and no
+Python object is made per character or token.
 Nothing here imports JAX.
 
 Formats
@@ -11,7 +13,7 @@ Formats
   one character. ``\\r\\n`` is two characters, a byte order mark is a character; nothing is
   normalised, which is what makes ``decode(encode(text))`` return the same bytes.
 - **Vocabulary**: a JSON array of distinct non-empty strings; token ``i`` is entry ``i``.
-  ``char_vocab`` makes one of single characters sorted by code point. Encoding needs every token to
+  ``char_vocab_file`` and ``char_vocab`` make one of single characters sorted by code point. Encoding needs every token to
   be one character: a sub-word token would need longest-match encoding, which is refused rather
   than guessed.
 - **Tokens text**: non-negative decimal integers separated by ASCII whitespace (space, tab, line
@@ -40,8 +42,23 @@ from pskd_jax.errors import BadValueError, PskdError, VocabularyError
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import line_at, open_regular, read_some
 from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, iter_tokens
+from pskd_jax.format.encodings import index_dtype
 
 
+
+__all__ = [
+    "CODE_POINTS",
+    "char_vocab",
+    "char_vocab_file",
+    "check_vocab",
+    "decode",
+    "decode_file",
+    "encode",
+    "encode_file",
+    "iter_text_blocks",
+    "read_vocab",
+    "write_vocab",
+]
 
 #: One past the largest code point.
 CODE_POINTS = 0x110000
@@ -116,13 +133,15 @@ def _describe(ch: str) -> str:
     """
     return f"{ch!r} (U+{ord(ch):04X})"
 
-def char_vocab(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> tuple[list[str], int]:
-    """Every distinct character of a UTF-8 text, sorted by code point, and the characters read.
+def char_vocab_file(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> tuple[list[str], int]:
+    """Every distinct character of a UTF-8 text file, sorted by code point, and the characters read.
+
+    :func:`char_vocab` does the same for a string in memory.
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
     >>> _ = open(p, "wb").write("bébé\\n".encode())
-    >>> char_vocab(p)
+    >>> char_vocab_file(p)
     (['\\n', 'b', 'é'], 5)
     """
     seen = np.zeros(CODE_POINTS, dtype=bool)
@@ -203,12 +222,12 @@ def _json_kind(value: object) -> str:
     }
     return kinds.get(type(value), "a list" if isinstance(value, (list, tuple)) else type(value).__name__)
 
-def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str]:
-    """A vocabulary given as a list or a file, and the name its errors use."""
+def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str | None]:
+    """A vocabulary given as a list or a file, and its file's name (None for a list)."""
     if isinstance(vocab, (str, os.PathLike)):
         return read_vocab(vocab), os.fspath(vocab)
     check_vocab(vocab, "vocabulary")
-    return list(vocab), "vocabulary"
+    return list(vocab), None
 
 def _word_dtype(width: int) -> np.dtype:
     """The unsigned integer dtype whose items are ``width`` bytes or the next power of two above."""
@@ -284,7 +303,7 @@ def encode_file(
     (5, b'1 2 2 1 0\\n')
     """
     vocab, name = _load_vocab(vocab)
-    tables = _encode_tables(vocab, name)
+    tables = _encode_tables(vocab, name or "vocabulary")
     count = 0
     with open_regular(text_path, buffering=-1) as f, atomic_output(os.fspath(out_path)) as out:
         for offset, block in _utf8_blocks(f, text_path, chunk_size):
@@ -298,13 +317,17 @@ def encode_file(
             out.write(b"\n")
     return count
 
-def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndarray, name: str) -> PskdError:
+def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndarray, name: str | None) -> PskdError:
     """The E9011 error for the first character of a block that the vocabulary does not hold."""
     position = int(np.argmin(words != 0))
     at = _byte_offset(offset, block, position)
     ch = block[at - offset :].decode("utf-8", errors="replace")[0]
-    return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in the vocabulary {name}",
+    return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in {_vocabulary_named(name)}",
     )
+
+def _vocabulary_named(name: str | None) -> str:
+    """How messages name a vocabulary: by its file, or plainly when it was given as a list."""
+    return "the vocabulary" if name is None else f"the vocabulary {name}"
 
 def _decoder(vocab: Sequence[str]) -> Callable[[np.ndarray], bytes]:
     """A function from a block of token indices (each below ``len(vocab)``) to their UTF-8 bytes.
@@ -376,14 +399,85 @@ def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterato
         for offset, block in _utf8_blocks(f, path, chunk_size):
             yield offset, block, _code_points(path, offset, block)
 
+# --- strings in memory --------------------------------------------------------------------------
 
-__all__ = [
-    "CODE_POINTS",
-    "char_vocab",
-    "check_vocab",
-    "decode_file",
-    "encode_file",
-    "iter_text_blocks",
-    "read_vocab",
-    "write_vocab",
-]
+
+def _string_code_points(text: str, what: str) -> np.ndarray:
+    """The code points of a string as ``uint32``; a lone surrogate (which UTF-8 cannot encode, so
+    no vocabulary file or text file can hold it) is refused with E9004 naming its position."""
+    if not isinstance(text, str):
+        raise BadValueError(f"{what} is a str, got {type(text).__name__}")
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), np.uint8).astype(np.uint32)
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+    surrogate = (points >= 0xD800) & (points <= 0xDFFF)
+    if surrogate.any():
+        at = int(np.argmax(surrogate))
+        raise BadValueError(f"{what}: character {at} is a lone surrogate U+{int(points[at]):04X}, which UTF-8 "
+                            "cannot encode")
+    return points
+
+
+def char_vocab(text: str) -> list[str]:
+    """The character vocabulary of a string: every distinct character, sorted by code point.
+
+    The in-memory twin of :func:`char_vocab_file`; token ``i`` is entry ``i``.
+
+    >>> char_vocab("bébé\\n")
+    ['\\n', 'b', 'é']
+    """
+    points = _string_code_points(text, "the text")
+    return [chr(c) for c in np.unique(points).tolist()]
+
+
+def encode(text: str, vocab: Union[Sequence[str], PathLike]) -> np.ndarray:
+    """The token ids of a string, one per character, against a vocabulary of single characters
+    (a list, or a vocabulary file).
+
+    The ids come in the smallest unsigned dtype that holds ``len(vocab) - 1``, the dtype an
+    ``idx[len(vocab)]`` leaf stores. A character the vocabulary does not hold is E9011 naming it,
+    its code point, and its position (character offset and line) in the text.
+
+    >>> encode("abba\\n", ["\\n", "a", "b"])
+    array([1, 2, 2, 1, 0], dtype=uint8)
+    """
+    vocab, name = _load_vocab(vocab)
+    _encode_tables(vocab, name or "vocabulary")  # refuses a token of several characters
+    points = _string_code_points(text, "the text")
+    dtype = index_dtype(max(len(vocab), 1))
+    if not vocab:
+        table = np.zeros(1, dtype=np.int64)
+    else:
+        table = np.zeros(max(ord(t) for t in vocab) + 2, dtype=np.int64)  # 0: unknown; the last entry stays 0
+        table[[ord(t) for t in vocab]] = np.arange(1, len(vocab) + 1)
+    ids = table.take(points, mode="clip")  # any code point beyond the table lands on its 0
+    if len(ids) and not ids.all():
+        at = int(np.argmin(ids != 0))
+        line = text.count("\n", 0, at) + 1
+        raise VocabularyError(f"the text, character {at} (line {line}): character {_describe(text[at])} is not in "
+                              f"{_vocabulary_named(name)}")
+    return (ids - 1).astype(dtype)
+
+
+def decode(ids: Union[Sequence[int], np.ndarray], vocab: Union[Sequence[str], PathLike]) -> str:
+    """The text of token ids (an integer array or sequence): each id replaced by its token.
+
+    The inverse of :func:`encode`; tokens may be of any length here. An id that is not an
+    integer in ``[0, len(vocab))`` is E9004 naming its position and value.
+
+    >>> decode([1, 2, 2, 1, 0], ["\\n", "a", "b"])
+    'abba\\n'
+    """
+    vocab, _ = _load_vocab(vocab)
+    array = np.asarray(ids)
+    if array.size == 0:
+        return ""
+    if array.dtype.kind not in "iu":
+        raise BadValueError(f"token ids are integers, got an array of {array.dtype}")
+    flat = array.reshape(-1)
+    bad = (flat < 0) | (flat >= len(vocab)) if array.dtype.kind == "i" else flat >= len(vocab)
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise BadValueError(f"token id {at} is {int(flat[at])}, not below the vocabulary size {len(vocab)}"
+                            if flat[at] >= 0 else f"token id {at} is {int(flat[at])}, a negative id")
+    return _decoder(vocab)(flat.astype(np.intp)).decode("utf-8")

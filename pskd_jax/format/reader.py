@@ -13,6 +13,7 @@ from pskd_jax.format import tree as tree_lib
 from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.layout import Layout
+from pskd_jax._os.digests import sampled_digest
 from pskd_jax._os.positional import pread_spans
 from pskd_jax.format.header import MAX_COUNT, read_header
 from pskd_jax.format.placement import Placement, c_strides
@@ -335,6 +336,42 @@ class Reader:
         if self.placement is not None:
             end = self.header.data_offset + self.header.count * self.placement.sample_bytes
         return memoryview(self._map)[self.header.data_offset : end]
+
+    # -- data-loader hooks (grain, PyTorch) -----------------------------------------------------
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """The samples at ``indices`` as a list of pytrees, read in one :meth:`gather`.
+
+        The batched-read hook of data loaders: grain's ``MapDataset`` calls it as ``_getitems``
+        (its ``SupportsBatchedReadRandomAccessDataSource``), PyTorch's ``DataLoader`` as
+        ``__getitems__``. Each sample's leaves are 0-d or n-d arrays, as ``reader[i]`` gives.
+        """
+        leaves = self.gather_leaves(np.asarray(indices, dtype=np.int64) if len(indices) else [])
+        unflatten = self._require_layout().layout.unflatten
+        return [unflatten([leaf[k, ...] for leaf in leaves]) for k in range(len(indices))]
+
+    _getitems = __getitems__
+
+    def __repr__(self) -> str:
+        """The file and what identifies it, stable across processes and new readers of one file:
+        grain checks a data loader's saved state against ``repr(data_source)``, so a state saved
+        over one reader restores over a new reader of the same file, and is refused over another.
+
+        Identity: the absolute path, the type, the count, the size, and an xxh3 of the header and
+        the first and last 4 KiB of data (cheap; no object id, no modification time)."""
+        key = (self.file_size, self.header.count)
+        cached = self.__dict__.get("_repr_identity")
+        if cached is None or cached[0] != key:
+            start, end = self.header.data_offset, self.file_size
+            spans = [(0, start), (start, min(4096, end - start)), (max(start, end - 4096), min(4096, end - start))]
+            try:
+                sampled = sampled_digest(self.path, spans)
+            except PskdError:  # gone or unreadable since opened: still a repr, and never equal to a readable one
+                sampled = "unreadable"
+            cached = (key, sampled)
+            self.__dict__["_repr_identity"] = cached
+        return (f"Reader({os.path.abspath(self.path)!r}, type={self.header.type_text!r}, count={self.header.count}, "
+                f"bytes={self.file_size}, sampled_xxh3={cached[1]})")
 
     # -- pickling (for worker processes: grain's, multiprocessing's) ---------------------------
 

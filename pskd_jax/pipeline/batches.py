@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Iterator
 import numpy as np
 from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
 from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, Permutation
+from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
 
-# Stage name → (parameter name, smallest value, what is accepted), in the order stages must come.
+__all__ = ["IteratorState", "Pipeline"]
+
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,23 @@ class Pipeline:
         full = n // self.batch_size
         return full if self.take is None else min(full, self.take)
 
+    def check_batches(self, n: int) -> int:
+        """:meth:`batches_per_epoch`, refusing (E9010) a pipeline that makes no batch of ``n``
+        samples: ``batch(B = n)`` larger than the file would give every epoch zero batches, and
+        a training run would loop over nothing.
+
+        >>> Pipeline("d.psk.d", seed=None, batch_size=8).check_batches(5)
+        Traceback (most recent call last):
+        ...
+        pskd_jax.errors.PipelineError: E9010: stream "d.psk.d" |> batch(B = 8) makes no batch of 8 from 5 samples: the file needs at least 8 samples, or a smaller B
+        """
+        count = self.batches_per_epoch(n)
+        if count == 0:
+            raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
+                f"the file needs at least {self.batch_size} samples, or a smaller B",
+            )
+        return count
+
     def batch_indices(self, n: int, epoch: int, j: int) -> np.ndarray:
         """The sample indices of batch ``j`` (from 0) of ``epoch`` (from 1): π_epoch(jB + i) for
         i < B, or jB + i without a shuffle.
@@ -112,11 +129,7 @@ class Pipeline:
         used, and a new iterator started from it continues with the next batch. The stream runs
         over epochs 1, 2, … forever, or up to and including epoch ``epochs``.
         """
-        count = self.batches_per_epoch(n)
-        if count == 0:
-            raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
-                f"the file needs at least {self.batch_size} samples, or a smaller B",
-            )
+        count = self.check_batches(n)
         state = IteratorState() if state is None else state
         if not isinstance(state, IteratorState):
             raise BadValueError(f"state must be an IteratorState (IteratorState.from_json), got {state!r}")
@@ -175,18 +188,13 @@ class Pipeline:
         positions += dtype(j * self.batch_size)
         if self.seed is None:
             return positions
-        return _permutation(n, self.seed, epoch)(positions)
+        return held_permutation(n, seed=self.seed, epoch=epoch)(positions)
 
 def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
     """The type of a batch: a leading axis of ``batch_size`` on every leaf."""
     if isinstance(parsed, TupleType):
         return TupleType(tuple(_with_batch_axis(item, batch_size) for item in parsed.items))
     return dataclasses.replace(parsed, dims=(Dim(batch_size), *parsed.dims))
-
-@functools.lru_cache(maxsize=4)
-def _permutation(n: int, seed: int, epoch: int) -> Permutation:
-    """The permutation of an epoch, kept: deriving its keys costs ~100 µs, a batch far less."""
-    return Permutation(n, seed=seed, epoch=epoch)
 
 def _check_stage_value(name: str, value: Any, low: int, high: int | None = None) -> int:
     """A stage's value as an int in [low, high), or PskdError(BAD_PIPELINE) saying what fits."""

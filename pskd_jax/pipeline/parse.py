@@ -2,13 +2,17 @@
 
 The text (whitespace, newlines included, is free between tokens)::
 
+    text     := [NAME "="] pipeline                           -- data = stream "…" |> …
     pipeline := "stream" PATH ["|>" "shuffle" "(" "seed" "=" INT ")"]
                               "|>" "batch" "(" "B" "=" INT ")"
                               ["|>" "take" "(" "n" "=" INT ")"]
     PATH     := '"' any characters but '"' and newline '"'     -- no escapes
     INT      := decimal digits
+    NAME     := an identifier (letters, digits, '_'; not starting with a digit)
 
-for example ``stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 32) |> take(n = 100)``.
+for example ``stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 32) |> take(n = 100)``, or
+the same bound to a name as a training program writes it, ``data = stream "train.psk.d" |> …``
+(the name documents; the pipeline is the same).
 A relative path is relative to the file that holds the text (:func:`load_pipeline`) or to the
 base directory the caller names (:func:`parse_pipeline`). A pipeline *file* may only stream a file
 inside its own directory, or inside a wider ``root`` its reader names: no absolute path, ``..`` or
@@ -33,6 +37,8 @@ from pskd_jax.errors import PipelineError, PskdError
 from pskd_jax.pipeline.shuffle import MAX_SEED
 from pskd_jax.pipeline.batches import Pipeline
 
+
+__all__ = ["check_inside", "load_pipeline", "parse_pipeline"]
 
 _STAGES = {
     "shuffle": ("seed", 0, "an integer in [0, 2**64)"),
@@ -106,6 +112,7 @@ class _Parser:
 
     def parse(self) -> tuple[str, dict[str, tuple[int, _Token]]]:
         """The path as written and each stage's value with the token of its name."""
+        self.binding()
         self.expect("name", "stream", "'stream'")
         self.where = "after stream"
         path_token = self.expect("string", None, 'a quoted path ("…")')
@@ -124,6 +131,15 @@ class _Parser:
         if "batch" not in stages:
             raise self.fail(self.peek(), f"expected '|> batch(B = n)' {self.where}: every pipeline batches")
         return path, stages
+
+    def binding(self) -> bool:
+        """Skips ``NAME =`` before the pipeline (the name a program binds it to); whether it did."""
+        first, second = self.tokens[0], self.tokens[1] if len(self.tokens) > 1 else None
+        if first.kind == "name" and second is not None and second.kind == "punct" and second.text == "=":
+            self.position = 2
+            self.where = f"after {first.text} ="
+            return True
+        return False
 
     def stage(self) -> tuple[_Token, int]:
         """One ``name(param = INT)`` after ``|>``."""
@@ -170,6 +186,8 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source:
 
     >>> parse_pipeline('stream "d.psk.d" |> shuffle(seed = 7) |> batch(B = 2)', base_dir="/data")
     Pipeline(path='/data/d.psk.d', seed=7, batch_size=2, take=None)
+    >>> parse_pipeline('data = stream "d.psk.d" |> batch(B = 2)').batch_size
+    2
     >>> parse_pipeline('stream "d" |> batch(B = 2x)')
     Traceback (most recent call last):
     ...

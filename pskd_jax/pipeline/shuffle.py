@@ -37,6 +37,7 @@ is a few arrays of one chunk.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import struct
 from typing import Any
@@ -44,6 +45,22 @@ from typing import Any
 import numpy as np
 
 from pskd_jax.errors import BadValueError
+
+__all__ = [
+    "HELD_PERMUTATIONS",
+    "MAX_N",
+    "MAX_SEED",
+    "Permutation",
+    "chacha20_block",
+    "check_epoch",
+    "check_n",
+    "check_seed",
+    "fmix32",
+    "half_bits",
+    "held_permutation",
+    "round_keys",
+    "shuffle_order",
+]
 
 KEY_TAG = b"pskd.shuffle.v1\0"
 ROUNDS = 8
@@ -483,39 +500,36 @@ def _check_range(n: int, start: Any, stop: Any) -> tuple[int, int]:
     return start, stop
 
 
+#: Permutations kept by :func:`held_permutation`: a few epochs of a few files.
+HELD_PERMUTATIONS = 16
+
+
+@functools.lru_cache(maxsize=HELD_PERMUTATIONS)
+def _held(n: int, seed: int, epoch: int) -> Permutation:
+    return Permutation(n, seed=seed, epoch=epoch)
+
+
+def held_permutation(n: int, *, seed: int, epoch: int) -> Permutation:
+    """The :class:`Permutation` of ``(n, seed, epoch)``, kept between calls.
+
+    Deriving the round keys (a ChaCha20 block in Python) costs more than permuting a batch, so
+    code that asks for one batch at a time must not derive them per call: the last
+    :data:`HELD_PERMUTATIONS` permutations asked for are kept (a Permutation is safe to share
+    between threads). Arguments are checked first, so ``np.int64(10)`` and ``10`` share one.
+    """
+    return _held(check_n(n), check_seed(seed), check_epoch(epoch))
+
+
 def shuffle_order(n: int, *, seed: int, epoch: int, start: int = 0, stop: int | None = None) -> np.ndarray:
     """π_epoch(p) for p in ``start..stop-1`` (default the whole epoch) over ``n`` samples.
 
-    int64 when ``n <= 2**63``, else uint64. Memory beyond the result is one chunk's worth.
+    int64 when ``n <= 2**63``, else uint64. Memory beyond the result is one chunk's worth. The
+    round keys of ``(seed, epoch)`` are derived once and kept (:func:`held_permutation`), so a
+    call per batch costs about what a call on a held :class:`Permutation` costs.
 
     >>> shuffle_order(10, seed=0, epoch=2).tolist()
     [9, 1, 3, 6, 8, 0, 7, 2, 5, 4]
     >>> shuffle_order(1000, seed=42, epoch=1, stop=4).tolist()
     [156, 421, 538, 754]
     """
-    return Permutation(n, seed=seed, epoch=epoch).order(start, stop)
-
-
-__all__ = [
-    "CHUNK",
-    "FMIX_C1",
-    "FMIX_C2",
-    "KEY_TAG",
-    "LANE_LIMIT",
-    "MASK32",
-    "MAX_N",
-    "MAX_SEED",
-    "REPACK_AFTER",
-    "ROUNDS",
-    "TABLE_LANE_LIMIT",
-    "TABLE_MAX_HALF_BITS",
-    "Permutation",
-    "chacha20_block",
-    "check_epoch",
-    "check_n",
-    "check_seed",
-    "fmix32",
-    "half_bits",
-    "round_keys",
-    "shuffle_order",
-]
+    return held_permutation(n, seed=seed, epoch=epoch).order(start, stop)

@@ -26,7 +26,7 @@ CHUNK_SIZES = [1, 2, 3, 5, 7, 64, T.CHUNK_SIZE]
 def round_trip(tmp_path, text: str, chunk_size: int = T.CHUNK_SIZE) -> tuple[list[str], bytes]:
     """text → vocab file → encode → decode; returns the vocabulary and the tokens file."""
     src = write(tmp_path / "in.txt", text.encode("utf-8"))
-    vocab, count = T.char_vocab(src, chunk_size=chunk_size)
+    vocab, count = T.char_vocab_file(src, chunk_size=chunk_size)
     assert vocab == sorted(set(text)) and count == len(text)
     T.write_vocab(tmp_path / "v.json", vocab)
     assert T.read_vocab(tmp_path / "v.json") == vocab
@@ -49,7 +49,7 @@ def only_files(directory) -> list[str]:
 
 def test_tiny_text_exact_output(tmp_path):
     src = write(tmp_path / "t.txt", b"abba\nab a\n")
-    vocab, count = T.char_vocab(src)
+    vocab, count = T.char_vocab_file(src)
     assert vocab == ["\n", " ", "a", "b"] and count == 10
     assert T.encode_file(src, vocab, tmp_path / "t.tok") == 10
     assert (tmp_path / "t.tok").read_bytes() == b"2 3 3 2 0 2 3 1 2 0\n"
@@ -86,7 +86,7 @@ def test_round_trip_emoji_only_and_single_character(tmp_path):
 
 def test_empty_text(tmp_path):
     src = write(tmp_path / "e.txt", b"")
-    assert T.char_vocab(src) == ([], 0)
+    assert T.char_vocab_file(src) == ([], 0)
     assert T.encode_file(src, [], tmp_path / "e.tok") == 0
     assert (tmp_path / "e.tok").read_bytes() == b""
     assert TOK.read_tokens(tmp_path / "e.tok").tolist() == []
@@ -104,7 +104,7 @@ def test_round_trip_property(tmp_path_factory, text, chunk_size):
         assert TOK.read_tokens(tmp_path / "t.tok", bound=len(vocab), chunk_size=chunk_size).tolist() == expected
     else:
         src = write(tmp_path / "in.txt", b"")
-        assert T.char_vocab(src, chunk_size=chunk_size) == ([], 0)
+        assert T.char_vocab_file(src, chunk_size=chunk_size) == ([], 0)
 
 
 def test_encode_with_a_larger_vocabulary(tmp_path):
@@ -198,7 +198,7 @@ def test_decode_index_out_of_range(tmp_path):
 def test_invalid_utf8(tmp_path, chunk_size, data, line, offset):
     src = write(tmp_path / "t.txt", data)
     with raises("E9004", f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
-        T.char_vocab(src, chunk_size=chunk_size)
+        T.char_vocab_file(src, chunk_size=chunk_size)
     with raises("E9004", f"t.txt:{line}: invalid UTF-8 at byte {offset}"):
         T.encode_file(src, [chr(c) for c in range(256)], tmp_path / "t.tok", chunk_size=chunk_size)
     assert only_files(tmp_path) == ["t.txt"]
@@ -206,7 +206,7 @@ def test_invalid_utf8(tmp_path, chunk_size, data, line, offset):
 
 def test_missing_text_file(tmp_path):
     with raises("E9003", "nope.txt", "cannot read"):
-        T.char_vocab(tmp_path / "nope.txt")
+        T.char_vocab_file(tmp_path / "nope.txt")
     with raises("E9003", "nope.txt"):
         T.encode_file(tmp_path / "nope.txt", ["a"], tmp_path / "t.tok")
     assert only_files(tmp_path) == []

@@ -1,0 +1,147 @@
+"""Every usage error of every subcommand is one line ``pskd: E9012: …`` on stderr and a non-zero
+exit, never argparse's usage text; ``--help`` still shows the usage. Also: ``lm-windows --vocab``
+takes a number or a vocabulary file, and messages name the vocabulary file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pskd_jax
+from pskd_jax.apps import pskd as pskd_app
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every runnable command path (``("corpus", "build")`` …) of a parser, depth first."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = subcommands(sub, (*prefix, name))
+                found.extend(nested or [(*prefix, name)])
+    return found
+
+
+COMMANDS = subcommands(pskd_app.make_parser())
+
+
+def parse(capsys, *args: str) -> tuple[int, str, str]:
+    """Parses a command line in this process: (exit status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        pskd_app.parse_flags(["pskd", *args])
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
+def assert_one_usage_line(status: int, out: str, err: str, *names: str) -> None:
+    assert status == 2 and out == ""
+    assert err.startswith("pskd: E9012: "), err
+    assert len(err.splitlines()) == 1, err
+    assert "usage:" not in err and "Traceback" not in err
+    for name in names:
+        assert name in err, (name, err)
+
+
+def test_the_commands_are_found():
+    assert {("pack",), ("diff",), ("lm-windows",), ("pipeline",), ("corpus", "build")} <= set(COMMANDS)
+    assert len(COMMANDS) >= 12
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_an_unknown_option_is_one_e9012_line(capsys, command):
+    status, out, err = parse(capsys, *command, "--no-such-option", "x")
+    # argparse names missing required arguments first, the unknown option when nothing is missing
+    assert_one_usage_line(status, out, err, *([] if "required" in err else ["--no-such-option"]))
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in {("corpus", "verify")}], ids=" ".join)
+def test_missing_arguments_are_one_e9012_line_naming_the_command(capsys, command):
+    status, out, err = parse(capsys, *command)
+    if status == 0:  # a command without required arguments parses
+        return
+    assert_one_usage_line(status, out, err, "pskd " + " ".join(command), "required")
+
+
+@pytest.mark.parametrize("args, names", [
+    ((), ["required: COMMAND"]),
+    (("nope",), ["invalid choice: 'nope'"]),
+    (("corpus",), ["pskd corpus", "SUBCOMMAND"]),
+    (("corpus", "nope"), ["invalid choice: 'nope'"]),
+    (("info", "f.psk.d", "--samples", "many"), ["--samples", "invalid int value: 'many'"]),
+    (("lm-windows", "--seq"), ["--seq", "expected one argument"]),
+    (("info", "f.psk.d", "--no-such-option"), ["unrecognized arguments: --no-such-option"]),
+    (("diff", "a", "b", "c"), ["unrecognized arguments: c"]),
+    (("pipeline", "text", "--epoch", "1.5"), ["--epoch"]),
+])
+def test_malformed_command_lines(capsys, args, names):
+    assert_one_usage_line(*parse(capsys, *args), *names)
+
+
+@pytest.mark.parametrize("command", [(), ("pack",), ("corpus",), ("corpus", "build")], ids=repr)
+def test_help_still_shows_the_usage(capsys, command):
+    status, out, err = parse(capsys, *command, "--help")
+    assert status == 0 and out.startswith("usage: pskd") and err == ""
+
+
+def test_an_encoding_list_that_starts_with_a_dash_is_a_value():
+    args = pskd_app.parse_flags(["pskd", "pack", "--type", "R[]", "--encoding", "-,f32", "in.txt", "-o", "o"])
+    assert args.encoding == "-,f32" and args.input == "in.txt" and args.output == "o"
+    # Only such a value is joined: a lone '-' and an option after --encoding keep their meaning.
+    assert pskd_app.join_dash_values(["--encoding", "-,f32", "-o", "-"]) == ["--encoding=-,f32", "-o", "-"]
+    assert pskd_app.join_dash_values(["--encoding", "--round"]) == ["--encoding", "--round"]
+    assert pskd_app.join_dash_values(["--type", "-,x"]) == ["--type", "-,x"]
+
+
+def pskd(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+
+
+@pytest.mark.subprocess
+def test_a_usage_error_from_the_installed_command_is_one_line(tmp_path):
+    done = pskd("lm-windows", "--vocab", "3", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "pskd: E9012: pskd lm-windows: the following arguments are required: TOKENS.txt, --seq, -o/--output "
+        "(see pskd lm-windows --help)"]
+    done = pskd("--flagfile=missing.flags", "info", "x", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("pskd: E9012: ") and len(done.stderr.splitlines()) == 1
+    assert "missing.flags" in done.stderr
+
+
+@pytest.mark.subprocess
+def test_lm_windows_takes_a_vocabulary_file_or_a_number(tmp_path):
+    (tmp_path / "text.txt").write_text("abcab cab\n")
+    assert pskd("chars", "text.txt", "-o", "vocab.json", cwd=tmp_path).returncode == 0
+    assert pskd("encode", "text.txt", "--vocab", "vocab.json", "-o", "tokens.txt", cwd=tmp_path).returncode == 0
+    size = len(json.loads((tmp_path / "vocab.json").read_text()))
+    by_file = pskd("lm-windows", "--vocab", "vocab.json", "--seq", "3", "tokens.txt", "-o", "a.psk.d", cwd=tmp_path)
+    by_number = pskd("lm-windows", "--vocab", str(size), "--seq", "3", "tokens.txt", "-o", "b.psk.d", cwd=tmp_path)
+    assert by_file.returncode == 0 and by_number.returncode == 0, (by_file.stderr, by_number.stderr)
+    assert f"idx[{size}][seq: 3]" in by_file.stdout
+    assert (tmp_path / "a.psk.d").read_bytes() == (tmp_path / "b.psk.d").read_bytes()
+    missing = pskd("lm-windows", "--vocab", "nope.json", "--seq", "3", "tokens.txt", "-o", "c.psk.d", cwd=tmp_path)
+    assert missing.returncode == 1 and missing.stderr.startswith("pskd: E9003: nope.json")
+    negative = pskd("lm-windows", "--vocab", "-3", "--seq", "3", "tokens.txt", "-o", "c.psk.d", cwd=tmp_path)
+    assert negative.returncode == 1 and negative.stderr.startswith("pskd: E9012: --vocab must be at least 1")
+    assert not (tmp_path / "c.psk.d").exists()
+
+
+@pytest.mark.subprocess
+def test_encode_names_the_vocabulary_file_of_a_missing_character(tmp_path):
+    (tmp_path / "text.txt").write_text("ab\nc\n")
+    pskd_jax.write_vocab(tmp_path / "civil_vocab.json", ["a", "b", "\n"])
+    done = pskd("encode", "text.txt", "--vocab", "civil_vocab.json", "-o", "t.txt", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == ("pskd: E9011: text.txt:2: character 'c' (U+0063) is not in the vocabulary "
+                           "civil_vocab.json\n")
+    assert not (tmp_path / "t.txt").exists()
