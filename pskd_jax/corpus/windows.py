@@ -335,7 +335,7 @@ class CorpusWindows:
             raise UsageError(f"{self.path}: tokens [{start}, {stop}) are not inside the stream of "
                              f"{state.total_tokens} tokens")
         out = self._stream(state, start, stop)
-        self._check_tokens(state, out, np.arange(start, stop, dtype=np.int64))
+        self._check_tokens(state, out, lambda i: start + i)
         return out
 
     def _stream(self, state: _Snapshot, start: int, stop: int) -> np.ndarray:
@@ -359,18 +359,19 @@ class CorpusWindows:
         pread_spans(state.fds[shard], [memoryview(out.view(np.uint8))],
                     [int(state.data_offsets[shard]) + local * item], state.shards[shard].path)
 
-    def _check_tokens(self, state: _Snapshot, tokens: np.ndarray, positions: np.ndarray) -> None:
+    def _check_tokens(self, state: _Snapshot, tokens: np.ndarray, position_of) -> None:
         """E9004 naming the shard and the token when a token is not below the vocabulary size
-        (``positions``: each token's place in the stream, same shape)."""
+        (``position_of(i)``: the stream position of the i-th token of ``tokens`` in C order, asked
+        for the first bad one only)."""
         bound = self.vocab_size
         if not self._bounded or tokens.size == 0 or tokens.max() < bound:
             return
-        flat = np.flatnonzero(tokens.reshape(-1) >= bound)[0]
-        position = int(positions.reshape(-1)[flat])
+        flat = int(np.flatnonzero(tokens.reshape(-1) >= bound)[0])
+        position = int(position_of(flat))
         k = int(np.searchsorted(state.offsets, position, side="right")) - 1
-        raise BadValueError(f"{self.path}: shard {k} {state.manifest.shards[k].path}: token {position - int(state.offsets[k])} "
-                            f"is {int(tokens.reshape(-1)[flat])}, not below the vocabulary size {bound} (a damaged "
-                            "shard; verify the corpus)")
+        raise BadValueError(f"{self.path}: shard {k} {state.manifest.shards[k].path}: token "
+                            f"{position - int(state.offsets[k])} is {int(tokens.reshape(-1)[flat])}, not below the "
+                            f"vocabulary size {bound} (a damaged shard; verify the corpus)")
 
     def _gather_read(self, state: _Snapshot, starts: np.ndarray, shard: np.ndarray, inside: np.ndarray
                      ) -> np.ndarray:
@@ -437,7 +438,8 @@ class CorpusWindows:
         if inputs.max() < bound and last.max() < bound:
             return
         tokens = np.concatenate([inputs, last.reshape(-1, 1)], axis=1)
-        self._check_tokens(state, tokens, starts[:, None] + np.arange(self.seq + 1))
+        width = self.seq + 1
+        self._check_tokens(state, tokens, lambda i: int(starts[i // width]) + i % width)
 
     # -- pickling (worker processes) and lifetime ----------------------------------------------
 
