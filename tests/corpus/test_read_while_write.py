@@ -400,3 +400,21 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
     assert len(held) >= 2
     print(f"{len(seen)} manifests seen, {in_progress} reads of a build in progress, {checks} batches checked, "
           f"{len(held)} readers held across rebuilds")
+
+
+@pytest.mark.subprocess
+def test_pskd_corpus_verify_and_info_say_a_build_is_in_progress(tmp_path):
+    inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 10)) for i in range(2)]
+    out = tmp_path / "c"
+    build_corpus(inputs, out, durable=False)
+    m = corpus.read_manifest(out / "shards.json")
+    corpus.write_manifest(out / "shards.json", m.tokenizer, m.shards[:1], m.build, planned_shards=2)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "corpus", *a, str(out)],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=120)
+    verify = run("verify")
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stdout.splitlines()[1] == ("pskd: note: a build of this corpus is in progress or was interrupted: "
+                                             "1 of 2 shards listed")
+    info = run("info")
+    assert info.returncode == 0 and "building   1 of 2 shards listed" in info.stdout
