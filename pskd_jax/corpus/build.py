@@ -106,8 +106,10 @@ def build_shard(source: str, shard_path: str, *, tokenizer: Tokenizer, chunk_tok
 
     A pure function of the input and the options: the same input always gives the same bytes. The
     entry's ``path`` is the shard's file name (a manifest beside the shard lists it as is); its
-    ``source`` identifies the input. On bad input (without ``skip_bad``) or any other error the
-    shard file is deleted and the error raised.
+    ``source`` identifies the input. A new shard is written in place; one that replaces a file is
+    written beside it and renamed over it (:mod:`pskd_jax.corpus.shard_writer`), so a reader of the
+    old file keeps its bytes. On bad input (without ``skip_bad``) or any other error the new file is
+    deleted (a file that stood at ``shard_path`` before stays as it was) and the error raised.
     """
     options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
     identity = source_of(source)
@@ -495,3 +497,7 @@ def _run_tasks(tasks: list[_Task], results: list[ShardResult | None], workers: i
             raise TruncatedError(f"a build worker died ({error}); run the build again to finish it") from None
         raise error
     return results
+
+
+__all__ = ["JOURNAL_FORMAT", "PUBLISH_SECONDS", "BuildResult", "ManifestPublisher", "ShardResult", "build_corpus",
+           "build_options", "build_shard", "finished_prefix", "pool_context", "remove_stale_shards"]

@@ -29,6 +29,8 @@ from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_man
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
 
+_largest = np.maximum.reduce  # a batch's largest token: called per batch, without ndarray.max's wrapper
+
 
 @dataclasses.dataclass(eq=False)
 class _OpenShard:
@@ -128,7 +130,8 @@ class CorpusWindows:
         self.tokenizer = self._state.manifest.tokenizer
         self.dtype = self.tokenizer.dtype
         # Stored tokens can reach the bound only when the dtype holds more values than the vocabulary.
-        self._bounded = self.tokenizer.vocab_size < 1 << (8 * self.dtype.itemsize)
+        self._bound = self.tokenizer.vocab_size
+        self._bounded = self._bound < 1 << (8 * self.dtype.itemsize)
 
     # -- opening and refreshing ------------------------------------------------------------------
 
@@ -363,7 +366,7 @@ class CorpusWindows:
         """E9004 naming the shard and the token when a token is not below the vocabulary size
         (``position_of(i)``: the stream position of the i-th token of ``tokens`` in C order, asked
         for the first bad one only)."""
-        bound = self.vocab_size
+        bound = self._bound
         if not self._bounded or tokens.size == 0 or tokens.max() < bound:
             return
         flat = int(np.flatnonzero(tokens.reshape(-1) >= bound)[0])
@@ -411,10 +414,11 @@ class CorpusWindows:
         inside = position < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
         if self.access == "pread":
             windows = self._gather_read(state, position, shard, inside)
-            self._check_windows(state, windows[:, :-1], windows[:, -1], position)
+            if self._bounded and n and _largest(windows, None) >= self._bound:
+                self._check_tokens(state, windows, lambda i: int(position[i // (seq + 1)]) + i % (seq + 1))
             return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
         crossing = np.flatnonzero(~inside) if n else position[:0]
-        starts = position.copy()
+        starts = position.copy() if len(crossing) else None
         position += state.shift.take(shard)  # now a record index of the views
         if len(state.inputs) and len(crossing) < n:
             if len(crossing):
@@ -426,20 +430,16 @@ class CorpusWindows:
         for row in crossing.tolist():  # across a shard boundary: from pieces
             window = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
             inputs[row], targets[row] = window[:-1], window[1:]
-        self._check_windows(state, inputs, targets[:, -1] if n else targets[:, :0], starts)
+        # The inputs and each target's last token (the rest of the targets are inputs) below V.
+        if self._bounded and n and (_largest(inputs, None) >= self._bound or _largest(targets[:, -1]) >= self._bound):
+            tokens = np.concatenate([inputs, targets[:, -1:]], axis=1)
+            starts = self._starts(indices, state.length)
+            self._check_tokens(state, tokens, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
         return inputs, targets
 
-    def _check_windows(self, state: _Snapshot, inputs: np.ndarray, last: np.ndarray, starts: np.ndarray) -> None:
-        """Checks a batch's tokens: the inputs, and each target's last token (the rest of the
-        targets are inputs)."""
-        if not self._bounded or inputs.size == 0:
-            return
-        bound = self.vocab_size
-        if inputs.max() < bound and last.max() < bound:
-            return
-        tokens = np.concatenate([inputs, last.reshape(-1, 1)], axis=1)
-        width = self.seq + 1
-        self._check_tokens(state, tokens, lambda i: int(starts[i // width]) + i % width)
+    def _starts(self, indices: np.ndarray, count: int) -> np.ndarray:
+        """Each window's first token in the stream (for an error message)."""
+        return (indices.astype(np.int64) % count) * self.stride
 
     # -- pickling (worker processes) and lifetime ----------------------------------------------
 

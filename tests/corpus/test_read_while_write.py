@@ -23,6 +23,7 @@ from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PskdError
+from pskd_jax._os.digests import file_sha256
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 B = 256  # the byte tokenizer's boundary
@@ -229,7 +230,7 @@ def test_refresh_keeps_the_old_view_on_an_error(tmp_path):
     w = ShardWriter(str(extra), Tokenizer.bytes(), durable=False)
     w.append(np.array([1, 2, B], np.uint16))
     w.close()
-    digest = corpus_build.file_sha256(extra)
+    digest = file_sha256(extra)
     damaged = bytearray(extra.read_bytes())
     damaged[-6] ^= 1  # token 1 becomes 0
     extra.write_bytes(bytes(damaged))
