@@ -79,11 +79,19 @@ def logits(params: dict, tokens: jax.Array, config: ModelConfig) -> jax.Array:
     return _norm(x, params["norm"]) @ params["unembed"]
 
 
-def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, config: ModelConfig) -> jax.Array:
-    """Mean cross-entropy of the targets (the inputs shifted by one) in nats per token."""
+def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, config: ModelConfig,
+            mask_token: int | None = None) -> jax.Array:
+    """Mean cross-entropy of the targets (the inputs shifted by one) in nats per token.
+
+    With ``mask_token`` (a corpus's boundary token), targets equal to it do not count: the mean is
+    over the other targets (0 when there is none). Without it the computation is the plain mean,
+    unchanged."""
     logp = jax.nn.log_softmax(logits(params, inputs.astype(jnp.int32), config))
     picked = jnp.take_along_axis(logp, targets.astype(jnp.int32)[..., None], axis=-1)
-    return -jnp.mean(picked)
+    if mask_token is None:
+        return -jnp.mean(picked)
+    keep = (targets != mask_token)[..., None]
+    return -jnp.sum(jnp.where(keep, picked, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
 
 
 def init_adam(params: dict) -> dict:
@@ -96,13 +104,14 @@ def init_adam(params: dict) -> dict:
     return jax.tree_util.tree_map(lambda x: x, state)
 
 
-def make_train_step(config: ModelConfig, learning_rate: float = 3e-3):
-    """A jit-compiled step: (params, adam state, inputs, targets) → (params, adam state, loss)."""
+def make_train_step(config: ModelConfig, learning_rate: float = 3e-3, mask_token: int | None = None):
+    """A jit-compiled step: (params, adam state, inputs, targets) → (params, adam state, loss);
+    ``mask_token`` as :func:`loss_fn` takes it."""
     b1, b2, eps = 0.9, 0.99, 1e-8
 
     @jax.jit
     def step(params: dict, opt: dict, inputs: jax.Array, targets: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, config)
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, config, mask_token)
         count = opt["count"] + 1
         mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, opt["mu"], grads)
         nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["nu"], grads)

@@ -77,8 +77,12 @@ def _verify(args) -> Iterator[str]:
     args.manifest = _manifest_path(args.manifest)
     result = corpus.verify_corpus(args.manifest, workers=args.workers)
     seconds = time.perf_counter() - started
-    yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count and "
-           f"size matches ({result.bytes / 1e6:.1f} MB in {seconds:.2f} s)")
+    yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count, size, "
+           f"token and document count matches ({result.bytes / 1e6:.1f} MB in {seconds:.2f} s)")
+    m = result.manifest
+    if not m.complete:
+        yield (f"pskd: note: a build of this corpus is in progress or was interrupted: {len(m.shards)} of "
+               f"{m.planned_shards} shards listed")
 
 
 def _info(args) -> Iterator[str]:

@@ -3,10 +3,15 @@
     python -m pskd_jax.apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
         --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
     python -m pskd_jax.apps.train_lm --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
-        --seq 64 [--stride 64] [--verify_corpus] --steps 300
+        --seq 64 [--stride 64] [--noverify_corpus] [--mask_boundary] --steps 300
 
 A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
-from the corpus's global token stream (:class:`pskd_jax.corpus.CorpusWindows`).
+from the corpus's global token stream (:class:`pskd_jax.corpus.CorpusWindows`). Before training,
+every shard is checked against the manifest (sha256, every token below the vocabulary size, its
+documents), on one thread per CPU, reading each shard once through the descriptor training then
+reads it from: a damaged corpus fails at start, naming the shard (E9017). ``--noverify_corpus``
+skips that. ``--mask_boundary`` leaves targets that are the corpus's boundary token out of the
+loss (predicting where a document ends is then not learnt).
 
 A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`` ahead on a
 background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
@@ -41,7 +46,10 @@ flags.DEFINE_float("learning_rate", 3e-3, "Adam's learning rate.")
 flags.DEFINE_integer("seed", 0, "Seed of the initial parameters.")
 flags.DEFINE_integer("seq", None, "Window length when the pipeline streams a corpus (DIR/shards.json).")
 flags.DEFINE_integer("stride", None, "Distance between window starts in a corpus (default: --seq).")
-flags.DEFINE_bool("verify_corpus", False, "Hash every shard of a corpus against its manifest first.")
+flags.DEFINE_bool("verify_corpus", True, "Check every shard of a corpus against its manifest before training "
+                  "(sha256, tokens below the vocabulary size, documents), in parallel; --noverify_corpus skips it.")
+flags.DEFINE_bool("mask_boundary", False, "Leave targets that are the corpus's boundary token out of the loss "
+                  "(a corpus only: its manifest names the boundary).")
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
                   "process's resident memory that of the batches in flight whatever the data's size; "
@@ -72,10 +80,24 @@ def main(argv: list[str]) -> None:
         if corpus.is_manifest(pipeline.path):  # windows cut on the fly from a sharded corpus
             if FLAGS.seq is None:
                 raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
+            opened = time.perf_counter()
             reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
                                           verify=FLAGS.verify_corpus, access=FLAGS.access)
+            if FLAGS.verify_corpus:
+                m = reader.manifest
+                print(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
+                      f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)", flush=True)
+            if not reader.complete:
+                print(f"train: {pipeline.path} is the manifest of a build in progress or interrupted: "
+                      f"{len(reader.manifest.shards)} of {reader.manifest.planned_shards} shards; training on "
+                      "those", flush=True)
             vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
+            mask_token = reader.boundary if FLAGS.mask_boundary else None
         else:
+            if FLAGS.mask_boundary:
+                raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
+                                 f"{pipeline.path} is a .psk.d file")
+            mask_token = None
             reader = Reader(pipeline.path, access=FLAGS.access)
             inputs_leaf = reader.placement.layout.leaves[0]
             if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
@@ -101,10 +123,11 @@ def main(argv: list[str]) -> None:
         print(f"train: {e}", file=sys.stderr)
         sys.exit(1)
 
-    print(f"train: {len(reader)} windows of {seq} tokens over a vocabulary of {vocab}; {pipeline}; "
+    masked = f" (targets {mask_token}, the boundary, left out of the loss)" if mask_token is not None else ""
+    print(f"train: {len(reader)} windows of {seq} tokens over a vocabulary of {vocab}{masked}; {pipeline}; "
           f"model width {config.width}, {config.layers} blocks, {config.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
-    train_step = charlm.make_train_step(config, FLAGS.learning_rate)
+    train_step = charlm.make_train_step(config, FLAGS.learning_rate, mask_token)
     started, first_step = time.perf_counter(), step
     loader = Loader(reader, pipeline, state=state)
     bar = tqdm.tqdm(total=FLAGS.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,

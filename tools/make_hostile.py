@@ -556,12 +556,33 @@ def manifests(c: Collection) -> None:
     changed = bytearray(s0)
     changed[-2] ^= 1
     add("shard-changed-byte", corpus(files={"shard-00000.psk.d": bytes(changed), "shard-00001.psk.d": s1}), "E9017",
-        "a token changed since the manifest was written (only verify hashes: info and windows accept it)")
+        "a token changed since the manifest was written (only verify hashes: info accepts it; windows refuse the "
+        "token, 257 >= V, with E9004)")
     add("symlink-dangling-inside", corpus(files={"shard-00000.psk.d": Link("nowhere.psk.d"),
                                                  "shard-00001.psk.d": s1}), "E9017",
         "a shard that is a dangling symbolic link inside the directory")
     add("symlink-loop", corpus(files={"shard-00000.psk.d": Link("loop.psk.d"), "loop.psk.d": Link("shard-00000.psk.d"),
                                       "shard-00001.psk.d": s1}), "E9017", "a shard that is a loop of symbolic links")
+
+    # Damage a manifest written after it cannot hide: verify reads tokens and boundaries, not only the hash.
+    rehashed = bytearray(s0)
+    rehashed[len(t.header(0)) + 2 : len(t.header(0)) + 4] = (300).to_bytes(2, "little")
+    add("shard-token-300-rehashed", corpus([_entry("shard-00000.psk.d", bytes(rehashed), 2, t), dict(e1)],
+                                           {"shard-00000.psk.d": bytes(rehashed), "shard-00001.psk.d": s1}), "E9017",
+        "token 2 is 300 >= V, the sha256 recorded after the damage (verify reads the tokens; windows refuse "
+        "the token with E9004)")
+    add("documents-disagree", corpus(entry0(documents=1)), "E9017",
+        "a shard of 2 boundary tokens whose entry records 1 document")
+    v2 = s0[:4] + (2).to_bytes(2, "little") + s0[6 : len(t.header(0))] + (1).to_bytes(4, "little") + b"\x00" \
+        + s0[len(t.header(0)) :]
+    add("shard-version-2", corpus([_entry("shard-00000.psk.d", v2, 2, t, tokens=9), dict(e1)],
+                                  {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), "E9017",
+        "a shard with a version 2 header (readable as a container, not as a shard), its sha256 recorded")
+    add("valid-in-progress", corpus(in_progress={"planned_shards": 5}), None,
+        "the manifest of a build in progress: 2 of 5 shards finished and listed")
+    add("in-progress-fewer-planned", corpus(in_progress={"planned_shards": 1}), "E9016",
+        "a manifest in progress that plans fewer shards than it lists")
+    add("in-progress-not-object", corpus(in_progress=True), "E9016", "in_progress that is not an object")
 
 
 # JSONL (and .txt) corpus inputs.

@@ -14,27 +14,39 @@ shard included (see :mod:`pskd_jax.corpus`).
 
 Writing a shard
 ---------------
-The shard is written in place at its final path: a header with count 0, then chunks of
-``chunk_tokens`` tokens (the last one shorter), each appended, flushed and synced, *then* the
-header's count rewritten and synced. A reader that opens the shard during the build (it reads the
-count from the header) sees whole chunks only, and a crash leaves at most trailing bytes after the
-counted tokens. The shard's bytes do not depend on ``chunk_tokens``. A writer holds an exclusive
-``flock`` on the shard, so two builders never write one shard at once.
+See :mod:`pskd_jax.corpus.shard_writer`: chunks appended, synced, then counted in the header, so
+a reader sees whole chunks only; a new shard is written in place, a shard that replaces a file is
+written beside it and renamed over it, so a reader that holds the old file keeps its old, whole
+bytes. A writer holds an exclusive ``flock`` on the shard, so two builders never write one shard
+at once.
+
+The manifest while a build runs
+-------------------------------
+``shards.json`` is never removed and never lists a shard that is not finished: it is replaced
+atomically, and at any moment it is either the previous build's manifest (until the build first
+changes what it lists) or the manifest of the build in progress, marked ``"in_progress":
+{"planned_shards": N}``, which lists the longest run of finished shards from the first, in input
+order (kept ones and newly built ones). Every entry it lists matches its file, so a reader that
+opens or refreshes (:meth:`pskd_jax.corpus.CorpusWindows.refresh`) during a build sees a
+consistent corpus, whose token stream only grows while the build runs (a prefix of the final
+stream). It is rewritten when that run grows, at most every :data:`PUBLISH_SECONDS`; a shard that
+the build replaces is left out of it before its new file is renamed into place. Once every shard is
+done the complete manifest is written (the same bytes as an uninterrupted build's).
 
 Resuming
 --------
 :func:`build_corpus` holds ``DIR/.pskd-corpus.lock`` for the whole build (a second build of the
 directory is refused, E9016) and keeps a journal, ``DIR/.shards.journal``: its first line the
 tokenizer and build options, then one JSON line per finished shard, appended and synced as each
-finishes. ``shards.json`` is removed when a build starts (its entries go to the journal first)
-and written, atomically, only when every shard is done; the journal is then removed. A rerun
-keeps every shard whose entry (in the journal or a previous ``shards.json``) names the same input
+finishes; it is removed once the complete manifest is written. A rerun keeps every shard whose
+entry (in the journal or a previous ``shards.json``, finished or in progress) names the same input
 (path, size, modification time) and the same options, and whose file still matches its entry
-(count, size, sha256); it rebuilds the others. The result is the same bytes as an uninterrupted
-build's. Once ``shards.json`` is written, the shard files of an earlier build that it does not list
-(``shard-NNNNN.psk.d`` names only: a build of fewer inputs) are removed. A shard name that is a
-symbolic link is replaced by the shard, never written through. ``DIR/.pskd-corpus.lock`` stays
-after the build (see :func:`directory_lock` for why).
+(count, size, sha256, tokens); it checks those first, in ``workers`` threads, and rebuilds the
+others. The result is the same bytes as an uninterrupted build's. Once the complete
+``shards.json`` is written, the shard files of an earlier build that it does not list
+(``shard-NNNNN.psk.d`` names only: a build of fewer inputs) are removed, with what killed writers
+left beside shards. A shard name that is a symbolic link is replaced by the shard, never written
+through. ``DIR/.pskd-corpus.lock`` stays after the build (see :func:`directory_lock` for why).
 """
 
 from __future__ import annotations
@@ -57,7 +69,7 @@ from pskd_jax._os.digests import file_sha256
 from pskd_jax._os.jsonfile import json_text, read_strict
 from pskd_jax.corpus.inputs import EXAMPLES, BadInput, ResetShard, find_inputs, iter_tokens, source_of
 from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, PskdError, TruncatedError, UsageError
-from pskd_jax._os.atomic import atomic_output, fsync_directory
+from pskd_jax._os.atomic import atomic_output, fsync_directory, remove_stale_temporaries
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax._os import names
 from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
@@ -66,6 +78,8 @@ from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
 
 
 JOURNAL_FORMAT = "pskd-corpus-journal"
+
+PUBLISH_SECONDS = 0.5  # the least time between two rewrites of shards.json during a build
 
 @dataclasses.dataclass(frozen=True)
 class ShardResult:
@@ -92,8 +106,10 @@ def build_shard(source: str, shard_path: str, *, tokenizer: Tokenizer, chunk_tok
 
     A pure function of the input and the options: the same input always gives the same bytes. The
     entry's ``path`` is the shard's file name (a manifest beside the shard lists it as is); its
-    ``source`` identifies the input. On bad input (without ``skip_bad``) or any other error the
-    shard file is deleted and the error raised.
+    ``source`` identifies the input. A new shard is written in place; one that replaces a file is
+    written beside it and renamed over it (:mod:`pskd_jax.corpus.shard_writer`), so a reader of the
+    old file keeps its bytes. On bad input (without ``skip_bad``) or any other error the new file is
+    deleted (a file that stood at ``shard_path`` before stays as it was) and the error raised.
     """
     options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
     identity = source_of(source)
@@ -177,13 +193,30 @@ def _worker_bytes(n: int) -> None:
         with _PROGRESS.get_lock():
             _PROGRESS.value += n
 
+def _keeps(task: _Task) -> bool:
+    """Whether the shard recorded for the task (same input, same options) is intact and kept. A
+    symbolic link at the shard's name is never kept: it is replaced."""
+    return task.recorded is not None and not os.path.islink(task.shard_path) \
+        and shard_problem(task.shard_path, task.recorded, task.tokenizer) is None
+
+def _kept_shards(tasks: Sequence[_Task], workers: int) -> list[ShardResult | None]:
+    """The result of each task whose recorded shard is kept, None for those to build; the
+    recorded shards are checked (hashed) in ``workers`` threads, before anything is written."""
+    candidates = [t for t in tasks if t.recorded is not None]
+    if workers > 1 and len(candidates) > 1:
+        with concurrent.futures.ThreadPoolExecutor(min(workers, len(candidates))) as pool:
+            keep = list(pool.map(_keeps, candidates))
+    else:
+        keep = [_keeps(t) for t in candidates]
+    results: list[ShardResult | None] = [None] * len(tasks)
+    for task, kept in zip(candidates, keep):
+        if kept:
+            results[task.index] = ShardResult(task.recorded, (), True, 0)
+    return results
+
 def _run_task(task: _Task, on_bytes: Callable[[int], None] | None = None) -> ShardResult:
-    """Keeps the recorded shard when it is intact and of the same input, else builds it."""
+    """Builds the task's shard."""
     on_bytes = on_bytes or _worker_bytes
-    if task.recorded is not None and not os.path.islink(task.shard_path) \
-            and shard_problem(task.shard_path, task.recorded, task.tokenizer) is None:  # a link is replaced
-        on_bytes(task.recorded.source["size"] if task.recorded.source else 0)
-        return ShardResult(task.recorded, (), True, 0)
     done = 0
 
     def progress(position: int) -> None:
@@ -263,6 +296,53 @@ def _recorded(directory: str, journal: _Journal, tokenizer: Tokenizer, options: 
     return entries
 
 
+def finished_prefix(results: Sequence[ShardResult | None]) -> int:
+    """How many shards from the first are finished (the run a manifest in progress lists)."""
+    for i, result in enumerate(results):
+        if result is None:
+            return i
+    return len(results)
+
+class ManifestPublisher:
+    """Keeps ``DIR/shards.json`` listing the finished shards of the build in progress (see the
+    module docstring): :meth:`start` once the kept shards are known, :meth:`update` as shards
+    finish, :meth:`finish` for the complete manifest."""
+
+    def __init__(self, directory: str, tokenizer: Tokenizer, options: dict[str, Any], planned: int, *,
+                 durable: bool = True):
+        self.path = os.path.join(directory, MANIFEST)
+        self.tokenizer, self.options, self.planned, self.durable = tokenizer, options, planned, durable
+        self.listed: int | None = None  # shards the manifest on disk lists, once this build wrote it
+        self._last = 0.0
+
+    def start(self, results: Sequence[ShardResult | None]) -> None:
+        """The first manifest of the build, unless none is needed yet: every shard is kept (the
+        complete one follows at once), or there is no manifest and nothing finished to list. From
+        here on no shard the manifest lists is rebuilt: only unlisted ones are."""
+        listed = finished_prefix(results)
+        if listed == len(results) or (listed == 0 and not os.path.lexists(self.path)):
+            self.listed = 0 if listed < len(results) else None
+            return
+        self._write(results, listed)
+
+    def update(self, results: Sequence[ShardResult | None], *, now: bool = False) -> None:
+        """Lists the shards finished since the last rewrite, if the run from the first grew and
+        :data:`PUBLISH_SECONDS` have passed (or ``now``: a build that fails lists what it
+        finished)."""
+        listed = finished_prefix(results)
+        if self.listed is not None and self.listed < listed < len(results) \
+                and (now or time.monotonic() - self._last >= PUBLISH_SECONDS):
+            self._write(results, listed)
+
+    def finish(self, results: Sequence[ShardResult]) -> Manifest:
+        """The complete manifest (atomically, durably)."""
+        return write_manifest(self.path, self.tokenizer, [r.entry for r in results], self.options)
+
+    def _write(self, results: Sequence[ShardResult | None], listed: int) -> None:
+        write_manifest(self.path, self.tokenizer, [r.entry for r in results[:listed]], self.options,
+                       planned_shards=self.planned, durable=self.durable)
+        self.listed, self._last = listed, time.monotonic()
+
 def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
     inputs than the last one); returns them. Only names this module gives shards
@@ -274,6 +354,10 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     except OSError:
         return removed
     for name in sorted(listed):
+        left = names.leftover(name)
+        if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
+            removed += remove_stale_temporaries(os.path.join(directory, left[1]))  # a killed writer's
+            continue
         if names.shard_index(name) is None or name in keep:
             continue
         path = os.path.join(directory, name)
@@ -324,15 +408,19 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
                 recorded = None
             tasks.append(_Task(i, source, os.path.join(directory, name), recorded, tokenizer, chunk_tokens,
                                options, durable))
-        journal.start([t.recorded for t in tasks if t.recorded is not None])
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(directory, MANIFEST))  # shards may change from here on
-            fsync_directory(directory)
+        results = _kept_shards(tasks, workers)
+        journal.start([r.entry for r in results if r is not None])
+        publisher = ManifestPublisher(directory, tokenizer, options, len(tasks), durable=durable)
+        publisher.start(results)  # from here on, shards the manifest does not list may change
         try:
-            results = _run_tasks(tasks, workers, journal, progress, start_method, lock_fd)
+            _run_tasks(tasks, results, workers, journal, progress, start_method, lock_fd, publisher)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a full disk, say: the manifest stays as it was
+                publisher.update(results, now=True)
+            raise
         finally:
             journal.close()
-        manifest = write_manifest(os.path.join(directory, MANIFEST), tokenizer, [r.entry for r in results], options)
+        manifest = publisher.finish(results)
         remove_stale_shards(directory, {s.path for s in manifest.shards})
         os.unlink(journal.path)
         fsync_directory(directory)
@@ -341,14 +429,16 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
                        sum(r.entry.skipped for r in results), examples, sum(r.input_bytes for r in results),
                        time.perf_counter() - started)
 
-def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
+def _run_tasks(tasks: list[_Task], results: list[ShardResult | None], workers: int, journal: _Journal,
                progress: Callable[[int, int, int, int], None] | None, start_method: str | None,
-               lock_fd: int | None) -> list[ShardResult]:
-    """Runs the shard tasks (in this process, or a pool), journaling each as it finishes."""
+               lock_fd: int | None, publisher: ManifestPublisher) -> list[ShardResult]:
+    """Builds the shards not kept (``results[i]`` None), in this process or a pool, journaling
+    each as it finishes and publishing the manifest as the finished run grows."""
     total = sum(os.stat(t.source).st_size for t in tasks)
-    results: list[ShardResult | None] = [None] * len(tasks)
-    done_bytes = 0
+    kept_bytes = sum(r.entry.source["size"] for r in results if r is not None and r.entry.source)
+    done_bytes = kept_bytes
     last = 0.0
+    tasks = [t for t in tasks if results[t.index] is None]
 
     def report(force: bool = False) -> None:
         nonlocal last
@@ -359,11 +449,13 @@ def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
 
     def finished(task: _Task, result: ShardResult) -> None:
         results[task.index] = result
-        if not result.kept or task.recorded is None:
-            journal.add(result.entry)
+        journal.add(result.entry)
+        publisher.update(results)
         report(force=True)
 
     report(force=True)
+    if not tasks:
+        return results
     if workers == 1 or len(tasks) == 1:
         def on_bytes(n: int) -> None:
             nonlocal done_bytes
@@ -386,7 +478,7 @@ def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
         while pending:
             done, pending = concurrent.futures.wait(pending, timeout=0.2,
                                                     return_when=concurrent.futures.FIRST_COMPLETED)
-            done_bytes = counter.value
+            done_bytes = kept_bytes + counter.value
             for future in sorted(done, key=lambda f: futures[f].index):
                 if future.cancelled():
                     continue
@@ -397,6 +489,8 @@ def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
                         error = e
                         for other in pending:
                             other.cancel()
+            if error is None:
+                publisher.update(results)  # a rewrite held back by PUBLISH_SECONDS
             report()
     if error is not None:
         if isinstance(error, concurrent.futures.process.BrokenProcessPool):
@@ -405,13 +499,5 @@ def _run_tasks(tasks: list[_Task], workers: int, journal: _Journal,
     return results
 
 
-__all__ = [
-    "JOURNAL_FORMAT",
-    "BuildResult",
-    "ShardResult",
-    "build_corpus",
-    "build_options",
-    "build_shard",
-    "pool_context",
-    "remove_stale_shards",
-]
+__all__ = ["JOURNAL_FORMAT", "PUBLISH_SECONDS", "BuildResult", "ManifestPublisher", "ShardResult", "build_corpus",
+           "build_options", "build_shard", "finished_prefix", "pool_context", "remove_stale_shards"]

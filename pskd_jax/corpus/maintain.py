@@ -5,32 +5,67 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
+import hashlib
+import io
 import os
-from typing import Sequence
-from pskd_jax.format.header import read_header
+import stat
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pskd_jax.format.header import VERSION_F64, Header, read_header
 from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
-from pskd_jax._os.digests import file_sha256
+from pskd_jax._os.digests import BLOCK
+from pskd_jax._os.files import _kind as file_kind
+from pskd_jax._os.positional import read_into
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest, write_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
 
 
-def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool = True) -> str | None:
-    """What is wrong with the shard file at ``path`` against its entry, or None when it matches:
-    its type, header count, size (no trailing bytes), and (``digest``) its sha256."""
+class ShardProblem(Exception):
+    """What is wrong with one shard file, as a phrase (the caller names the shard)."""
+
+
+def open_shard(path: str) -> int:
+    """A read-only descriptor of the shard file at ``path``, without blocking: a FIFO, a device,
+    a socket or a directory there is a :class:`ShardProblem`, as is a file that cannot be opened."""
     try:
-        size = os.stat(path).st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        return f"missing ({e.strerror or e})"
+        what = "missing" if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else "unreadable"
+        raise ShardProblem(f"{what} ({e.strerror or e})") from None
+    except ValueError:  # a NUL byte (the manifest refuses one; a caller's path may hold it)
+        raise ShardProblem("unreadable (a path holds no NUL byte)") from None
     try:
-        with open(path, "rb") as f:
-            header = read_header(f, path, size)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ShardProblem(f"{file_kind(mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def shard_header(fd: int, size: int, path: str) -> Header:
+    """The ``.psk.d`` header of an open shard (a :class:`ShardProblem` if it is none)."""
+    try:
+        return read_header(io.FileIO(fd, "rb", closefd=False), path, size)
     except OSError as e:
-        return f"unreadable ({e.strerror or e})"
+        raise ShardProblem(f"unreadable ({e.strerror or e})") from None
     except PskdError as e:
-        return f"not a shard ({e.message})"
+        raise ShardProblem(f"not a shard ({e.message})") from None
+
+
+def header_problem(header: Header, size: int, shard: Shard, tokenizer: Tokenizer) -> str | None:
+    """What is wrong with a shard's header and size against its entry: its version (a shard is
+    written with version 1, as its one leaf is an idx), type, count, and size (no trailing bytes)."""
     if header.type_text != tokenizer.sample_type:
         return f"type {header.type_text!r}, expected {tokenizer.sample_type!r}"
+    if header.version != VERSION_F64:
+        return (f"a version {header.version} header; a shard of type {tokenizer.sample_type!r} is written with "
+                f"version {VERSION_F64}, which readers of the corpus expect")
     if header.count != shard.tokens:
         return f"header count {header.count}, the manifest records {shard.tokens} tokens"
     expected = header.data_offset + shard.tokens * tokenizer.dtype.itemsize
@@ -38,14 +73,91 @@ def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool
         return f"truncated: {size} bytes, {expected} needed for {shard.tokens} tokens"
     if size > expected:
         return f"{size - expected} bytes after its {shard.tokens} tokens ({size} bytes, {expected} expected)"
-    if digest:
-        try:
-            found = file_sha256(path)
-        except PskdError as e:
-            return f"unreadable ({e.message})"
-        if found != shard.sha256:
-            return f"sha256 {found}, the manifest records {shard.sha256}"
     return None
+
+
+def content_problem(fd: int, path: str, header: Header, shard: Shard, tokenizer: Tokenizer) -> str | None:
+    """Reads the whole shard once, in blocks, and checks in that one pass its sha256, that every
+    token is below the vocabulary size, and that its boundary tokens number its ``documents``.
+
+    Reading (``preadv``), hashing and the numpy reductions all release the GIL, so shards scan in
+    parallel on threads."""
+    digest = hashlib.sha256()
+    dtype, bound, boundary = tokenizer.dtype, tokenizer.vocab_size, tokenizer.boundary
+    item = dtype.itemsize
+    end = header.data_offset + shard.tokens * item
+    buffer = np.empty(max(item, min(BLOCK, end)), np.uint8)
+    view = memoryview(buffer)
+    checks_bound = bound < 1 << (8 * item)  # idx[256] in u8 holds no value at or above its bound
+    first_bad: tuple[int, int] | None = None  # (token position, value)
+    boundaries = 0
+    try:
+        read_into(fd, view[: header.data_offset], 0, path)
+        digest.update(view[: header.data_offset])
+        position = header.data_offset
+        while position < end:
+            n = min(len(buffer), end - position)
+            read_into(fd, view[:n], position, path)
+            digest.update(view[:n])
+            tokens = buffer[:n].view(dtype)
+            if checks_bound and first_bad is None and tokens.max() >= bound:
+                at = int(np.argmax(tokens >= bound))
+                first_bad = ((position - header.data_offset) // item + at, int(tokens[at]))
+            boundaries += int(np.count_nonzero(tokens == boundary))
+            position += n
+    except PskdError as e:
+        return f"unreadable ({e.message})"
+    found = digest.hexdigest()
+    if found != shard.sha256:
+        return f"sha256 {found}, the manifest records {shard.sha256}"
+    if first_bad is not None:
+        return (f"token {first_bad[0]} is {first_bad[1]}, not below the vocabulary size {bound} (its sha256 matches "
+                "the manifest: the damage predates the manifest)")
+    if boundaries != shard.documents:
+        return (f"{boundaries} boundary tokens ({boundary}), but the manifest records {shard.documents} documents, "
+                "and every document ends with one")
+    return None
+
+
+def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool = True) -> str | None:
+    """What is wrong with the shard file at ``path`` against its entry, or None when it matches:
+    a regular file, its header (version, type, count), its size (no trailing bytes), and with
+    ``digest`` its content (:func:`content_problem`: sha256, tokens below the vocabulary size,
+    boundary tokens equal to ``documents``)."""
+    try:
+        fd = open_shard(path)
+    except ShardProblem as e:
+        return str(e)
+    try:
+        size = os.fstat(fd).st_size
+        header = shard_header(fd, size, path)
+        problem = header_problem(header, size, shard, tokenizer)
+        if problem is None and digest:
+            problem = content_problem(fd, path, header, shard, tokenizer)
+        return problem
+    except ShardProblem as e:
+        return str(e)
+    finally:
+        os.close(fd)
+
+
+def check_shards(manifest: Manifest, check: Callable[[int], str | None], workers: int | None) -> None:
+    """Runs ``check(i)`` for every shard of ``manifest`` (``workers`` threads, default the CPUs);
+    E9017 naming the first failing shard, and how many others fail."""
+    count = len(manifest.shards)
+    workers = max(1, workers or os.cpu_count() or 1)
+    if workers == 1 or count <= 1:
+        problems = [check(i) for i in range(count)]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(workers, count)) as pool:
+            problems = list(pool.map(check, range(count)))
+    bad = [i for i, p in enumerate(problems) if p is not None]
+    if bad:
+        i = bad[0]
+        others = f" (and {len(bad) - 1} more failing shard{'s' if len(bad) > 2 else ''}: " + ", ".join(
+            manifest.shards[j].path for j in bad[1:6]) + (", …" if len(bad) > 6 else "") + ")" if len(bad) > 1 else ""
+        raise ShardMismatchError(f"{manifest.path}: shard {i} {manifest.shards[i].path}: {problems[i]}{others}")
+
 
 @dataclasses.dataclass(frozen=True)
 class VerifyResult:
@@ -54,24 +166,16 @@ class VerifyResult:
     tokens: int
     bytes: int
 
+
 def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None) -> VerifyResult:
-    """Hashes every shard (``workers`` threads: hashing and reading release the GIL) and checks
-    its type, header count and size against the manifest; E9017 naming the first bad shard."""
+    """Checks every shard against the manifest (``workers`` threads, default the CPUs): a regular
+    file, its header and size, and in one read of each file its sha256, every token below the
+    vocabulary size, and its boundary tokens equal to its documents. E9017 naming the first bad
+    shard. The manifest of a build still in progress verifies (it lists finished shards only):
+    ``result.manifest.complete`` says whether it is one."""
     manifest = read_manifest(manifest_path)
     paths = [manifest.shard_path(i) for i in range(len(manifest.shards))]
-    workers = max(1, workers or os.cpu_count() or 1)
-    check = lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer)  # noqa: E731
-    if workers == 1 or len(paths) <= 1:
-        problems = [check(i) for i in range(len(paths))]
-    else:
-        with concurrent.futures.ThreadPoolExecutor(min(workers, len(paths))) as pool:
-            problems = list(pool.map(check, range(len(paths))))
-    bad = [i for i, p in enumerate(problems) if p is not None]
-    if bad:
-        i = bad[0]
-        others = f" (and {len(bad) - 1} more failing shard{'s' if len(bad) > 2 else ''}: " + ", ".join(
-            manifest.shards[j].path for j in bad[1:6]) + (", …" if len(bad) > 6 else "") + ")" if len(bad) > 1 else ""
-        raise ShardMismatchError(f"{manifest.path}: shard {i} {manifest.shards[i].path}: {problems[i]}{others}")
+    check_shards(manifest, lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer), workers)
     header = len(manifest.tokenizer.header(0))
     size = sum(header + s.tokens * manifest.tokenizer.dtype.itemsize for s in manifest.shards)
     return VerifyResult(manifest, len(paths), manifest.tokens, size)
@@ -98,6 +202,9 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
     skipped = sum(s.skipped for s in m.shards)
     if skipped:
         lines.append(f"skipped    {skipped} bad documents (built with --skip-bad)")
+    if not m.complete:
+        lines.append(f"building   {len(m.shards)} of {m.planned_shards} shards listed: a build is in progress (or "
+                     "was interrupted; run it again to finish it)")
     if shards:
         lines += [f"[{i}] {s.path}  {s.tokens} tokens  {s.documents} documents  sha256 {s.sha256[:16]}…"
                   for i, s in enumerate(m.shards)]
@@ -119,13 +226,17 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
     root = os.path.dirname(os.path.abspath(output))
     first = read_manifest(manifests[0])
     shards: list[Shard] = []
-    seen: dict[str, str] = {}  # a shard's real path → the manifest that listed it first
+    seen: dict[tuple, str] = {}  # a shard's file (device, inode) → the manifest that listed it first
     for path in manifests:
         m = first if path is manifests[0] else read_manifest(path)
         if m.tokenizer != first.tokenizer:
             raise CorpusDirectoryError(f"{m.path}: its tokenizer ({_describe_tokenizer(m.tokenizer)}) differs from "
                             f"{first.path}'s ({_describe_tokenizer(first.tokenizer)}); only corpora of one "
                             "vocabulary merge")
+        if not m.complete:
+            raise CorpusDirectoryError(f"{m.path}: a build of this corpus is in progress or was interrupted "
+                                       f"({len(m.shards)} of {m.planned_shards} shards listed); merge it once its "
+                                       "build has finished")
         if m.build != first.build:
             differ = sorted(k for k in set(m.build) | set(first.build) if m.build.get(k) != first.build.get(k))
             raise CorpusDirectoryError(f"{m.path}: its build options differ from {first.path}'s ("
@@ -134,10 +245,12 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
         for i, shard in enumerate(m.shards):
             where = os.path.abspath(m.shard_path(i))
             real = os.path.realpath(where)
-            if real in seen:
-                raise CorpusDirectoryError(f"{m.path}: shard {i} {shard.path} is {real}, which {seen[real]} lists "
-                                "already; a merged corpus lists each shard once")
-            seen[real] = m.path
+            identity = _file_identity(real)
+            if identity in seen:
+                raise CorpusDirectoryError(f"{m.path}: shard {i} {shard.path} is {real}, which {seen[identity]} lists "
+                                "already (the same file, under this name or another: a link); a merged corpus "
+                                "lists each shard once")
+            seen[identity] = m.path
             relative = os.path.relpath(where, root)
             if relative.split(os.sep)[0] == "..":
                 raise CorpusDirectoryError(f"{m.path}: shard {shard.path} lies outside {root}, the directory of "
@@ -146,6 +259,16 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
     with directory_lock(root):
         return write_manifest(output, first.tokenizer, shards, first.build)
 
+def _file_identity(path: str) -> tuple:
+    """What tells one file from another: its device and inode (hard links and symbolic links to
+    one file are one file), or its resolved path when it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ("path", path)
+    return ("inode", st.st_dev, st.st_ino)
+
+
 def _describe_tokenizer(t: Tokenizer) -> str:
     if t.kind == "bytes":
         return f"bytes, vocabulary {t.vocab_size}"
@@ -153,4 +276,5 @@ def _describe_tokenizer(t: Tokenizer) -> str:
     return f"chars, {t.size} characters {shown!r}{'…' if t.size > 20 else ''}, vocabulary {t.vocab_size}"
 
 
-__all__ = ["VerifyResult", "info_lines", "merge_manifests", "shard_problem", "verify_corpus"]
+__all__ = ["ShardProblem", "VerifyResult", "check_shards", "content_problem", "header_problem", "info_lines",
+           "merge_manifests", "open_shard", "shard_header", "shard_problem", "verify_corpus"]

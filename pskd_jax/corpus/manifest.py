@@ -25,7 +25,9 @@ The manifest
      "shards": [{"path": "shard-00000.psk.d", "tokens": …, "documents": …, "sha256": "…",
                  "skipped": 0, "source": {"path": …, "size": …, "mtime_ns": …}}, …]}
 
-``path`` is relative to the manifest's directory, with ``/`` separators; a path that is absolute,
+While a build runs, ``shards.json`` also holds ``"in_progress": {"planned_shards": N}``: the
+shards listed are finished (every entry matches its file) and are the first of the N the build
+will list; the key is gone once the build has finished. ``path`` is relative to the manifest's directory, with ``/`` separators; a path that is absolute,
 holds ``..``, or resolves (through symlinks) outside that directory is refused (E9016). ``build``,
 ``skipped`` and ``source`` say how a shard was made (a rerun of a build uses them to keep the
 shards that are up to date); readers need only the other fields. The global token stream is the
@@ -59,6 +61,8 @@ FORMAT = "pskd-corpus"
 VERSION = 1
 
 MANIFEST = names.CORPUS_MANIFEST
+
+IN_PROGRESS = "in_progress"  # the key that marks the manifest of a build still running
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -152,6 +156,12 @@ class Manifest:
     tokenizer: Tokenizer
     shards: tuple[Shard, ...]
     build: dict[str, Any] = dataclasses.field(default_factory=dict)
+    planned_shards: int | None = None  # while a build runs: the shards it will list; None once finished
+
+    @property
+    def complete(self) -> bool:
+        """Whether no build is in progress: the manifest lists every shard its build planned."""
+        return self.planned_shards is None
 
     @property
     def directory(self) -> str:
@@ -178,7 +188,7 @@ class Manifest:
         return safe_path(self.directory, self.shards[i].path, f"{self.path}: shard {i}")
 
     def to_bytes(self) -> bytes:
-        return manifest_bytes(self.tokenizer, self.shards, self.build)
+        return manifest_bytes(self.tokenizer, self.shards, self.build, planned_shards=self.planned_shards)
 
 def safe_path(directory: str, relative: str, where: str) -> str:
     """``directory/relative`` when it stays inside ``directory`` (symlinks resolved), else E9016.
@@ -216,19 +226,22 @@ def safe_path(directory: str, relative: str, where: str) -> str:
                         f"directory {root} (through a symlink)")
     return path
 
-def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None
-                  ) -> dict[str, Any]:
+def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
+                  planned_shards: int | None = None) -> dict[str, Any]:
     """The manifest as a JSON-ready dict, keys in their documented order."""
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION, "tokenizer": tokenizer.to_json(),
                             "vocab_size": tokenizer.vocab_size, "boundary": tokenizer.boundary}
     if build is not None:
         data["build"] = dict(build)
+    if planned_shards is not None:
+        data[IN_PROGRESS] = {"planned_shards": planned_shards}
     data["shards"] = [s.to_json() for s in shards]
     return data
 
-def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None) -> bytes:
+def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
+                   planned_shards: int | None = None) -> bytes:
     """The manifest's bytes: one top-level key a line, one shard a line (diffable, deterministic)."""
-    data = manifest_json(tokenizer, shards, build)
+    data = manifest_json(tokenizer, shards, build, planned_shards=planned_shards)
     entries = data.pop("shards")
     dump = json_text
     lines = [f"  {dump(k)}: {dump(v)}," for k, v in data.items()]
@@ -237,17 +250,19 @@ def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[st
     return text.encode("utf-8")
 
 def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequence[Shard],
-                   build: dict[str, Any] | None = None) -> Manifest:
+                   build: dict[str, Any] | None = None, *, planned_shards: int | None = None,
+                   durable: bool = True) -> Manifest:
     """Writes ``shards.json`` atomically (the old file or the new one, never a torn one).
 
+    ``planned_shards`` marks the manifest of a build in progress (see the module docstring).
     What a reader would refuse is refused here first (E9016): the bytes are parsed back and every
     shard path checked before anything is written."""
     path = os.fspath(path)
-    data = manifest_bytes(tokenizer, shards, build)
+    data = manifest_bytes(tokenizer, shards, build, planned_shards=planned_shards)
     manifest = parse_manifest(decode_manifest(data, path), path)
     for i in range(len(manifest.shards)):
         manifest.shard_path(i)
-    with atomic_output(path) as f:
+    with atomic_output(path, durable=durable) as f:
         f.write(data)
     return manifest
 
@@ -269,8 +284,19 @@ def parse_manifest(data: Any, path: str) -> Manifest:
     if not isinstance(shards, list):
         raise CorpusDirectoryError(f"{path}: 'shards' must be a list, got {json_kind(shards)}")
     build = check_build(data.get("build", {}), path)
+    planned = _planned_shards(data.get(IN_PROGRESS), len(shards), path) if IN_PROGRESS in data else None
     return Manifest(path, tokenizer, tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards)),
-                    build)
+                    build, planned)
+
+def _planned_shards(value: Any, listed: int, path: str) -> int:
+    """``in_progress``: exactly ``{"planned_shards": N}`` with N at least the shards listed (E9016)."""
+    if not isinstance(value, dict) or set(value) != {"planned_shards"}:
+        raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} must be an object of exactly 'planned_shards', got "
+                                   f"{json_kind(value)}")
+    planned = _count(value["planned_shards"], f"{path}: {IN_PROGRESS!r} 'planned_shards'")
+    if planned < listed:
+        raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} plans {planned} shards but {listed} are listed")
+    return planned
 
 def decode_manifest(raw: bytes, path: str) -> Any:
     """The JSON value of a manifest's bytes, E9016 for anything but strict JSON: not UTF-8, not

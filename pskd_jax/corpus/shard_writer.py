@@ -1,21 +1,58 @@
-"""Writing one shard at its final path, chunk by chunk, so that a reader sees whole chunks only.
+"""Writing one shard chunk by chunk, so that a reader sees whole chunks only, and never changing a
+file that a reader may hold.
+
+A shard is a header with count 0, then chunks of ``chunk_tokens`` tokens (the last one shorter),
+each appended, flushed and synced, *then* the header's count rewritten and synced: a reader that
+opens the file during the build (it reads the count from the header) sees whole chunks only, and
+a crash leaves at most trailing bytes after the counted tokens. The bytes do not depend on
+``chunk_tokens``.
+
+Where the shard is written:
+
+- **in place**, when nothing stands at its path (a first build): the file is created there and
+  appended to, so a reader may follow the shard as it grows (``Reader.refresh``);
+- **beside, then renamed over**, when a file stands there already (a rebuild, or what a killed
+  build left): the new shard is written to a temporary file in the same directory
+  (:func:`pskd_jax._os.atomic.temporary_path_for`) and renamed over the path when closed. The old
+  file is never truncated or rewritten: a reader that has it open (mapped or by descriptor) keeps
+  reading its old, whole bytes, and never meets a shorter file (SIGBUS under a map, E9003 with
+  ``pread``). A symbolic link at the path is replaced by the shard, never written through (it could
+  point anywhere, outside the corpus included); a directory, a FIFO, a device or a socket there is
+  refused (E9012), never replaced.
+
+Nothing is truncated after a reader could have seen it: :meth:`ShardWriter.reset` (a ``.txt``
+document found bad under ``skip_bad``) of a shard written in place moves the rest of the writing
+to a new file, renamed over the path at the end.
+
+A writer holds an exclusive ``flock`` on the file it writes and on the file it replaces, so two
+writers of one shard never write it at once: the second waits for the first to finish, then
+replaces its shard.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
+
 import numpy as np
+
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import TruncatedError, UsageError
+from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, temporary_path_for
+from pskd_jax._os.files import _kind as file_kind
 from pskd_jax._os.locks import flock
 from pskd_jax._os.positional import write_at
 
 DEFAULT_CHUNK_TOKENS = 1 << 22  # 4 Mi tokens (8 MiB of u16) between header updates
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
 
 class ShardWriter:
-    """Appends tokens to a shard at its final path, chunk by chunk (see the module docstring).
+    """Appends tokens to a shard chunk by chunk (see the module docstring); :meth:`close` puts it
+    in place and returns its token count.
 
     >>> import tempfile, os
     >>> from pskd_jax import Reader
@@ -37,39 +74,77 @@ class ShardWriter:
         self._held = 0
         self._item = tokenizer.dtype.itemsize
         self._data_offset = len(tokenizer.header(0))
-        self._fd = self._open(path)
+        self._fd = -1  # the file written: the shard itself (in place) or a temporary file
+        self._temporary: str | None = None  # the temporary file renamed over ``path`` at the end
+        self._replaced = -1  # a descriptor of the file at ``path`` being replaced, held locked
+        self._created: int | None = None  # the inode of the file this writer created at ``path``
         try:
-            flock(self._fd, wait=True)  # waits for any other writer of this shard
+            self._open()
             self._restart()
         except BaseException:
-            os.close(self._fd)
+            self._close_descriptors()
             raise
 
-    @staticmethod
-    def _open(path: str) -> int:
-        """Opens (creating) the shard file itself: a symbolic link at ``path`` is replaced by the
-        shard, never written through (it could point anywhere, outside the corpus included)."""
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-        for _ in range(100):  # another process may make a link again between the unlink and the open
+    @property
+    def in_place(self) -> bool:
+        """Whether the shard is written at its path (a reader may follow it) rather than beside it."""
+        return self._temporary is None
+
+    def _open(self) -> None:
+        """Creates the shard at its path when nothing stands there, else starts a temporary file
+        beside it (holding the file it will replace locked)."""
+        remove_stale_temporaries(self.path)  # what killed writers of this shard left
+        for _ in range(100):  # another process may create or remove the file in between
             try:
-                return os.open(path, flags, 0o644)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC | _NOFOLLOW, 0o644)
+            except FileExistsError:
+                if self._hold_existing():
+                    self._start_temporary()
+                    return
+                continue  # gone again: try to create it
             except OSError as e:
-                if not (os.path.islink(path) and getattr(os, "O_NOFOLLOW", 0)):
-                    raise TruncatedError(f"{path}: cannot write: {e.strerror or e}") from None
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise TruncatedError(f"{path}: cannot replace the symbolic link: {e.strerror or e}") from None
-        raise TruncatedError(f"{path}: cannot write: a symbolic link keeps reappearing there")
+                raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from None
+            flock(self._fd, wait=True)  # a new file: only a writer that opened it since could hold it
+            self._created = os.fstat(self._fd).st_ino
+            return
+        raise TruncatedError(f"{self.path}: cannot write: the file there keeps appearing and disappearing")
+
+    def _hold_existing(self) -> bool:
+        """Locks the file standing at the path (waiting for a writer of it to finish); False when
+        it is gone. A symbolic link is not followed (it is replaced); anything but a regular file or
+        a link is refused."""
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from None
+        if stat.S_ISLNK(info.st_mode):
+            return True
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{self.path}: {file_kind(info.st_mode)} stands at the shard's name; a shard would "
+                             "replace it: move it away")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | _NOFOLLOW)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # replaced by a link meanwhile, or unreadable: replaced without the lock
+        flock(fd, wait=True)
+        self._replaced = fd
+        return True
+
+    def _start_temporary(self) -> None:
+        fd, temporary = temporary_path_for(self.path)  # created and locked
+        self._fd, self._temporary = fd, temporary
 
     def _sync(self) -> None:
         if self.durable:
             (getattr(os, "fdatasync", None) or os.fsync)(self._fd)
 
     def _restart(self) -> None:
-        """An empty shard: the header with count 0, nothing after it."""
+        """An empty shard: the header with count 0, nothing after it. Only a file no reader has
+        seen is truncated (a new one, or this writer's temporary file)."""
         os.ftruncate(self._fd, 0)
         self.count, self._held = 0, 0
         self._write_at(self.tokenizer.header(0), 0)
@@ -102,24 +177,53 @@ class ShardWriter:
                 self._held = 0
 
     def reset(self) -> None:
-        """Back to an empty shard (a ``.txt`` document found bad under skip_bad)."""
+        """Back to an empty shard (a ``.txt`` document found bad under skip_bad). A shard written
+        in place that readers may have seen is left as it is; the empty shard is written beside it
+        and renamed over it at :meth:`close`."""
+        if self.in_place and self.count:
+            self._replaced = self._fd  # still locked: it is the file being replaced now
+            self._fd = -1
+            self._start_temporary()
         self._restart()
 
     def close(self) -> int:
-        """Commits the last, shorter chunk; returns the token count."""
+        """Commits the last, shorter chunk, puts the shard in place; returns the token count."""
         self._commit(self._pending[: self._held])
         self._held = 0
-        os.close(self._fd)
-        self._fd = -1
+        if self._temporary is not None:
+            if self.durable:
+                os.fsync(self._fd)
+            try:
+                os.replace(self._temporary, self.path)  # while both locks are held
+            except OSError as e:
+                raise TruncatedError(f"{self.path}: cannot put the shard in place: {e.strerror or e}") from None
+            self._temporary = None
+            if self.durable:
+                fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+        self._close_descriptors()
         return self.count
 
     def abort(self) -> None:
-        """Deletes the unfinished shard (its lock goes with the descriptor)."""
-        if self._fd >= 0:
+        """Deletes the unfinished shard: the temporary file, and the file this writer created at
+        the path (a file that stood there before it stays as it was). Its locks go with the
+        descriptors."""
+        if self._created is not None:
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
-            os.close(self._fd)
-            self._fd = -1
+                if os.lstat(self.path).st_ino == self._created:
+                    os.unlink(self.path)
+            self._created = None
+        self._close_descriptors()
+
+    def _close_descriptors(self) -> None:
+        for fd in (self._fd, self._replaced):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self._temporary is not None:  # failed before close: the temporary file is not the shard
+            with contextlib.suppress(OSError):
+                os.unlink(self._temporary)
+            self._temporary = None
+        self._fd = self._replaced = -1
 
 
 __all__ = ["DEFAULT_CHUNK_TOKENS", "ShardWriter"]

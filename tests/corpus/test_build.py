@@ -68,7 +68,9 @@ def test_a_bad_input_fails_the_build_and_writes_no_manifest(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\nnope\n')
     with pytest.raises(PskdError, match="E9015.*bad.jsonl:2: not JSON"):
         build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", durable=False)
-    assert not (tmp_path / "c" / "shards.json").exists()
+    # The manifest of the failed build lists the shards it finished, marked in progress (read-while-write).
+    partial = corpus.read_manifest(tmp_path / "c" / "shards.json")
+    assert (partial.complete, partial.planned_shards, len(partial.shards)) == (False, 4, 3)
     assert not (tmp_path / "c" / "shard-00003.psk.d").exists()
     result = build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", skip_bad=True, durable=False)
     assert result.skipped == 1 and "bad.jsonl:2" in result.examples[0]

@@ -10,9 +10,9 @@ imported the toolkit once, so a kill costs the time the writer ran, not an inter
   rerun completes, writes the new content, and leaves no temporary file in the directory (a killed
   writer's temporary file is removed by the next writer of the same destination);
 - for ``corpus build`` the destination is a directory: after a kill it holds the old corpus or the
-  new one, whole (``shards.json`` and every shard it lists, byte for byte), or no ``shards.json``
-  and the journal of the unfinished build (a build removes the old manifest before it changes any
-  shard); the kills of one series resume each other's work, and a rerun finishes the build: the
+  new one, whole (``shards.json`` and every shard it lists, byte for byte), or the manifest of the
+  unfinished build, marked in progress, every shard it lists whole, and its journal (a build never
+  removes the manifest, and leaves a shard out of it before replacing it); the kills of one series resume each other's work, and a rerun finishes the build: the
   directory then equals a reference build's, file for file and byte for byte (stale shards of the
   old, bigger corpus, the journal and temporary files gone);
 - a full disk (``RLIMIT_FSIZE`` below the output's size: writes fail with EFBIG), a read-only
@@ -231,12 +231,20 @@ def _tree(directory: str) -> dict[str, bytes]:
 
 def _corpus_state(directory: str, old: dict[str, bytes], new: dict[str, bytes]) -> str:
     """``old`` or ``new`` when ``shards.json`` and every shard it lists are those of that build,
-    ``building`` when there is no ``shards.json`` but a journal, ``torn`` otherwise."""
+    ``building`` when ``shards.json`` is the manifest of a build in progress (marked so) whose every
+    listed shard is whole, beside its journal, ``torn`` otherwise (a build never removes the manifest)."""
     try:
         with open(os.path.join(directory, "shards.json"), "rb") as f:
             manifest = f.read()
     except FileNotFoundError:
-        return "building" if os.path.exists(os.path.join(directory, ".shards.journal")) else "torn (no journal)"
+        return "torn (no manifest)"
+    data = json.loads(manifest)
+    if "in_progress" in data:
+        listed = [(e["path"], e["sha256"]) for e in data["shards"]]
+        damaged = [p for p, digest in listed if _digest(os.path.join(directory, p)) != digest]
+        journal = os.path.exists(os.path.join(directory, ".shards.journal"))
+        return f"torn (manifest in progress, shards {damaged}, journal {journal})" if damaged or not journal \
+            else "building"
     for name, files in (("old", old), ("new", new)):
         if manifest == files["shards.json"]:
             listed = [entry["path"] for entry in json.loads(manifest)["shards"]]

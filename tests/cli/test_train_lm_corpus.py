@@ -1,0 +1,139 @@
+"""The training app on a corpus: verification at start by default (``--noverify_corpus`` skips
+it), and ``--mask_boundary``, whose loss leaves boundary targets out."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pskd_jax import corpus
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+B = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# The loss, by hand
+
+
+@pytest.fixture(scope="module")
+def model():
+    jax = pytest.importorskip("jax")
+    from pskd_jax.apps import charlm
+
+    config = charlm.ModelConfig(vocab=7, seq=5, width=8, layers=1, heads=2)
+    params = charlm.init_params(config, seed=3)
+    rng = np.random.default_rng(0)
+    inputs = rng.integers(0, 7, (3, 5)).astype(np.uint8)
+    targets = rng.integers(0, 6, (3, 5)).astype(np.uint8)
+    targets[0, 1] = targets[1, 4] = targets[2, 0] = targets[2, 2] = 6  # the boundary, V - 1
+    return jax, charlm, config, params, inputs, targets
+
+
+def test_without_the_mask_the_loss_is_the_plain_mean_bit_for_bit(model):
+    jax, charlm, config, params, inputs, targets = model
+    import jax.numpy as jnp
+
+    logp = jax.nn.log_softmax(charlm.logits(params, jnp.asarray(inputs, jnp.int32), config))
+    picked = jnp.take_along_axis(logp, jnp.asarray(targets, jnp.int32)[..., None], axis=-1)
+    plain = np.asarray(-jnp.mean(picked))  # the loss as it was before the mask existed
+    assert np.asarray(charlm.loss_fn(params, inputs, targets, config)).tobytes() == plain.tobytes()
+    assert np.asarray(charlm.loss_fn(params, inputs, targets, config, None)).tobytes() == plain.tobytes()
+
+
+def test_with_the_mask_boundary_targets_do_not_contribute(model):
+    jax, charlm, config, params, inputs, targets = model
+    logp = np.asarray(jax.nn.log_softmax(charlm.logits(params, inputs.astype(np.int32), config)), np.float64)
+    # By hand: the mean of -log p(target) over the 11 targets that are not the boundary.
+    terms = [-logp[b, t, targets[b, t]] for b in range(3) for t in range(5) if targets[b, t] != 6]
+    assert len(terms) == 11
+    masked = float(charlm.loss_fn(params, inputs, targets, config, 6))
+    assert masked == pytest.approx(np.mean(terms), rel=1e-6)
+    plain = float(charlm.loss_fn(params, inputs, targets, config))
+    assert plain == pytest.approx(np.mean(terms + [-logp[b, t, 6] for b, t in ((0, 1), (1, 4), (2, 0), (2, 2))]),
+                                  rel=1e-6)
+    assert masked != pytest.approx(plain)
+    # A batch whose every target is the boundary: nothing counts, no gradient.
+    every = np.full_like(targets, 6)
+    loss, grads = jax.value_and_grad(charlm.loss_fn)(params, inputs, every, config, 6)
+    assert float(loss) == 0.0
+    assert all(not np.any(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads))
+    # The jitted step trains on the masked loss.
+    step = charlm.make_train_step(config, 1e-3, mask_token=6)
+    _, _, loss = step(params, charlm.init_adam(params), inputs, targets)
+    assert float(loss) == pytest.approx(masked, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The app
+
+
+def documents(path: pathlib.Path, n: int, seed: int) -> pathlib.Path:
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            f.write(json.dumps({"text": "".join(rng.choice(list("abcde fgh"), int(rng.integers(3, 40))))}) + "\n")
+    return path
+
+
+def train(manifest: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
+    pipeline = f'stream "{manifest}" |> shuffle(seed = 1) |> batch(B = 4)'
+    return subprocess.run(
+        [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
+         "--heads=2", "--steps=2", "--log_every=1", "--seq=16", *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+
+
+@pytest.fixture
+def built(tmp_path) -> pathlib.Path:
+    inputs = [documents(tmp_path / f"{i}.jsonl", 60, i) for i in range(2)]
+    return pathlib.Path(corpus.build_corpus(inputs, tmp_path / "c", durable=False).manifest.path)
+
+
+def losses(stdout: str) -> list[str]:
+    return [line.split()[3] for line in stdout.splitlines() if line.startswith("step ")]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_damaged_corpus_fails_at_start_by_default(built):
+    shard = built.parent / "shard-00001.psk.d"
+    data = bytearray(shard.read_bytes())
+    data[-4] ^= 1  # the last letter becomes another (before the final boundary): in range, only a hash tells
+    shard.write_bytes(bytes(data))
+    result = train(built)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "E9017: " in result.stderr and "shard 1 shard-00001.psk.d: sha256" in result.stderr, result.stderr
+    result = train(built, "--noverify_corpus")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train: verified" not in result.stdout and len(losses(result.stdout)) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_verify_flag_and_mask_boundary(built, tmp_path):
+    plain = train(built, "--verify_corpus")  # the absl boolean, as before
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    m = corpus.read_manifest(built)
+    assert f"train: verified 2 shards, {m.tokens} tokens, in " in plain.stdout
+    masked = train(built, "--mask_boundary")
+    assert masked.returncode == 0, masked.stderr[-3000:]
+    assert "(targets 256, the boundary, left out of the loss)" in masked.stdout
+    assert losses(masked.stdout) != losses(plain.stdout) and len(losses(masked.stdout)) == 2
+    import pskd_jax
+
+    windows = tmp_path / "w.psk.d"
+    pskd_jax.write(windows, "(idx[10][seq: 4], idx[10][seq: 4])", (np.zeros((8, 4), np.uint8), np.ones((8, 4), np.uint8)))
+    result = subprocess.run(
+        [sys.executable, "-m", "pskd_jax.apps.train_lm", f'--pipeline=stream "{windows}" |> batch(B = 2)',
+         "--steps=1", "--mask_boundary"], capture_output=True, text=True, cwd=ROOT, timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+    assert result.returncode == 1 and "E9012: --mask_boundary needs a corpus" in result.stderr
+    assert "Traceback" not in result.stderr
