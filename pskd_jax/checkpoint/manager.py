@@ -949,7 +949,10 @@ class CheckpointManager:
                         if layout_file.type_text != header.type_text:
                             raise _NotAdoptable(layout, f"written for type {layout_file.type_text!r}, but {file} "
                                                         f"holds {header.type_text!r}")
-                        reader.with_layout(layout_file.layout)
+                        try:
+                            reader.with_layout(layout_file.layout)
+                        except PskdError as e:
+                            raise _NotAdoptable(layout, f"does not fit {file}: {e.message}") from None
                     elif reader.placement is None:
                         raise _NotAdoptable(file, f"a {header.type_text!r} checkpoint without its layout file "
                                                   f"{layout}: its size proves nothing")
