@@ -975,21 +975,16 @@ class CheckpointManager:
     def restore(self, step: int | None = None, target: Any = None, *, verify: bool = True, **options: Any) -> Any:
         """Restores a complete step (the latest by default); see :func:`pskd_jax.checkpoint.restore`.
 
-        The file is checked against the digest recorded in the index (xxh3_128, or sha256) while it
-        is read, and E9013 names the checkpoint when they differ; ``verify=False`` skips the check.
-        A partial restore (``partial=True``, reading only some leaves) checks the whole file first."""
+        The whole file is checked against the digest recorded in the index (xxh3_128, or sha256)
+        while it is read, and E9013 names the checkpoint when they differ: nothing is returned from
+        a file that does not verify. ``verify=False`` skips the check (and returns whatever the
+        file holds now)."""
         if "xxh3_128" in options or "sha256" in options:
-            raise UsageError("restore() checks the digest the index records; give verify=False to skip it, "
-                             "not a digest")
+            raise UsageError("CheckpointManager.restore checks the digest the index records; give verify=False "
+                             "to skip the check, not a digest")
         entry = self._entry(step)
         path = entry_path(self.directory, entry)
-        if not verify:
-            return restore(path, target, **options)
-        digests = entry_digests(entry)
-        if options.get("partial"):
-            verify_file(path, **digests)
-            return restore(path, target, **options)
-        return restore(path, target, **digests, **options)
+        return restore(path, target, **(entry_digests(entry) if verify else {}), **options)
 
     def verify(self, step: int | None = None) -> list[dict]:
         """Checks every complete checkpoint (or one step) against its recorded digests."""
