@@ -416,6 +416,15 @@ _OPEN: dict[tuple[int, int], "weakref.ref[CheckpointManager]"] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _directory_key(directory: str) -> tuple[int, int]:
     try:
         found = os.stat(directory)
@@ -524,6 +533,7 @@ class CheckpointManager:
         self._closed = False
         self._superseded = False
         self._release = None  # releases the directory lock (once); also when the manager is collected
+        self._pid = os.getpid()  # a forked child's copy of this manager holds nothing it may hand over
         if read_only:
             _load_index(self.directory)
             return
@@ -549,7 +559,7 @@ class CheckpointManager:
         when there is one still holding it, else acquired (refused when another process holds it)."""
         reference = _OPEN.get(key)
         previous = reference() if reference is not None else None
-        if previous is not None:
+        if previous is not None and previous._pid == os.getpid():
             fd = previous._hand_over()
             if fd is not None:
                 return fd

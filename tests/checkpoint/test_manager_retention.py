@@ -352,3 +352,25 @@ def test_index_version_3_records_scores_and_claims(tmp_path):
     content = json.loads((tmp_path / INDEX).read_text())
     assert content["version"] == 3 and content["leftovers"] == []
     assert content["checkpoints"][0]["score"] == 2.0
+
+
+@pytest.mark.subprocess
+def test_a_forked_child_does_not_take_over_its_parents_manager(tmp_path):
+    parent = CheckpointManager(tmp_path)
+    parent.save(1, params(1))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the registry names the parent's manager
+        try:
+            CheckpointManager(tmp_path)
+            os.write(write, b"opened")
+        except PskdError as e:
+            os.write(write, e.code.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 100) == b"E9014"
+    os.close(read)
+    parent.save(2, params(2))  # the parent still has it
+    parent.close()
