@@ -35,7 +35,8 @@ file (a symbolic link, a directory, a FIFO) is refused the same way.
 
 What the manager removes
 ------------------------
-Only files it can prove are its own and no longer listed, and never the index or the lock:
+Only regular files it can prove are its own and no longer listed, and never the index or the
+lock:
 
 - the files of entries it drops (pruning, or a step saved again without a layout), named by the
   step alone, after the index that no longer lists them is written;
@@ -46,7 +47,8 @@ Only files it can prove are its own and no longer listed, and never the index or
   re-save of that step cut short: its file is kept when it still matches the recorded digest, and
   dropped with its entry when it does not (it is the unfinished save's, whose extra JSON was never
   recorded);
-- temporary files and save locks of step files and of the index that no live writer holds.
+- temporary files of step files and of the index, and save locks of step files, that no live
+  writer holds (regular files only).
 
 Anything else in the directory is never touched: other programs' files, names that merely look
 like step files (``step-1.psk.d``), symbolic links, directories or FIFOs at a step's name, and step
@@ -260,7 +262,10 @@ def _is_score(value: Any) -> bool:
 
 
 def _abridged(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # nested almost as deep as the JSON reader goes
+        return json_kind(value)
     return text if len(text) <= 300 else text[:300] + "…"
 
 
@@ -823,12 +828,12 @@ class CheckpointManager:
         return result
 
     def _remove(self, dropped: list[str]) -> None:
-        """Removes files the index no longer lists: only regular files and symbolic links (the link
-        itself) at a step's own names; a directory or anything else there is left alone."""
+        """Removes files the index no longer lists: only regular files at a step's own names (the
+        manager writes nothing else); a link, a directory or anything else there is left alone."""
         for name in dropped:
             path = os.path.join(self.directory, name)
             mode = _found(path)
-            if mode is None or not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            if mode is None or not stat.S_ISREG(mode):
                 continue
             try:
                 os.unlink(path)

@@ -533,3 +533,15 @@ def test_a_step_saved_again_without_its_layout_loses_the_old_layout(tmp_path):
         manager.save(1, params(1), layout_file=False)
         assert read_index(str(tmp_path))[0].get("layout") is None
     assert not (tmp_path / step_layout(1)).exists()
+
+
+def test_pruning_a_step_whose_listed_file_is_a_link_removes_neither_link_nor_target(tmp_path):
+    saved(tmp_path, [1, 2])
+    os.replace(tmp_path / step_file(1), tmp_path / "copy-of-step-1.psk.d")
+    os.symlink("copy-of-step-1.psk.d", tmp_path / step_file(1))  # inside the directory: restores
+    with CheckpointManager(tmp_path, keep=1) as manager:
+        assert int(manager.restore(1, params(0))["step"]) == 1
+        manager.save(3, params(3))
+        assert manager.all_steps() == [3]
+    assert os.readlink(tmp_path / step_file(1)) == "copy-of-step-1.psk.d"
+    assert (tmp_path / "copy-of-step-1.psk.d").exists() and not (tmp_path / step_layout(1)).exists()
