@@ -871,7 +871,10 @@ class CheckpointManager:
         listed = _listed_names(entries)
         busy = []
         for step in index.leftovers:
-            with _idle(os.path.join(self.directory, names.step_file(step))) as idle:
+            path = os.path.join(self.directory, names.step_file(step))
+            if not self._own_unlisted(step, listed) and _found(names.save_lock(path)) is None:
+                continue  # nothing of it is left, and no save of it is under way: the claim goes
+            with _idle(path) as idle:
                 if not idle:
                     busy.append(step)
                     continue

@@ -545,3 +545,14 @@ def test_pruning_a_step_whose_listed_file_is_a_link_removes_neither_link_nor_tar
         assert manager.all_steps() == [3]
     assert os.readlink(tmp_path / step_file(1)) == "copy-of-step-1.psk.d"
     assert (tmp_path / "copy-of-step-1.psk.d").exists() and not (tmp_path / step_layout(1)).exists()
+
+
+def test_many_claims_cost_no_lock_files(tmp_path):
+    saved(tmp_path, [1])
+    content = index_of(tmp_path)
+    content["leftovers"] = list(range(2, 20002))  # a hostile index claiming many steps, none present
+    write_index_json(tmp_path, content)
+    with CheckpointManager(tmp_path) as manager:
+        assert manager.all_steps() == [1]
+        assert index_of(tmp_path)["leftovers"] == []
+    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, step_layout(1), step_file(1)]
