@@ -42,17 +42,6 @@ def _described(digests: dict[str, str]) -> str:
     return " ".join(f"{name} {value.lower()}" for name, value in digests.items())
 
 
-def _recorded_digests(path: str) -> dict[str, str]:
-    """The digests the index of the file's directory records for it (empty when none)."""
-    directory, name = os.path.split(os.path.abspath(path))
-    if not os.path.exists(os.path.join(directory, checkpoint.INDEX)):
-        return {}
-    for entry in checkpoint.read_index(directory):
-        if entry["file"] == name:
-            return checkpoint.entry_digests(entry)
-    return {}
-
-
 def _convert(args) -> Iterator[str]:
     yield "pskd: " + checkpoint.convert(args.input, args.output, layout=args.layout, name=args.name)
 

@@ -379,6 +379,70 @@ def indexes(c: Collection) -> None:
           "E9014", "a step file that is a symbolic link leading outside the directory")
 
 
+# Checkpoint indexes whose entries name what is not their own step's files (the manager's
+# ownership rules: issue 12), each beside real step files that must never be touched.
+
+def manager_indexes(c: Collection) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        steps = {}
+        for step in (1, 2):
+            path = os.path.join(scratch, f"step-{step:08d}.psk.d")
+            checkpoint.save(path, {"w": np.full(3, step, np.float32)}, durable=False)
+            with open(path, "rb") as f, open(checkpoint.layout_path_for(path), "rb") as g:
+                steps[step] = (f.read(), g.read(), checkpoint.file_digest(path, "xxh3_128"))
+
+    def files(*present):
+        found = {}
+        for step in present:
+            data, layout, _ = steps[step]
+            found[f"step-{step:08d}.psk.d"] = data
+            found[f"step-{step:08d}.layout.json"] = layout
+        return found
+
+    def entry(which, **changes):
+        made = {"step": which, "file": f"step-{which:08d}.psk.d", "layout": f"step-{which:08d}.layout.json",
+                "type": "params Params", "bytes": len(steps[which][0]), "digest": {"xxh3_128": steps[which][2]},
+                "extra": None}
+        made.update(changes)
+        return made
+
+    def add(name, entries, code, what, *, version=3, extra_files=None, **top):
+        content = {"format": "pskd-checkpoints", "version": version, "checkpoints": entries, **top}
+        directory = {"checkpoints.json": json.dumps(content), **files(1, 2), **(extra_files or {})}
+        c.add("index", "manager-" + name, directory, code, what)
+
+    add("duplicate-steps", [entry(1), entry(1)], "E9014", "step 1 listed twice")
+    add("step-true", [entry(1, step=True), entry(2)], "E9014", 'a step of true (a boolean, not 1)')
+    add("step-negative", [entry(1, step=-1), entry(2)], "E9014", "a step of -1")
+    add("step-beyond-int64", [entry(1, step=2**63, file=f"step-{2**63}.psk.d"), entry(2)], "E9014",
+        "a step of 2^63, beyond an int64")
+    add("layout-is-index", [entry(1, layout="checkpoints.json"), entry(2)], "E9014",
+        "an entry whose layout names the index itself (pruning it would delete the index)")
+    add("layout-is-lock", [entry(1, layout=".pskd-checkpoints.lock"), entry(2)], "E9014",
+        "an entry whose layout names the manager's lock file")
+    add("file-shared", [entry(1), entry(2, file="step-00000001.psk.d")], "E9014",
+        "two entries sharing one file (pruning one would delete the other's data)")
+    add("file-other-step", [entry(1, file="step-00000002.psk.d", layout="step-00000002.layout.json")], "E9014",
+        "step 1's entry naming step 2's files")
+    add("file-unpadded", [entry(1, file="step-1.psk.d"), entry(2)], "E9014",
+        "a file name the manager never writes for its step")
+    add("file-other-program", [entry(1, file="notes.txt"), entry(2)], "E9014", "an entry naming another program's file",
+        extra_files={"notes.txt": "notes\n"})
+    add("leftovers-not-steps", [entry(1), entry(2)], "E9014", "leftovers that are not a list of steps",
+        leftovers=[True, "3"])
+    add("digest-not-a-map", [entry(1, digest="0" * 32), entry(2)], "E9014", "a digest that is a string")
+    add("score-not-a-number", [entry(1, score="best"), entry(2)], "E9014", "a score that is a string")
+    add("version-2-foreign-files", [entry(1), entry(2)], None,
+        "a good version 2 index beside other programs' files and a step-like name of its own making",
+        version=2, extra_files={"notes.txt": "notes\n", "step-1.psk.d": "not a step file", "step-00000003.psk.d~": ""})
+    c.add("index", "manager-index-a-directory", {"checkpoints.json/inside.json": "{}", **files(1)}, "E9014",
+          "an index that is a directory")
+    c.add("index", "manager-index-a-symlink", {"checkpoints.json": Link("/etc/passwd"), **files(1)}, "E9014",
+          "an index that is a symbolic link")
+    c.add("index", "manager-no-index", files(1, 2), "E9014",
+          "step files without an index: nothing to verify them against (a manager adopts them)")
+
+
 # Corpus manifests (shards.json) and the shards they list.
 
 def _shard(tokenizer: Tokenizer, documents: list[str], *, count: int | None = None) -> bytes:
@@ -707,7 +771,7 @@ def generate(directory: str, *, include_open: bool = False) -> list[dict]:
     fixtures(directory)
     c = Collection(directory, include_open=include_open)
     for make in (containers, pipelines, vocabularies, token_texts, pack_inputs, layouts, indexes,
-                 safetensors_files, manifests, jsonl_inputs):
+                 manager_indexes, safetensors_files, manifests, jsonl_inputs):
         make(c)
     manifest = {
         "generator": "tools/make_hostile.py",

@@ -35,7 +35,7 @@ def test_save_list_restore_and_extra(tmp_path):
     assert float(manager.restore(1, as_numpy=True)["h"][0]) == 1.0
     index = json.loads((tmp_path / INDEX).read_text())
     assert index["format"] == "pskd-checkpoints" and [e["step"] for e in index["checkpoints"]] == [1, 3, 5]
-    assert index["version"] == 2
+    assert index["version"] == 3
     assert all(list(e["digest"]) == ["xxh3_128"] and len(e["digest"]["xxh3_128"]) == 32 for e in index["checkpoints"])
     assert index["checkpoints"][0]["digest"]["xxh3_128"] == file_digest(tmp_path / step_file(1), "xxh3_128")
 
@@ -95,9 +95,17 @@ def test_several_async_saves_in_a_row(tmp_path):
     assert manager.extra() == {"step": 5}
 
 
+def claim(directory, *steps) -> None:
+    """Records ``steps`` under the index's ``leftovers``, as a save of each does before writing it."""
+    index = json.loads((directory / INDEX).read_text())
+    index["leftovers"] = sorted(set(index.get("leftovers", [])) | set(steps))
+    (directory / INDEX).write_text(json.dumps(index))
+
+
 def test_half_written_steps_are_not_complete_and_are_cleaned(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, params(1))
+    claim(tmp_path, 2)  # (a save of step 2 began)
     # a crash between the rename of step 2 and the index: the file is whole but not indexed
     (tmp_path / step_file(2)).write_bytes((tmp_path / step_file(1)).read_bytes())
     # a crash in the middle of writing step 3: a temporary file (named as fileio names them)
@@ -185,7 +193,7 @@ def test_a_version_1_index_recording_sha256_still_verifies(tmp_path):
     # a new save rewrites the index as version 2: the old entry keeps its sha256, the new one has xxh3_128
     old.save(3, params(3))
     index = json.loads((tmp_path / INDEX).read_text())
-    assert index["version"] == 2
+    assert index["version"] == 3
     digests = {e["step"]: e["digest"] for e in index["checkpoints"]}
     assert digests[1] == {"sha256": file_sha256(tmp_path / step_file(1))} and list(digests[3]) == ["xxh3_128"]
     assert all("sha256" not in e for e in index["checkpoints"])
@@ -201,7 +209,7 @@ def test_an_entry_with_only_unknown_digests_is_e9014(tmp_path):
     (tmp_path / INDEX).write_text(json.dumps(index))
     with pytest.raises(PskdError, match="E9014.*sha3_512"):
         manager.restore(1, params(0), verify=True)
-    assert int(manager.restore(1, params(0))["step"]) == 1  # unverified, it restores
+    assert int(manager.restore(1, params(0), verify=False)["step"]) == 1  # unverified, it restores
     # a recorded xxh3_128 beside an unknown one is checked
     index["checkpoints"][0]["digest"] = {"sha3_512": "00", "xxh3_128": file_digest(tmp_path / step_file(1))}
     (tmp_path / INDEX).write_text(json.dumps(index))
@@ -211,9 +219,9 @@ def test_an_entry_with_only_unknown_digests_is_e9014(tmp_path):
         (tmp_path / INDEX).write_text(json.dumps(index))
         with pytest.raises(PskdError, match="E9014.*malformed entry"):
             read_index(str(tmp_path))
-    index["version"] = 3
+    index["version"] = 4
     (tmp_path / INDEX).write_text(json.dumps(index))
-    with pytest.raises(PskdError, match="E9014.*version 3"):
+    with pytest.raises(PskdError, match="E9014.*version 4"):
         read_index(str(tmp_path))
 
 
@@ -259,9 +267,8 @@ def test_a_hostile_index_is_e9014_naming_it(tmp_path, what, text):
 def test_one_manager_at_a_time_has_a_directory(tmp_path):
     first = CheckpointManager(tmp_path)
     first.save(1, params(1))
-    with pytest.raises(PskdError) as e:
-        CheckpointManager(tmp_path)
-    assert e.value.code == "E9014" and str(tmp_path) in e.value.message and "read_only=True" in e.value.message
+    # (another process is refused: test_checkpoint_concurrent.py; a second manager in this process
+    # takes over: tests/checkpoint/test_manager_retention.py)
     # a read-only manager reads beside it, and does not save
     reader = CheckpointManager(tmp_path, read_only=True)
     assert reader.all_steps() == [1] and int(reader.restore(1, params(0))["step"]) == 1
@@ -287,16 +294,17 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
 
     with CheckpointManager(tmp_path) as manager:
         manager.save(1, params(1))
+    claim(tmp_path, 3, 5)  # saves of steps 3 and 5 began
     stale = tmp_path / ".step-00000002.psk.d.stale_01.tmp"  # a killed writer's: nobody holds it
     stale.write_bytes(b"PSKD")
     unnamed = tmp_path / step_file(5)  # renamed into place by a save still running (not indexed yet)
     unnamed.write_bytes(b"PSKD")
     distributed = tmp_path / ".step-00000005.psk.d.distributed.tmp"
     distributed.write_bytes(b"PSKD")
-    with atomic_output(str(tmp_path / step_file(3))) as live, \
+    with destination_lock(str(tmp_path / step_file(3))), atomic_output(str(tmp_path / step_file(3))) as live, \
             destination_lock(str(tmp_path / step_file(5))):
         live.write(b"PSKD")
-        [live_name] = [n for n in os.listdir(tmp_path) if n.startswith(".step-00000003.psk.d.")]
+        [live_name] = [n for n in os.listdir(tmp_path) if n.startswith(".step-00000003.psk.d.") and n.endswith(".tmp")]
         CheckpointManager(tmp_path).close()
         names = os.listdir(tmp_path)
         assert live_name in names, "a live writer's temporary file was removed"
