@@ -42,6 +42,8 @@ flags.DEFINE_integer("seed", 0, "Seed of the initial parameters.")
 flags.DEFINE_integer("seq", None, "Window length when the pipeline streams a corpus (DIR/shards.json).")
 flags.DEFINE_integer("stride", None, "Distance between window starts in a corpus (default: --seq).")
 flags.DEFINE_bool("verify_corpus", False, "Hash every shard of a corpus against its manifest first.")
+flags.DEFINE_string("tokenizer", None, "The tokenizer.json (or VOCAB.json) the model is for: a corpus built with "
+                    "another is refused.")
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
                   "process's resident memory that of the batches in flight whatever the data's size; "
@@ -73,9 +75,11 @@ def main(argv: list[str]) -> None:
             if FLAGS.seq is None:
                 raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
             reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
-                                          verify=FLAGS.verify_corpus, access=FLAGS.access)
+                                          verify=FLAGS.verify_corpus, access=FLAGS.access, tokenizer=FLAGS.tokenizer)
             vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
         else:
+            if FLAGS.tokenizer is not None:
+                raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
             reader = Reader(pipeline.path, access=FLAGS.access)
             inputs_leaf = reader.placement.layout.leaves[0]
             if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:

@@ -54,10 +54,27 @@ class VerifyResult:
     tokens: int
     bytes: int
 
-def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None) -> VerifyResult:
+def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike | None) -> None:
+    """Refuses (E9016, naming both) a corpus built with another tokenizer than ``expected``: a
+    :class:`Tokenizer`, or the path of a ``tokenizer.json`` or character vocabulary. The same
+    tokenizer is the same kind and, for chars, the same vocabulary, for a tokenizer.json the same
+    file contents (sha256), wherever it lies; the boundary is the manifest's."""
+    if expected is None:
+        return
+    if not isinstance(expected, Tokenizer):
+        expected = Tokenizer.from_file(expected)
+    if not manifest.tokenizer.matches(expected):
+        raise CorpusDirectoryError(f"{manifest.path}: built with another tokenizer ({manifest.tokenizer.describe()}) "
+                                   f"than the one given ({expected.describe()}); its ids mean other tokens")
+
+
+def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None,
+                  tokenizer: Tokenizer | str | os.PathLike | None = None) -> VerifyResult:
     """Hashes every shard (``workers`` threads: hashing and reading release the GIL) and checks
-    its type, header count and size against the manifest; E9017 naming the first bad shard."""
+    its type, header count and size against the manifest; E9017 naming the first bad shard. With
+    ``tokenizer``, a corpus built with another is refused first (:func:`check_tokenizer`)."""
     manifest = read_manifest(manifest_path)
+    check_tokenizer(manifest, tokenizer)
     paths = [manifest.shard_path(i) for i in range(len(manifest.shards))]
     workers = max(1, workers or os.cpu_count() or 1)
     check = lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer)  # noqa: E731
@@ -84,7 +101,8 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
     m = read_manifest(manifest_path)
     t = m.tokenizer
     tokens, documents = m.tokens, m.documents
-    what = "bytes" if t.kind == "bytes" else f"chars ({t.size} characters)"
+    what = {"bytes": "bytes", "chars": f"chars ({t.size} characters)"}.get(t.kind) \
+        or f"tokenizer.json {t.path} ({t.size} ids, sha256 {t.sha256})"
     lines = [
         f"corpus     {m.path}",
         f"tokenizer  {what}; vocabulary {t.vocab_size} with boundary {t.boundary}; type {t.sample_type}",
@@ -147,7 +165,4 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
         return write_manifest(output, first.tokenizer, shards, first.build)
 
 def _describe_tokenizer(t: Tokenizer) -> str:
-    if t.kind == "bytes":
-        return f"bytes, vocabulary {t.vocab_size}"
-    shown = "".join(t.vocab[:20])
-    return f"chars, {t.size} characters {shown!r}{'…' if t.size > 20 else ''}, vocabulary {t.vocab_size}"
+    return t.describe()

@@ -13,7 +13,8 @@ from pskd_jax._os.positional import pread_spans
 from pskd_jax.errors import ShardMismatchError, TruncatedError, UsageError
 from pskd_jax.data.windows import lm_window_count
 from pskd_jax.data.windows import window_type
-from pskd_jax.corpus.maintain import shard_problem, verify_corpus
+from pskd_jax.corpus.maintain import check_tokenizer, shard_problem, verify_corpus
+from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.manifest import read_manifest
 
 
@@ -33,13 +34,17 @@ class CorpusWindows:
     ``verify=True`` hashes every shard first (:func:`verify_corpus`); in any case each shard's
     type, count and size are checked against the manifest when it is opened (E9017).
 
+    ``tokenizer`` (a :class:`Tokenizer`, or a ``tokenizer.json`` or vocabulary file) refuses a
+    corpus built with another tokenizer (E9016, naming both; see :func:`check_tokenizer`).
+
     ``access="pread"`` reads each window's T + 1 tokens with one ``preadv`` instead (pieces for a
     window across shards), as ``Reader(access="pread")`` does: slower per window, but the shards'
     pages never join the process's resident set.
     """
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
-                 verify: bool = False, workers: int | None = None, access: str = "mmap"):
+                 verify: bool = False, workers: int | None = None, access: str = "mmap",
+                 tokenizer: Tokenizer | str | os.PathLike | None = None):
         if access not in ACCESS_MODES:
             raise UsageError(f"{manifest_path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
         self.access = access
@@ -50,6 +55,7 @@ class CorpusWindows:
         self.path = os.fspath(manifest_path)
         self.seq, self.stride = int(seq), int(stride)
         self.manifest = verify_corpus(self.path, workers=workers).manifest if verify else read_manifest(self.path)
+        check_tokenizer(self.manifest, tokenizer)
         self.tokenizer = self.manifest.tokenizer
         self.dtype = self.tokenizer.dtype
         self._readers: list[Reader] = []
