@@ -8,9 +8,11 @@ Kinds
   character each); the boundary is ``len(vocab)``.
 - ``hf``: a Hugging Face ``tokenizer.json``, run by the ``tokenizers`` package (the optional extra
   ``pskd_jax[tokenizers]``, imported on first use). A text's ids are the library's
-  ``encode_batch([text], add_special_tokens=False)`` ids: the corpus puts its own boundary between
-  documents, so no template tokens ([CLS], <s>…) are added around each. Padding and truncation
-  that the file sets are switched off (``max_document_tokens`` is the corpus's truncation). The
+  ``encode_batch([text], add_special_tokens=False)`` ids with ``encode_special_tokens`` set: the
+  corpus puts its own boundary between documents, so no template tokens ([CLS], <s>…) are added
+  around each, and a special token written in a document's text (``<|endoftext|>`` quoted in a
+  text) is encoded as the text it is, never as the boundary. Padding and truncation that the file
+  sets are switched off (``max_document_tokens`` is the corpus's truncation). The
   boundary is the tokenizer's own end-of-text token — the one named, else the first of
   :data:`END_OF_TEXT` that its vocabulary holds — or, when it has none, the id one past its
   vocabulary. The manifest records the file's path as given, its sha256 (by which a corpus and a
@@ -120,8 +122,7 @@ class Tokenizer:
         except Exception as e:  # the library's own parse error (its type is not part of its API)
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise VocabularyError(f"{path}: not a tokenizer.json the tokenizers library reads ({reason})") from None
-        native.no_padding()
-        native.no_truncation()
+        _prepare(native)
         vocab = native.get_vocab(with_added_tokens=True)
         if not vocab:
             raise VocabularyError(f"{path}: the tokenizer has an empty vocabulary")
@@ -130,6 +131,20 @@ class Tokenizer:
         if size + (name is None) > MAX_VOCAB:
             raise VocabularyError(f"{path}: {size} token ids; a corpus stores ids in 32 bits, so at most {MAX_VOCAB}")
         return cls("hf", None, path, DIGESTS["sha256"](raw).hexdigest(), size, name, boundary, native)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for a worker process) with the tokenizers object as its JSON: the library's own
+        pickling drops ``encode_special_tokens``, which :func:`_prepare` sets again."""
+        state = dict(self.__dict__)
+        if state.get("_native") is not None:
+            state["_native"] = state["_native"].to_str()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("_native"), str):
+            state = dict(state, _native=_prepare(tokenizers_module().Tokenizer.from_str(state["_native"])))
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
 
     # -- sizes ----------------------------------------------------------------------------------
 
@@ -185,7 +200,8 @@ class Tokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """For ``hf``: the ids of each text, the library's ``encode_batch(texts,
-        add_special_tokens=False)`` ids (encoded together on the library's side)."""
+        add_special_tokens=False)`` ids (encoded together on the library's side; special tokens in
+        a text encoded as text)."""
         return [e.ids for e in self.native().encode_batch_fast(texts, add_special_tokens=False)]
 
     # -- text ↔ ids ------------------------------------------------------------------------------
@@ -324,6 +340,15 @@ class Tokenizer:
         if size + (token is None) > MAX_VOCAB:
             raise CorpusDirectoryError(f"{name}: {size} ids and a boundary past them do not fit in 32 bits")
         return cls("hf", None, path, digest, size, token, boundary)
+
+
+def _prepare(native: Any) -> Any:
+    """A tokenizers object set as the corpus encodes: no padding, no truncation, and special
+    tokens written in a text encoded as text (only the corpus puts a boundary in the stream)."""
+    native.no_padding()
+    native.no_truncation()
+    native.encode_special_tokens = True
+    return native
 
 
 def _choose_boundary(vocab: dict[str, int], size: int, named: str | None, path: str) -> tuple[str | None, int]:
