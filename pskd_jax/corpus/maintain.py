@@ -140,7 +140,7 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
     seen: dict[str, str] = {}  # a shard's real path → the manifest that listed it first
     for path in manifests:
         m = first if path is manifests[0] else read_manifest(path)
-        if m.tokenizer != first.tokenizer:
+        if not (m.tokenizer.matches(first.tokenizer) and m.tokenizer.boundary == first.tokenizer.boundary):  # any path
             raise CorpusDirectoryError(f"{m.path}: its tokenizer ({_describe_tokenizer(m.tokenizer)}) differs from "
                             f"{first.path}'s ({_describe_tokenizer(first.tokenizer)}); only corpora of one "
                             "vocabulary merge")

@@ -54,8 +54,10 @@ class CorpusWindows:
                 raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
         self.path = os.fspath(manifest_path)
         self.seq, self.stride = int(seq), int(stride)
-        self.manifest = verify_corpus(self.path, workers=workers).manifest if verify else read_manifest(self.path)
-        check_tokenizer(self.manifest, tokenizer)
+        self.manifest = read_manifest(self.path)
+        check_tokenizer(self.manifest, tokenizer)  # before any shard is hashed
+        if verify:
+            self.manifest = verify_corpus(self.path, workers=workers).manifest
         self.tokenizer = self.manifest.tokenizer
         self.dtype = self.tokenizer.dtype
         self._readers: list[Reader] = []

@@ -326,3 +326,24 @@ def test_decode_bytes_cut_inside_a_character():
     with pytest.raises(VocabularyError, match="not UTF-8"):
         Tokenizer.bytes().decode(ids)
     assert Tokenizer.bytes().decode(ids, errors="replace") == "\ufffd"
+
+
+def test_parts_built_with_one_tokenizer_json_at_two_paths_merge(tmp_path, bpe, bpe_other, docs):
+    copy = tmp_path / "elsewhere" / "tokenizer.json"
+    copy.parent.mkdir()
+    shutil.copy(bpe, copy)
+    all_dir = tmp_path / "all"
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:5])], all_dir / "a", tokenizer=Tokenizer.from_file(bpe))
+    corpus.build_corpus([write_jsonl(tmp_path / "b.jsonl", docs[5:9])], all_dir / "b",
+                        tokenizer=Tokenizer.from_file(copy))
+    merged = corpus.merge_manifests([all_dir / "a" / "shards.json", all_dir / "b" / "shards.json"],
+                                    all_dir / "shards.json")
+    assert len(merged.shards) == 2 and merged.tokenizer.path == bpe
+    corpus.build_corpus([write_jsonl(tmp_path / "c.jsonl", docs[:5])], all_dir / "c",
+                        tokenizer=Tokenizer.from_file(bpe, boundary_token=""))
+    corpus.build_corpus([write_jsonl(tmp_path / "d.jsonl", docs[:5])], all_dir / "d",
+                        tokenizer=Tokenizer.from_file(bpe_other))
+    for other in ("c", "d"):  # another boundary, another tokenizer
+        with pytest.raises(CorpusDirectoryError, match="only corpora of one vocabulary merge"):
+            corpus.merge_manifests([all_dir / "a" / "shards.json", all_dir / other / "shards.json"],
+                                   all_dir / "x.json")
