@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import shlex
+import shutil
 import sys
+import tempfile
 import time
 from typing import Iterator
 
 import tqdm
 
 from pskd_jax import corpus, data
-from pskd_jax.errors import UsageError
+from pskd_jax.errors import PskdError, UsageError
 
 
 class BuildProgress:
@@ -32,17 +37,42 @@ class BuildProgress:
 
 
 def _tokenizer(args) -> corpus.Tokenizer:
+    """bytes (the default), chars (--vocab), or a tokenizer.json given as --tokenizer PATH."""
+    if args.boundary_token is not None and (args.vocab is not None or args.tokenizer in (None, "bytes", "chars")):
+        raise UsageError("--boundary-token names a token of a tokenizer.json (--tokenizer tokenizer.json); the "
+                         "boundary of bytes or chars is their size")
     if args.vocab is not None:
         if args.tokenizer not in (None, "chars"):
-            raise UsageError("--vocab gives a character tokenizer; it does not go with --tokenizer bytes")
+            raise UsageError(f"--vocab gives a character tokenizer; it does not go with --tokenizer {args.tokenizer}")
         return corpus.Tokenizer.chars(data.read_vocab(args.vocab), args.vocab)
     if args.tokenizer == "chars":
         raise UsageError("--tokenizer chars needs its vocabulary: --vocab VOCAB.json (from pskd chars)")
-    return corpus.Tokenizer.bytes()
+    if args.tokenizer in (None, "bytes"):
+        return corpus.Tokenizer.bytes()
+    return corpus.Tokenizer.from_file(args.tokenizer, boundary_token=args.boundary_token)
 
 
 def _build(args) -> Iterator[str]:
     tokenizer = _tokenizer(args)
+    if args.beam_options is not None and args.runner != "beam":
+        raise UsageError("--beam_options are for --runner beam")
+    if args.runner == "beam":
+        # Beam logs its set-up on every run, and a worker's error with its traceback, which would
+        # bury the result or the one-line error: its log is silenced, here and in the workers,
+        # unless the options ask for a level.
+        flags = shlex.split(args.beam_options or "")
+        quiet = not any(f.startswith("--default_sdk_harness_log_level") for f in flags)
+        if quiet:
+            flags.append("--default_sdk_harness_log_level=CRITICAL")
+            logging.getLogger().setLevel(logging.CRITICAL)
+        with _stderr_held() if quiet else contextlib.nullcontext():
+            result = corpus.build_corpus_beam(
+                args.inputs, args.output, tokenizer=tokenizer, workers=args.workers, chunk_tokens=args.chunk_tokens,
+                max_document_tokens=args.max_document_tokens, text_key=args.text_key, skip_bad=args.skip_bad,
+                beam_options=flags,
+            )
+        yield from _built(args, result, "on Apache Beam")
+        return
     bar = BuildProgress() if sys.stderr.isatty() else None
     try:
         result = corpus.build_corpus(
@@ -53,18 +83,52 @@ def _build(args) -> Iterator[str]:
     finally:
         if bar is not None:
             bar.close()
+    yield from _built(args, result, "")
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[None]:
+    """Holds back what is written to descriptor 2 meanwhile (Beam's worker processes print a
+    worker's traceback there whatever the log level): dropped when the build succeeds or fails
+    with the toolkit's error (its one line says it), shown when anything else went wrong."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    show = False
+    try:
+        yield
+    except PskdError:
+        raise
+    except BaseException:
+        show = True
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if show:
+            held.seek(0)
+            sys.stderr.flush()
+            shutil.copyfileobj(held, sys.stderr.buffer)
+            sys.stderr.flush()
+        held.close()
+
+
+def _built(args, result: corpus.BuildResult, where: str) -> Iterator[str]:
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
            f"vocabulary {m.vocab_size} with boundary {m.boundary}{kept})")
     if result.skipped:
-        yield f"pskd: left out {result.skipped} bad documents (--skip-bad); the first:"
+        yield f"pskd: left out {result.skipped} bad documents (--skip-bad)" + ("; the first:" if result.examples else "")
         for example in result.examples:
             yield f"pskd:   {example}"
     mb = result.input_bytes / 1e6
     if result.built:
         yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
-               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {args.workers} worker{'s' if args.workers > 1 else ''})")
+               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {args.workers} worker{'s' if args.workers > 1 else ''}"
+               f"{' ' + where if where else ''})")
 
 
 def _manifest_path(given: str) -> str:
@@ -75,7 +139,7 @@ def _manifest_path(given: str) -> str:
 def _verify(args) -> Iterator[str]:
     started = time.perf_counter()
     args.manifest = _manifest_path(args.manifest)
-    result = corpus.verify_corpus(args.manifest, workers=args.workers)
+    result = corpus.verify_corpus(args.manifest, workers=args.workers, tokenizer=args.tokenizer)
     seconds = time.perf_counter() - started
     yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count, size, "
            f"token and document count matches ({result.bytes / 1e6:.1f} MB in {seconds:.2f} s)")
@@ -111,9 +175,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("build", _build, "Tokenize documents into shards (one per input file) and write DIR/shards.json.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl, .jsonl.gz, .txt files, or directories of them")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the corpus directory")
-    p.add_argument("--tokenizer", choices=("bytes", "chars"), help="bytes (the default) or chars (needs --vocab)")
+    p.add_argument("--tokenizer", metavar="bytes|chars|tokenizer.json",
+                   help="bytes (the default), chars (needs --vocab), or a Hugging Face tokenizer.json (needs the "
+                        "tokenizers package: pip install 'pskd_jax[tokenizers]')")
     p.add_argument("--vocab", metavar="VOCAB.json", help="a character vocabulary (pskd chars): the chars tokenizer")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes building shards at once")
+    p.add_argument("--boundary-token", metavar="NAME",
+                   help="with a tokenizer.json: the token between documents (default: its end-of-text token, such as "
+                        "<|endoftext|>, </s> or [SEP], else an id past its vocabulary; '' for that id)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes building shards at once (with --runner beam: the DirectRunner's workers)")
+    p.add_argument("--runner", choices=("local", "beam"), default="local",
+                   help="local: this machine's process pool (the default); beam: an Apache Beam pipeline (needs "
+                        "pip install 'pskd_jax[beam]'), the DirectRunner unless --beam_options name another")
+    p.add_argument("--beam_options", "--beam-options", metavar='"FLAGS"',
+                   help="Beam pipeline options passed to the runner as given, e.g. \"--runner=DataflowRunner "
+                        "--project=P --region=R --temp_location=gs://B/tmp\"")
     p.add_argument("--chunk-tokens", type=int, default=corpus.DEFAULT_CHUNK_TOKENS, metavar="C",
                    help="tokens appended between two updates of a shard's header count")
     p.add_argument("--max-document-tokens", type=int, metavar="M", help="keep the first M tokens of each document")
@@ -124,6 +200,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("verify", _verify, "Hash every shard in parallel and check it against the manifest.")
     p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")
     p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs)")
+    p.add_argument("--tokenizer", metavar="tokenizer.json",
+                   help="refuse a corpus built with another tokenizer (a tokenizer.json, or a VOCAB.json)")
 
     p = command("info", _info, "Shards, tokens, documents, the boundary's share and tokens per document.")
     p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")

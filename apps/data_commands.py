@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterator
 
-from pskd_jax import checkpoint, data
+from pskd_jax import checkpoint, corpus, data
 from pskd_jax.format import Layout
 
 
@@ -16,12 +16,22 @@ def _chars(args) -> Iterator[str]:
 
 
 def _encode(args) -> Iterator[str]:
+    if args.tokenizer is not None:  # a tokenizer.json (or a vocabulary file)
+        tokenizer = corpus.Tokenizer.from_file(args.tokenizer)
+        count = corpus.encode_text_file(args.input, tokenizer, args.output)
+        yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {tokenizer.size})"
+        return
     vocab = data.read_vocab(args.vocab)
     count = data.encode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
 
 
 def _decode(args) -> Iterator[str]:
+    if args.tokenizer is not None:
+        tokenizer = corpus.Tokenizer.from_file(args.tokenizer)
+        count, characters = corpus.decode_tokens_file(args.input, tokenizer, args.output)
+        yield f"pskd: wrote {args.output} ({characters} characters from {count} tokens)"
+        return
     vocab = data.read_vocab(args.vocab)
     count = data.decode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
     yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
@@ -93,6 +103,14 @@ def _export(args) -> Iterator[str]:
     yield f"pskd: wrote {args.output} ({count} samples as JSON)"
 
 
+def _tokenizer_options(p: argparse.ArgumentParser) -> None:
+    """--vocab VOCAB.json (one character a token) or --tokenizer tokenizer.json (Hugging Face)."""
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--vocab", metavar="VOCAB.json", help="a character vocabulary (pskd chars)")
+    which.add_argument("--tokenizer", metavar="tokenizer.json",
+                       help="a Hugging Face tokenizer.json (pip install 'pskd_jax[tokenizers]'); the text is one document")
+
+
 LAYOUT_HELP = "the layout of a params file (default: the NAME.layout.json written beside it, if any)"
 
 
@@ -108,12 +126,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("encode", _encode, "Encode a text as whitespace-separated token indices.")
     p.add_argument("input", metavar="INPUT.txt")
-    p.add_argument("--vocab", required=True, metavar="VOCAB.json")
+    _tokenizer_options(p)
     p.add_argument("-o", "--output", required=True, metavar="TOKENS.txt")
 
     p = command("decode", _decode, "Decode token indices back to text (the inverse of encode).")
     p.add_argument("input", metavar="TOKENS.txt")
-    p.add_argument("--vocab", required=True, metavar="VOCAB.json")
+    _tokenizer_options(p)
     p.add_argument("-o", "--output", required=True, metavar="OUTPUT.txt")
 
     p = command("pack", _pack, "Pack one sample a line of text values into a .psk.d file.")

@@ -50,6 +50,8 @@ flags.DEFINE_bool("verify_corpus", True, "Check every shard of a corpus against 
                   "(sha256, tokens below the vocabulary size, documents), in parallel; --noverify_corpus skips it.")
 flags.DEFINE_bool("mask_boundary", False, "Leave targets that are the corpus's boundary token out of the loss "
                   "(a corpus only: its manifest names the boundary).")
+flags.DEFINE_string("tokenizer", None, "The tokenizer.json (or VOCAB.json) the model is for: a corpus built with "
+                    "another is refused.")
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
                   "process's resident memory that of the batches in flight whatever the data's size; "
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> None:
                 raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
             opened = time.perf_counter()
             reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
-                                          verify=FLAGS.verify_corpus, access=FLAGS.access)
+                                          verify=FLAGS.verify_corpus, access=FLAGS.access, tokenizer=FLAGS.tokenizer)
             if FLAGS.verify_corpus:
                 m = reader.manifest
                 print(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
@@ -97,6 +99,8 @@ def main(argv: list[str]) -> None:
             if FLAGS.mask_boundary:
                 raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
                                  f"{pipeline.path} is a .psk.d file")
+            if FLAGS.tokenizer is not None:
+                raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
             mask_token = None
             reader = Reader(pipeline.path, access=FLAGS.access)
             inputs_leaf = reader.placement.layout.leaves[0]

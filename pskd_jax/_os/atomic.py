@@ -117,6 +117,26 @@ def temporary_path_for(path: str) -> tuple[int, str]:
                          "removed as soon as it was made")
 
 
+def unlocked_temporary_for(path: str, mode: int = 0o644) -> str:
+    """Creates an empty hidden temporary file beside ``path`` (named as :func:`temporary_path_for`
+    names them, with ``mode`` less the umask) and returns its path, not locked: for a writer that
+    opens and locks the file itself, then renames it over ``path`` or removes it. Unlike
+    :func:`temporary_path_for`, it removes no stale temporary file: attempts of one destination
+    running at once (a retried or speculative task) leave each other's files alone."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=names.temporary_prefix(path), suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise TruncatedError(f"{path}: cannot create a file in {directory}: {e.strerror}") from e
+    try:
+        os.fchmod(fd, mode & ~_umask())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return temporary
+
+
 def commit(fd_file: BinaryIO, temporary: str, path: str, *, durable: bool) -> None:
     """Puts a finished temporary file in place of ``path``: flush, sync, rename (while its lock is
     still held), sync the directory."""
@@ -152,4 +172,5 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
-__all__ = ["atomic_output", "commit", "fsync_directory", "remove_stale_temporaries", "temporary_path_for"]
+__all__ = ["atomic_output", "commit", "fsync_directory", "remove_stale_temporaries", "temporary_path_for",
+           "unlocked_temporary_for"]

@@ -168,6 +168,8 @@ def _init_worker(progress: Any, parent: int, inherited: Sequence[int]) -> None:
     that hold the directory's lock and the journal: they belong to the build process alone."""
     global _PROGRESS, _PARENT
     _PROGRESS, _PARENT = progress, parent
+    # A tokenizer.json encodes on one thread per worker: the pool is the parallelism (unless the user said).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for fd in inherited:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -6,7 +6,8 @@ Documents
   Blank lines are passed over; a UTF-8 byte order mark at the start of the file is ignored.
 - ``.txt``: the whole file is one document (UTF-8; a byte order mark is part of the text). With
   ``max_document_tokens`` it is read only as far as the limit (in blocks of about
-  :data:`BLOCK_BYTES`): what lies after is neither tokenized nor checked.
+  :data:`BLOCK_BYTES`): what lies after is neither tokenized nor checked — except with a
+  ``tokenizer.json``, which encodes the whole text at once (its first ids depend on what follows).
 - A directory stands for the files with those suffixes below it (hidden ones excepted), in sorted
   order of their paths; other files there are passed over. A file named directly must have one of
   the suffixes.
@@ -23,7 +24,9 @@ tokens were written: :class:`ResetShard` then tells the writer to start its shar
 Encoding is vectorised: a block of about :data:`BLOCK_BYTES` of input is decoded and split into
 lines at once, each line parsed with :func:`json.loads`, and the block's documents are tokenized
 together: their UTF-8 bytes (or UTF-32 code points, mapped through a table for a character
-vocabulary) joined with a placeholder after each, which becomes the boundary token in one scatter.
+vocabulary) joined with a placeholder after each, which becomes the boundary token in one scatter;
+with a ``tokenizer.json``, one ``encode_batch`` of the block's documents on the library's side
+(its ids are those of ``encode_batch(texts, add_special_tokens=False)``, document by document).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import itertools
 import json
 import os
 import zlib
@@ -119,8 +123,11 @@ class Encoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """The tokens of non-empty ``texts``, a boundary after each. Raises UnicodeEncodeError
-        (a lone surrogate) or ``_Unknown`` (characters outside the vocabulary)."""
+        (a lone surrogate), ``_Unknown`` (characters outside the vocabulary) or ``_Refused`` (the
+        tokenizers library failed on a text)."""
         t = self.tokenizer
+        if t.kind == "hf":
+            return self._encode_hf(texts)
         if t.kind == "bytes":
             parts = [s.encode("utf-8") for s in texts]
             if self.limit is not None:
@@ -147,6 +154,28 @@ class Encoder:
             out = out.astype(t.dtype, copy=False)
         return out
 
+    def _encode_hf(self, texts: list[str]) -> np.ndarray:
+        """``hf``: the block's texts encoded in one ``encode_batch`` on the library's side, each
+        document's ids (a list the library builds) cut to the limit, then every id and boundary
+        gathered into one array by one ``fromiter`` over the lists: no Python step per token."""
+        t = self.tokenizer
+        try:
+            ids = t.encode_batch(texts)
+        except Exception as e:  # the library's errors have no type of their own
+            for s in texts:
+                s.encode("utf-8")  # a lone surrogate: the UnicodeEncodeError that names it
+            raise _Refused(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+        if self.limit is not None:
+            ids = [d[: self.limit] if len(d) > self.limit else d for d in ids]
+        boundary = [t.boundary]
+        total = sum(map(len, ids)) + len(ids)
+        return np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))),
+                           t.dtype, total)
+
+
+class _Refused(Exception):
+    """The tokenizers library failed on a block of documents (its message)."""
+
 
 class _Unknown(Exception):
     """Documents of a block holding characters outside the vocabulary: (index, first such character)."""
@@ -172,7 +201,7 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
         return np.zeros(0, encoder.tokenizer.dtype), 0
     try:
         return encoder.encode(texts), len(texts)
-    except (UnicodeEncodeError, _Unknown):
+    except (UnicodeEncodeError, _Unknown, _Refused):
         pass
     drop = set()
     for j, s in enumerate(texts):
@@ -184,6 +213,8 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
                        "that is half a pair), which UTF-8 cannot encode")
         except _Unknown as e:
             message = f"{path}:{lines[j]}: character {_describe(e.found[0][1])} is not in the vocabulary"
+        except _Refused as e:
+            message = f"{path}:{lines[j]}: the tokenizer failed on the text ({e})"
         bad(message)
         drop.add(j)
     kept = [s for j, s in enumerate(texts) if j not in drop]
@@ -287,6 +318,9 @@ def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[
     """A ``.txt`` file as one document, streamed. A bad document raises ``ResetShard`` under skip_bad
     once tokens may have been yielded (the caller then empties the shard)."""
     t = encoder.tokenizer
+    if t.kind == "hf":
+        yield from _txt_tokens_whole(path, encoder, bad, on_bytes)
+        return
     limit = encoder.limit
     produced, lines = 0, 1
     try:
@@ -321,6 +355,35 @@ def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[
         raise ResetShard() from None
     if produced:
         yield np.array([t.boundary], dtype=t.dtype), 1
+
+
+def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+                      ) -> Iterator[tuple[np.ndarray, int]]:
+    """A ``.txt`` document for a ``tokenizer.json``: read whole and encoded in one call, then cut
+    to the limit (the ids of a part of a text need not be the first ids of the whole: a tokenizer
+    merges across any cut)."""
+    blocks, end = [], 0
+    try:
+        for offset, block, _ in iter_text_blocks(path, chunk_size=BLOCK_BYTES):
+            blocks.append(block)
+            end = offset + len(block)
+    except PskdError as e:
+        if not isinstance(e, BadValueError):  # invalid UTF-8 (E9004 from the text kernels) is bad input here
+            raise
+        bad(e.message)
+        raise ResetShard() from None
+    text = b"".join(blocks).decode("utf-8")
+    del blocks
+    if on_bytes is not None:
+        on_bytes(end)
+    if not text:
+        return
+    try:
+        tokens = encoder.encode([text])
+    except _Refused as e:
+        bad(f"{path}:1: the tokenizer failed on the text ({e})")
+        raise ResetShard() from None
+    yield tokens, 1
 
 
 class ResetShard(Exception):

@@ -166,14 +166,31 @@ class VerifyResult:
     tokens: int
     bytes: int
 
+def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike | None) -> None:
+    """Refuses (E9016, naming both) a corpus built with another tokenizer than ``expected``: a
+    :class:`Tokenizer`, or the path of a ``tokenizer.json`` or character vocabulary. The same
+    tokenizer is the same kind and, for chars, the same vocabulary, for a tokenizer.json the same
+    file contents (sha256), wherever it lies; the boundary is the manifest's."""
+    if expected is None:
+        return
+    if not isinstance(expected, Tokenizer):
+        expected = Tokenizer.from_file(expected)
+    if not manifest.tokenizer.matches(expected):
+        raise CorpusDirectoryError(f"{manifest.path}: built with another tokenizer ({manifest.tokenizer.describe()}) "
+                                   f"than the one given ({expected.describe()}); its ids mean other tokens")
 
-def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None) -> VerifyResult:
+
+
+def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None,
+                  tokenizer: Tokenizer | str | os.PathLike | None = None) -> VerifyResult:
     """Checks every shard against the manifest (``workers`` threads, default the CPUs): a regular
     file, its header and size, and in one read of each file its sha256, every token below the
     vocabulary size, and its boundary tokens equal to its documents. E9017 naming the first bad
     shard. The manifest of a build still in progress verifies (it lists finished shards only):
-    ``result.manifest.complete`` says whether it is one."""
+    ``result.manifest.complete`` says whether it is one. With ``tokenizer``, a corpus built with
+    another is refused first (:func:`check_tokenizer`)."""
     manifest = read_manifest(manifest_path)
+    check_tokenizer(manifest, tokenizer)
     paths = [manifest.shard_path(i) for i in range(len(manifest.shards))]
     check_shards(manifest, lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer), workers)
     header = len(manifest.tokenizer.header(0))
@@ -188,7 +205,8 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
     m = read_manifest(manifest_path)
     t = m.tokenizer
     tokens, documents = m.tokens, m.documents
-    what = "bytes" if t.kind == "bytes" else f"chars ({t.size} characters)"
+    what = {"bytes": "bytes", "chars": f"chars ({t.size} characters)"}.get(t.kind) \
+        or f"tokenizer.json {t.path} ({t.size} ids, sha256 {t.sha256})"
     lines = [
         f"corpus     {m.path}",
         f"tokenizer  {what}; vocabulary {t.vocab_size} with boundary {t.boundary}; type {t.sample_type}",
@@ -229,7 +247,7 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
     seen: dict[tuple, str] = {}  # a shard's file (device, inode) → the manifest that listed it first
     for path in manifests:
         m = first if path is manifests[0] else read_manifest(path)
-        if m.tokenizer != first.tokenizer:
+        if not (m.tokenizer.matches(first.tokenizer) and m.tokenizer.boundary == first.tokenizer.boundary):  # any path
             raise CorpusDirectoryError(f"{m.path}: its tokenizer ({_describe_tokenizer(m.tokenizer)}) differs from "
                             f"{first.path}'s ({_describe_tokenizer(first.tokenizer)}); only corpora of one "
                             "vocabulary merge")
@@ -270,11 +288,8 @@ def _file_identity(path: str) -> tuple:
 
 
 def _describe_tokenizer(t: Tokenizer) -> str:
-    if t.kind == "bytes":
-        return f"bytes, vocabulary {t.vocab_size}"
-    shown = "".join(t.vocab[:20])
-    return f"chars, {t.size} characters {shown!r}{'…' if t.size > 20 else ''}, vocabulary {t.vocab_size}"
+    return t.describe()
 
 
-__all__ = ["ShardProblem", "VerifyResult", "check_shards", "content_problem", "header_problem", "info_lines",
+__all__ = ["ShardProblem", "VerifyResult", "check_shards", "check_tokenizer", "content_problem", "header_problem", "info_lines",
            "merge_manifests", "open_shard", "shard_header", "shard_problem", "verify_corpus"]

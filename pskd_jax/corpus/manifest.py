@@ -5,10 +5,12 @@ A corpus is a directory holding ``shards.json`` and the shards it lists. Buildin
 
 Tokens and shards
 -----------------
-- Tokenizers: ``bytes`` (the 256 byte values of the UTF-8 text are tokens 0..255) or ``chars`` (a
-  character vocabulary as ``pskd chars`` writes it: token i is ``vocab[i]``, one character each).
-  The boundary token is the tokenizer's size (256, or ``len(vocab)``), so the corpus's vocabulary
-  has ``V = size + 1`` tokens.
+- Tokenizers: ``bytes`` (the 256 byte values of the UTF-8 text are tokens 0..255), ``chars`` (a
+  character vocabulary as ``pskd chars`` writes it: token i is ``vocab[i]``, one character each),
+  or ``hf`` (a Hugging Face ``tokenizer.json``; see :mod:`pskd_jax.corpus.tokenizer`). The
+  boundary token is the tokenizer's size (256, or ``len(vocab)``), so the corpus's vocabulary has
+  ``V = size + 1`` tokens — except for a ``tokenizer.json`` with an end-of-text token, which is the
+  boundary (``V`` is then the tokenizer's own size).
 - Every document is followed by one boundary token, the last document of a shard included: a
   shard is ``doc₀ ⟨b⟩ doc₁ ⟨b⟩ … docₙ ⟨b⟩``, so concatenating shards keeps every two documents
   apart by exactly one boundary, and ``documents`` equals the boundary tokens of a shard.
@@ -19,7 +21,9 @@ The manifest
 ``shards.json`` is the corpus's source of truth, a JSON object::
 
     {"format": "pskd-corpus", "version": 1,
-     "tokenizer": {"kind": "bytes"} | {"kind": "chars", "vocab": [...]},
+     "tokenizer": {"kind": "bytes"} | {"kind": "chars", "vocab": [...]}
+                | {"kind": "hf", "path": …, "sha256": …, "vocab_size": N, "boundary_token": "<|endoftext|>" | null,
+                   "boundary": …},
      "vocab_size": V, "boundary": V - 1,
      "build": {"text_key": "text", "max_document_tokens": null, "skip_bad": false},
      "shards": [{"path": "shard-00000.psk.d", "tokens": …, "documents": …, "sha256": "…",

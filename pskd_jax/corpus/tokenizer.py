@@ -1,33 +1,81 @@
-"""Corpus tokenizers: bytes or a character vocabulary, and the boundary token between documents.
+"""Corpus tokenizers — bytes, a character vocabulary, or a Hugging Face ``tokenizer.json`` — and
+the boundary token between documents.
+
+Kinds
+-----
+- ``bytes``: the UTF-8 bytes of the text are tokens 0..255; the boundary is 256.
+- ``chars``: a character vocabulary as ``pskd chars`` writes it (token i is ``vocab[i]``, one
+  character each); the boundary is ``len(vocab)``.
+- ``hf``: a Hugging Face ``tokenizer.json``, run by the ``tokenizers`` package (the optional extra
+  ``pskd_jax[tokenizers]``, imported on first use). A text's ids are the library's
+  ``encode_batch([text], add_special_tokens=False)`` ids with ``encode_special_tokens`` set: the
+  corpus puts its own boundary between documents, so no template tokens ([CLS], <s>…) are added
+  around each, and a special token written in a document's text (``<|endoftext|>`` quoted in a
+  text) is encoded as the text it is, never as the boundary. Padding and truncation that the file
+  sets are switched off (``max_document_tokens`` is the corpus's truncation). The
+  boundary is the tokenizer's own end-of-text token — the one named, else the first of
+  :data:`END_OF_TEXT` that its vocabulary holds — or, when it has none, the id one past its
+  vocabulary. The manifest records the file's path as given, its sha256 (by which a corpus and a
+  tokenizer are matched), the tokenizer's vocabulary size and the boundary token.
+
+The corpus's vocabulary ``V`` (``vocab_size``) counts every id, the boundary included: one more
+than the tokenizer's ids when the boundary lies past them, the tokenizer's own size when the
+boundary is one of its tokens. Ids are stored in the narrowest unsigned integers that hold
+``V - 1`` (the ``idx[V]`` rule of the format: u16 up to 65,536 ids, u32 beyond).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Sequence
-import numpy as np
-from pskd_jax.format.header import encode_header
-from pskd_jax.format.encodings import Encoding, index_dtype
-from pskd_jax.errors import CorpusDirectoryError, PskdError, VocabularyError
-from pskd_jax.data.text import CODE_POINTS, check_vocab
-from pskd_jax._os.jsonfile import json_kind
 
+import numpy as np
+
+from pskd_jax._os.digests import DIGESTS
+from pskd_jax._os.files import read_whole
+from pskd_jax._os.jsonfile import json_kind
+from pskd_jax.corpus.extras import tokenizers_module
+from pskd_jax.data.text import CODE_POINTS, check_vocab, read_vocab
+from pskd_jax.errors import CorpusDirectoryError, PskdError, UsageError, VocabularyError
+from pskd_jax.format.encodings import Encoding, index_dtype
+from pskd_jax.format.header import encode_header
 
 BYTE_TOKENS = 256
 
+#: The end-of-text tokens looked for, in this order, when no boundary token is named.
+END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[EOS]", "<EOS>", "[SEP]")
+
+#: The largest corpus vocabulary: ids are stored in at most 32 bits.
+MAX_VOCAB = 1 << 32
+
+KINDS = ("bytes", "chars", "hf")
+
+_HF_KEYS = ("kind", "path", "sha256", "vocab_size", "boundary_token", "boundary")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tokenizer:
-    """``bytes`` or ``chars`` (with its vocabulary); the boundary token is :attr:`boundary`.
+    """A corpus tokenizer: ``bytes``, ``chars`` (with its vocabulary) or ``hf`` (a
+    ``tokenizer.json``); the token between documents is :attr:`boundary`.
 
     >>> t = Tokenizer.chars(["a", "b"])
     >>> t.size, t.boundary, t.vocab_size, t.sample_type, t.dtype
     (2, 2, 3, 'idx[3][]', dtype('uint8'))
+    >>> t.encode("abba").tolist(), t.decode([0, 1, 2, 1])
+    ([0, 1, 1, 0], 'ab\\nb')
     >>> Tokenizer.bytes().to_json(), Tokenizer.bytes().vocab_size
     ({'kind': 'bytes'}, 257)
     """
 
     kind: str
-    vocab: tuple[str, ...] | None = None
+    vocab: tuple[str, ...] | None = None  # chars
+    path: str | None = None  # hf: the tokenizer.json as given
+    sha256: str | None = None  # hf: of the tokenizer.json's bytes
+    tokens: int | None = None  # hf: the tokenizer's ids are below this
+    boundary_token: str | None = None  # hf: the end-of-text token that is the boundary, if any
+    boundary_id: int | None = None  # hf
+    _native: Any = dataclasses.field(default=None, compare=False, repr=False)  # hf: the tokenizers object
 
     @classmethod
     def bytes(cls) -> "Tokenizer":
@@ -44,19 +92,78 @@ class Tokenizer:
                 )
         return cls("chars", tuple(vocab))
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, *, boundary_token: str | None = None) -> "Tokenizer":
+        """The tokenizer of a file: a Hugging Face ``tokenizer.json``, or a character vocabulary
+        (a JSON array, as ``pskd chars`` writes it).
+
+        ``boundary_token`` (``tokenizer.json`` only) names the token that ends a document; by
+        default the first of :data:`END_OF_TEXT` that the vocabulary holds, else none; ``""`` for
+        none: the boundary is then the id past the tokenizer's. A file that is not a tokenizer,
+        or a named token it does not hold, is E9011; a ``tokenizer.json`` without the
+        ``tokenizers`` package E9012 naming the extra to install.
+        """
+        path = os.fspath(path)
+        raw = read_whole(path, VocabularyError, what="the tokenizer")
+        if raw.lstrip()[:1] == b"[":  # a JSON array: a character vocabulary
+            if boundary_token is not None:
+                raise UsageError(f"{path}: a character vocabulary's boundary is its size; a boundary token is "
+                                 "named for a tokenizer.json only")
+            return cls.chars(read_vocab(path), path)
+        return cls._hf(path, raw, boundary_token)
+
+    @classmethod
+    def _hf(cls, path: str, raw: bytes, boundary_token: str | None) -> "Tokenizer":
+        library = tokenizers_module()
+        try:
+            native = library.Tokenizer.from_str(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise VocabularyError(f"{path}: not UTF-8 at byte {e.start}; a tokenizer.json is UTF-8 JSON") from None
+        except Exception as e:  # the library's own parse error (its type is not part of its API)
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise VocabularyError(f"{path}: not a tokenizer.json the tokenizers library reads ({reason})") from None
+        _prepare(native)
+        vocab = native.get_vocab(with_added_tokens=True)
+        if not vocab:
+            raise VocabularyError(f"{path}: the tokenizer has an empty vocabulary")
+        size = max(vocab.values()) + 1
+        name, boundary = _choose_boundary(vocab, size, boundary_token, path)
+        if size + (name is None) > MAX_VOCAB:
+            raise VocabularyError(f"{path}: {size} token ids; a corpus stores ids in 32 bits, so at most {MAX_VOCAB}")
+        return cls("hf", None, path, DIGESTS["sha256"](raw).hexdigest(), size, name, boundary, native)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (for a worker process) with the tokenizers object as its JSON: the library's own
+        pickling drops ``encode_special_tokens``, which :func:`_prepare` sets again."""
+        state = dict(self.__dict__)
+        if state.get("_native") is not None:
+            state["_native"] = state["_native"].to_str()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("_native"), str):
+            state = dict(state, _native=_prepare(tokenizers_module().Tokenizer.from_str(state["_native"])))
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
+
+    # -- sizes ----------------------------------------------------------------------------------
+
     @property
     def size(self) -> int:
-        """Tokens before the boundary: 256 bytes, or the vocabulary's length."""
-        return BYTE_TOKENS if self.kind == "bytes" else len(self.vocab)
+        """The tokenizer's own ids: 256 bytes, the vocabulary's length, or a tokenizer.json's ids."""
+        if self.kind == "bytes":
+            return BYTE_TOKENS
+        return len(self.vocab) if self.kind == "chars" else self.tokens
 
     @property
     def boundary(self) -> int:
-        return self.size
+        """The id after every document: the end-of-text token, else the first id past the tokenizer's."""
+        return self.boundary_id if self.boundary_token is not None else self.size
 
     @property
     def vocab_size(self) -> int:
-        """V: every token, the boundary included."""
-        return self.size + 1
+        """V: every id of the corpus, the boundary included."""
+        return self.size + (self.boundary_token is None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -76,17 +183,125 @@ class Tokenizer:
         table[[ord(c) for c in self.vocab]] = np.arange(len(self.vocab))
         return table
 
+    # -- the tokenizers library ------------------------------------------------------------------
+
+    def native(self) -> Any:
+        """For ``hf``: the ``tokenizers.Tokenizer``, loaded from :attr:`path` on first use when this
+        tokenizer was read from a manifest (E9016 if that file's sha256 is no longer the recorded one)."""
+        if self.kind != "hf":
+            raise UsageError(f"a {self.kind} tokenizer has no tokenizer.json")
+        if self._native is None:
+            loaded = Tokenizer.from_file(self.path, boundary_token=self.boundary_token or "")
+            if loaded.sha256 != self.sha256 or loaded.tokens != self.tokens or loaded.boundary != self.boundary:
+                raise CorpusDirectoryError(f"{self.path}: this tokenizer.json has sha256 {loaded.sha256}, but the corpus "
+                                           f"was built with one of sha256 {self.sha256}")
+            object.__setattr__(self, "_native", loaded._native)
+        return self._native
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """For ``hf``: the ids of each text, the library's ``encode_batch(texts,
+        add_special_tokens=False)`` ids (encoded together on the library's side; special tokens in
+        a text encoded as text)."""
+        return [e.ids for e in self.native().encode_batch_fast(texts, add_special_tokens=False)]
+
+    # -- text ↔ ids ------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> np.ndarray:
+        """The ids of ``text`` (no boundary added), as :attr:`dtype`.
+
+        A lone surrogate (which UTF-8 cannot hold), or for ``chars`` a character outside the
+        vocabulary, is E9011 naming its position."""
+        if not isinstance(text, str):
+            raise UsageError(f"encode takes a str, got {type(text).__name__}")
+        try:
+            if self.kind == "bytes":
+                return np.frombuffer(text.encode("utf-8"), np.uint8).astype(self.dtype)
+            if self.kind == "hf":
+                text.encode("utf-8")  # the library would refuse a lone surrogate less clearly
+                return np.array(self.encode_batch([text])[0], dtype=self.dtype)
+            points = np.frombuffer(text.encode("utf-32-le"), "<u4")
+        except UnicodeEncodeError as e:
+            raise VocabularyError(f"character {e.start} of the text is a lone surrogate U+{ord(text[e.start]):04X}, "
+                                  "which UTF-8 cannot encode") from None
+        ids = self.code_point_table().take(points)
+        if len(ids) and ids.max() > self.boundary:
+            at = int(np.argmax(ids > self.boundary))
+            raise VocabularyError(f"character {at} of the text, {text[at]!r} (U+{ord(text[at]):04X}), is not in the "
+                                  "vocabulary")
+        return ids.astype(self.dtype)
+
+    def decode(self, ids: Sequence[int] | np.ndarray, *, boundary_text: str = "\n", errors: str = "strict") -> str:
+        """The text of ``ids``. A boundary that is not one of the tokenizer's own tokens (bytes,
+        chars, a tokenizer.json without an end-of-text token) becomes ``boundary_text``; an
+        end-of-text token is decoded by the library as any token (special tokens kept).
+
+        An id outside ``[0, vocab_size)`` is E9011 naming its index; for ``bytes``, bytes that are
+        not UTF-8 (a window's edge may cut a character) are E9011 unless ``errors="replace"``."""
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise UsageError(f"decode takes one axis of integer ids, got {ids.dtype} of shape {ids.shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            at = int(np.flatnonzero((ids < 0) | (ids >= self.vocab_size))[0])
+            raise VocabularyError(f"id {at} is {int(ids[at])}, outside the vocabulary of {self.vocab_size} ids")
+        if self.kind == "hf" and self.boundary_token is not None:
+            return self.native().decode(ids.tolist(), skip_special_tokens=False)
+        cuts = np.flatnonzero(ids == self.boundary)
+        starts = np.concatenate([[0], cuts + 1])
+        ends = np.concatenate([cuts, [len(ids)]])
+        return boundary_text.join(self._decode_text(ids[a:b], int(a), errors) for a, b in zip(starts, ends))
+
+    def _decode_text(self, ids: np.ndarray, first: int, errors: str) -> str:
+        """The text of ids holding no boundary (``first``: where they start, for messages)."""
+        if self.kind == "chars":
+            return "".join([self.vocab[i] for i in ids.tolist()])
+        if self.kind == "hf":
+            return self.native().decode(ids.tolist(), skip_special_tokens=False) if len(ids) else ""
+        try:
+            return ids.astype(np.uint8).tobytes().decode("utf-8", errors)
+        except UnicodeDecodeError as e:
+            raise VocabularyError(f"ids {first + e.start}..{first + e.end - 1} are bytes that are not UTF-8 ({e.reason}); "
+                                  "decode(..., errors='replace') shows them as U+FFFD") from None
+
+    # -- identity --------------------------------------------------------------------------------
+
+    def matches(self, other: "Tokenizer") -> bool:
+        """Whether ``other`` is the same tokenizer: the same kind and, for chars, the same vocabulary,
+        for hf the same tokenizer.json (its sha256), wherever it lies and whatever its boundary."""
+        if self.kind != other.kind:
+            return False
+        return self.vocab == other.vocab if self.kind == "chars" else self.sha256 == other.sha256
+
+    def describe(self) -> str:
+        """The tokenizer in words, for messages: its kind, vocabulary and (hf) digest."""
+        if self.kind == "bytes":
+            return f"bytes, vocabulary {self.vocab_size}"
+        if self.kind == "chars":
+            shown = "".join(self.vocab[:20])
+            return f"chars, {self.size} characters {shown!r}{'…' if self.size > 20 else ''}, vocabulary {self.vocab_size}"
+        end = f"boundary {self.boundary_token!r} ({self.boundary})" if self.boundary_token is not None \
+            else f"boundary {self.boundary} past its ids"
+        return f"tokenizer.json {self.path} of sha256 {self.sha256}, {self.size} ids, {end}"
+
+    # -- the manifest's record -------------------------------------------------------------------
+
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "bytes"} if self.kind == "bytes" else {"kind": "chars", "vocab": list(self.vocab)}
+        if self.kind == "bytes":
+            return {"kind": "bytes"}
+        if self.kind == "chars":
+            return {"kind": "chars", "vocab": list(self.vocab)}
+        return {"kind": "hf", "path": self.path, "sha256": self.sha256, "vocab_size": self.tokens,
+                "boundary_token": self.boundary_token, "boundary": self.boundary}
 
     @classmethod
     def from_json(cls, data: Any, name: str) -> "Tokenizer":
-        if not isinstance(data, dict) or data.get("kind") not in ("bytes", "chars"):
+        if not isinstance(data, dict) or data.get("kind") not in KINDS:
             got = f"the kind {json_kind(data.get('kind'))}" if isinstance(data, dict) else json_kind(data)
-            raise CorpusDirectoryError(f"{name}: tokenizer must be {{\"kind\": \"bytes\"}} or "
-                            f"{{\"kind\": \"chars\", \"vocab\": [...]}}, got {got}")
+            raise CorpusDirectoryError(f"{name}: tokenizer must be {{\"kind\": \"bytes\"}}, "
+                            f"{{\"kind\": \"chars\", \"vocab\": [...]}} or {{\"kind\": \"hf\", \"sha256\": …}}, got {got}")
         if data["kind"] == "bytes":
             return cls.bytes()
+        if data["kind"] == "hf":
+            return cls._hf_from_json(data, name)
         vocab = data.get("vocab")
         if not isinstance(vocab, list):
             raise CorpusDirectoryError(f"{name}: a chars tokenizer's 'vocab' is a list of characters, got "
@@ -100,5 +315,59 @@ class Tokenizer:
         except PskdError as e:
             raise CorpusDirectoryError(e.message) from None
 
+    @classmethod
+    def _hf_from_json(cls, data: dict[str, Any], name: str) -> "Tokenizer":
+        """An hf record: exactly the keys :func:`to_json` writes, each of its type (E9016 else)."""
+        if set(data) != set(_HF_KEYS):
+            raise CorpusDirectoryError(f"{name}: an hf tokenizer record has exactly the keys "
+                                       + ", ".join(map(repr, _HF_KEYS)) + f", got {json_kind(sorted(data))[:200]}")
+        path, digest, size, token, boundary = (data[k] for k in _HF_KEYS[1:])
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise CorpusDirectoryError(f"{name}: tokenizer 'path' must be a non-empty string, got {json_kind(path)}")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise CorpusDirectoryError(f"{name}: tokenizer 'sha256' must be 64 lowercase hex digits, got "
+                                       f"{json_kind(digest)}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_VOCAB:
+            raise CorpusDirectoryError(f"{name}: tokenizer 'vocab_size' must be an integer from 1 to 2**32, got "
+                                       f"{json_kind(size)}")
+        if token is not None and (not isinstance(token, str) or not token):
+            raise CorpusDirectoryError(f"{name}: tokenizer 'boundary_token' must be null or a non-empty string, got "
+                                       f"{json_kind(token)}")
+        lowest, highest = (size, size) if token is None else (0, size - 1)
+        if isinstance(boundary, bool) or not isinstance(boundary, int) or not lowest <= boundary <= highest:
+            expected = f"{size} (past the tokenizer's ids)" if token is None else f"an id below {size}"
+            raise CorpusDirectoryError(f"{name}: tokenizer 'boundary' must be {expected}, got {json_kind(boundary)}")
+        if size + (token is None) > MAX_VOCAB:
+            raise CorpusDirectoryError(f"{name}: {size} ids and a boundary past them do not fit in 32 bits")
+        return cls("hf", None, path, digest, size, token, boundary)
 
-__all__ = ["BYTE_TOKENS", "Tokenizer"]
+
+def _prepare(native: Any) -> Any:
+    """A tokenizers object set as the corpus encodes: no padding, no truncation, and special
+    tokens written in a text encoded as text (only the corpus puts a boundary in the stream)."""
+    native.no_padding()
+    native.no_truncation()
+    native.encode_special_tokens = True
+    return native
+
+
+def _choose_boundary(vocab: dict[str, int], size: int, named: str | None, path: str) -> tuple[str | None, int]:
+    """The boundary token and its id: the one named, else the first usual end-of-text token the
+    vocabulary holds, else none (the id ``size``); ``named == ""`` asks for none."""
+    if named == "":
+        return None, size
+    if named is not None:
+        if named not in vocab:
+            held = [t for t in END_OF_TEXT if t in vocab]
+            raise VocabularyError(f"{path}: no token {named!r} in the vocabulary to be the boundary; "
+                                  + (f"it holds {', '.join(map(repr, held))}" if held else
+                                     "it holds none of the usual end-of-text tokens (give '' for a boundary "
+                                     "past its ids)"))
+        return named, vocab[named]
+    for token in END_OF_TEXT:
+        if token in vocab:
+            return token, vocab[token]
+    return None, size
+
+
+__all__ = ["BYTE_TOKENS", "END_OF_TEXT", "KINDS", "MAX_VOCAB", "Tokenizer"]

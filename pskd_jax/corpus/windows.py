@@ -24,8 +24,9 @@ from pskd_jax._os.positional import pread_spans
 from pskd_jax.errors import BadValueError, CorpusDirectoryError, ShardMismatchError, TruncatedError, UsageError
 from pskd_jax.data.windows import lm_window_count
 from pskd_jax.data.windows import window_type
-from pskd_jax.corpus.maintain import (ShardProblem, check_shards, content_problem, header_problem, open_shard,
-                                      shard_header)
+from pskd_jax.corpus.maintain import (ShardProblem, check_shards, check_tokenizer, content_problem, header_problem,
+                                      open_shard, shard_header)
+from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_manifest
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
@@ -104,6 +105,9 @@ class CorpusWindows:
     served from (``workers`` threads): its sha256, every token below the vocabulary size, its
     boundary tokens equal to its documents (see :func:`pskd_jax.corpus.verify_corpus`).
 
+    ``tokenizer`` (a :class:`Tokenizer`, or a ``tokenizer.json`` or vocabulary file) refuses a
+    corpus built with another tokenizer (E9016, naming both; see :func:`check_tokenizer`).
+
     ``access="pread"`` reads each window's T + 1 tokens with one ``preadv`` instead (pieces for a
     window across shards), as ``Reader(access="pread")`` does: slower per window, but the shards'
     pages never join the process's resident set, and a shard cut short under the reader by another
@@ -115,7 +119,8 @@ class CorpusWindows:
     """
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
-                 verify: bool = False, workers: int | None = None, access: str = "mmap"):
+                 verify: bool = False, workers: int | None = None, access: str = "mmap",
+                 tokenizer: Tokenizer | str | os.PathLike | None = None):
         if access not in ACCESS_MODES:
             raise UsageError(f"{manifest_path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
         self.access = access
@@ -127,6 +132,7 @@ class CorpusWindows:
         self.seq, self.stride = int(seq), int(stride)
         self.verify, self.workers = verify, workers
         self._closed = False
+        self._expected_tokenizer = tokenizer  # checked before any shard is opened or hashed
         self._state = self._load(None, verify)
         self.tokenizer = self._state.manifest.tokenizer
         self.dtype = self.tokenizer.dtype
@@ -164,6 +170,8 @@ class CorpusWindows:
             if previous is not None and raw == previous.raw:
                 return previous
             manifest = parse_manifest(decode_manifest(raw, self.path), self.path)
+            if previous is None:
+                check_tokenizer(manifest, self._expected_tokenizer)
             if previous is not None and manifest.tokenizer != previous.manifest.tokenizer:
                 raise CorpusDirectoryError(f"{self.path}: the corpus now has another tokenizer (vocabulary "
                                            f"{manifest.vocab_size}, was {previous.manifest.vocab_size}); windows "

@@ -1,0 +1,208 @@
+"""The corpus build on Apache Beam gives the bytes of the local build: every shard and
+``shards.json``, on the DirectRunner with two worker processes, after a failed bundle is retried,
+and when attempts of one shard run at once. Inputs through a Beam file system (a URL) too."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+from pskd_jax import corpus
+from pskd_jax._os import names
+from pskd_jax.corpus import Tokenizer
+from pskd_jax.corpus import beam as corpus_beam
+from pskd_jax.errors import CorpusInputError, UsageError
+
+from .bpe import documents, repository_texts, train_bpe, write_jsonl
+
+
+def listing(directory) -> dict[str, bytes]:
+    """Every file of a directory, hidden ones included, and its bytes."""
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
+
+
+def assert_same_corpus(a, b) -> None:
+    left, right = listing(a), listing(b)
+    assert sorted(left) == sorted(right)  # no temporary file, no journal, nothing else
+    for name in left:
+        assert left[name] == right[name], name
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
+    return documents(repository_texts())
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> str:
+    pytest.importorskip("tokenizers")
+    return train_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def make_inputs(root, docs: list[str], bad: bool = False) -> list[str]:
+    """Two JSONL files (one gzipped), a .txt, and a directory of two more: five inputs."""
+    root.mkdir(parents=True, exist_ok=True)
+    extra = ['{"text": 5}', "not json"] if bad else []
+    a = write_jsonl(root / "a.jsonl", docs[0::4])
+    if extra:
+        with open(a, "a", encoding="utf-8") as f:
+            f.write("\n".join(extra) + "\n")
+    with gzip.open(root / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in docs[1::4])
+    (root / "c.txt").write_text("".join(docs[2::8]), encoding="utf-8")
+    (root / "more").mkdir(exist_ok=True)
+    write_jsonl(root / "more" / "d.jsonl", docs[3::4])
+    (root / "more" / "e.txt").write_text(docs[5] * 3, encoding="utf-8")
+    return [a, str(root / "b.jsonl.gz"), str(root / "c.txt"), str(root / "more")]
+
+
+def test_without_apache_beam_it_is_e9012_naming_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "apache_beam", None)
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(UsageError, match=r"pip install 'pskd_jax\[beam\]'"):
+        corpus.build_corpus_beam([tmp_path / "a.txt"], tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
+def test_attempts_of_one_shard_at_once_leave_one_whole_shard(tmp_path, docs):
+    """What Beam's speculative execution does: several attempts of a shard at the same time."""
+    source = write_jsonl(tmp_path / "a.jsonl", docs)
+    corpus.build_corpus([source], tmp_path / "local")
+    directory = tmp_path / "c"
+    directory.mkdir()
+    errors = []
+
+    def attempt() -> None:
+        try:
+            corpus_beam.write_shard(source, str(directory), 0, tokenizer=Tokenizer.bytes(), chunk_tokens=4096)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=attempt) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert os.listdir(directory) == ["shard-00000.psk.d"]
+    assert (directory / "shard-00000.psk.d").read_bytes() == (tmp_path / "local" / "shard-00000.psk.d").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("kind", ["hf", "bytes", "chars"])
+def test_direct_runner_with_two_workers_gives_the_local_bytes(tmp_path, docs, bpe, kind):
+    pytest.importorskip("apache_beam")
+    inputs = make_inputs(tmp_path / "in", docs, bad=kind == "bytes")
+    tokenizer = {"hf": lambda: Tokenizer.from_file(bpe), "bytes": Tokenizer.bytes,
+                 "chars": lambda: Tokenizer.chars(sorted(set("".join(docs)) - {"\ufeff"}))}[kind]()
+    options = {"max_document_tokens": 300 if kind == "hf" else None, "skip_bad": kind == "bytes"}
+    local = corpus.build_corpus(inputs, tmp_path / "local", tokenizer=tokenizer, workers=2, **options)
+    on_beam = corpus.build_corpus_beam(inputs, tmp_path / "beam", tokenizer=tokenizer, chunk_tokens=1000,
+                                       beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                                       **options)
+    assert_same_corpus(tmp_path / "local", tmp_path / "beam")
+    assert len(on_beam.manifest.shards) == 5 and on_beam.skipped == local.skipped == (2 if kind == "bytes" else 0)
+    assert on_beam.input_bytes == local.input_bytes and on_beam.manifest.tokens == local.manifest.tokens
+
+
+@pytest.mark.slow
+def test_a_bundle_that_fails_once_is_retried_and_gives_the_same_bytes(tmp_path, docs, monkeypatch):
+    """The BundleBasedDirectRunner retries a failed bundle (the FnApiRunner does not retry). The
+    first attempt at input 2 writes its whole temporary shard, then fails before the rename; an
+    attempt killed earlier left a temporary file of shard 1 behind."""
+    pytest.importorskip("apache_beam")
+    inputs = make_inputs(tmp_path / "in", docs)
+    corpus.build_corpus(inputs, tmp_path / "local")
+    directory = tmp_path / "beam"
+    directory.mkdir()
+    killed = directory / (names.temporary_prefix("shard-00001.psk.d") + "killed00.tmp")
+    killed.write_bytes(b"PSKD torn")
+    marker = tmp_path / "failed-once"
+    real = corpus_beam.build_shard
+
+    def failing_once(source, shard_path, **kwargs):
+        result = real(source, shard_path, **kwargs)
+        if source.endswith("c.txt") and not marker.exists():
+            marker.write_text(shard_path)
+            raise RuntimeError("the first attempt at this input dies before its rename")
+        return result
+
+    monkeypatch.setattr(corpus_beam, "build_shard", failing_once)
+    corpus.build_corpus_beam(inputs, directory, beam_options="--runner=BundleBasedDirectRunner")
+    assert marker.exists() and not os.path.exists(marker.read_text())  # it failed, and its file went
+    assert_same_corpus(tmp_path / "local", directory)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bad_input_is_the_toolkits_error(tmp_path, docs, workers):
+    pytest.importorskip("apache_beam")
+    inputs = make_inputs(tmp_path / "in", docs, bad=True)
+    with pytest.raises(CorpusInputError, match=r"a\.jsonl:\d+: the 'text' value is int, not a string"):
+        corpus.build_corpus_beam(inputs, tmp_path / "c", workers=workers)
+    assert not (tmp_path / "c" / "shards.json").exists()
+    assert not [n for n in os.listdir(tmp_path / "c") if n.endswith(".tmp")]
+
+
+@pytest.mark.slow
+def test_inputs_through_a_beam_file_system(tmp_path, docs):
+    """A URL input is matched and read through Beam's FileSystems (here a file system of the test's
+    own, scheme ``pskdtest``, over local files): the same shards as the local build; the manifest
+    records the URLs."""
+    pytest.importorskip("apache_beam")
+    register_test_file_system()
+    inputs = make_inputs(tmp_path / "in", docs)
+    corpus.build_corpus(inputs, tmp_path / "local")
+    urls = ["pskdtest://" + inputs[0], "pskdtest://" + str(tmp_path / "in") + "/b.jsonl*",
+            "pskdtest://" + inputs[2], "pskdtest://" + inputs[3] + "/"]
+    result = corpus.build_corpus_beam(urls, tmp_path / "beam")
+    local = corpus.read_manifest(tmp_path / "local" / "shards.json")
+    assert [s.source["path"] for s in result.manifest.shards] == \
+        ["pskdtest://" + s.source["path"] for s in local.shards]
+    for ours, theirs in zip(result.manifest.shards, local.shards):
+        assert (ours.path, ours.tokens, ours.documents, ours.sha256) == (theirs.path, theirs.tokens, theirs.documents,
+                                                                         theirs.sha256)
+        assert ours.source["size"] == theirs.source["size"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    with pytest.raises(CorpusInputError, match=r"^E9015: pskdtest://.*bad\.jsonl:1: no 'text' key"):
+        corpus.build_corpus_beam(["pskdtest://" + str(bad)], tmp_path / "bad")
+    with pytest.raises(CorpusInputError, match="no such file"):
+        corpus.build_corpus_beam(["pskdtest://" + str(tmp_path / "missing.jsonl")], tmp_path / "missing")
+
+
+_REGISTERED = []
+
+
+def register_test_file_system() -> None:
+    """A Beam file system of scheme ``pskdtest`` whose paths are local paths behind the scheme
+    (Beam finds a file system among the subclasses of ``FileSystem``)."""
+    if _REGISTERED:
+        return
+    from apache_beam.io.filesystem import FileMetadata, MatchResult
+    from apache_beam.io.localfilesystem import LocalFileSystem
+
+    prefix = "pskdtest://"
+
+    class PrefixedLocalFileSystem(LocalFileSystem):
+        @classmethod
+        def scheme(cls):
+            return "pskdtest"
+
+        def match(self, patterns, limits=None):
+            results = super().match([p[len(prefix):] for p in patterns], limits)
+            return [MatchResult(prefix + r.pattern, [FileMetadata(prefix + m.path, m.size_in_bytes,
+                                                                  m.last_updated_in_seconds)
+                                                     for m in r.metadata_list]) for r in results]
+
+        def open(self, path, *args, **kwargs):
+            return super().open(path[len(prefix):], *args, **kwargs)
+
+    _REGISTERED.append(PrefixedLocalFileSystem)
