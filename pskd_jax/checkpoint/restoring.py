@@ -50,7 +50,7 @@ from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.layout_file import LayoutFile, find_layout_file, read_layout_file
 from pskd_jax.format.placement import Placement
-from pskd_jax.format.reader import Reader
+from pskd_jax.format.reader import Reader, template_mismatch
 from pskd_jax.format.sample_type import IndexType, TupleType, parse_type
 
 PARALLEL_READ_BYTES = 64 << 20  # restores larger than this read leaves on two threads
@@ -263,18 +263,11 @@ def _match_by_path(path: str, file_layout: Layout, target_paths: list[str], part
 def _match_by_position(path: str, file_layout: Layout, target_paths: list[str]) -> list[int]:
     """The file leaves in order; E9005 naming what differs, and saying when the target holds the
     same leaves in another order (a dict sorted by ``jax.tree.map``)."""
-    found = [leaf.path for leaf in file_layout.leaves]
-    if found == target_paths:
-        return list(range(len(found)))
-    if sorted(found) == sorted(target_paths):
-        k = next(k for k, (a, b) in enumerate(zip(target_paths, found)) if a != b)
-        raise MismatchError(f"{path}: same leaves, other order: the target has {target_paths[k] or '(root)'} "
-                            f"where the checkpoint has {found[k] or '(root)'} (leaf {k}); without the layout file "
-                            "leaves are matched by position, in the order they were saved")
-    found_set, target_set = set(found), set(target_paths)
-    missing = [p for p in target_paths if p not in found_set]
-    extra = [p for p in found if p not in target_set]
-    raise MismatchError(_mismatch(path, missing, extra, partial=False))
+    problem = template_mismatch(target_paths, [leaf.path for leaf in file_layout.leaves], listed=MAX_LISTED)
+    if problem is not None:
+        raise MismatchError(f"{path}: {problem} (without a layout file, leaves are matched by position, in the "
+                            "order they were saved)")
+    return list(range(len(target_paths)))
 
 
 def _value_shape(leaf: Leaf, form: sd.Form | None) -> tuple[int, ...]:
