@@ -117,7 +117,7 @@ def _category(dtype: np.dtype) -> str:
 def _spec_of(path: str, spec: Any, as_numpy: bool) -> _Spec:
     """What a target leaf asks for (E9005 naming the key path for what no restore gives)."""
     where = leaf_name(path)
-    if isinstance(spec, (bool, int, float)):
+    if isinstance(spec, (bool, int, float)) and not isinstance(spec, np.generic):
         return _Spec((), python=bool if isinstance(spec, bool) else int if isinstance(spec, int) else float)
     if is_key_array(spec):
         jax_bound = not as_numpy and wants_jax(spec)
@@ -507,6 +507,9 @@ def _restore(path, target, layout, as_numpy, zero_copy, expected, partial, allow
     specs = [_spec_of(p, s, as_numpy or zero_copy) for p, s in target_pairs] if target_pairs is not None else None
     with Reader(path) as reader:
         view = _file_view(reader, layout, target_pairs, specs)
+        if partial and not view.by_path:
+            raise NotClosedError(f"{path}: partial=True matches key paths through the layout file, and there "
+                                 f"is none ({os.path.basename(layout_path_for(path))})")
         reader.with_layout(view.layout)
         placement = reader.placement
         if reader.header.count != 1:
@@ -516,9 +519,6 @@ def _restore(path, target, layout, as_numpy, zero_copy, expected, partial, allow
         elif view.by_path:
             chosen = _match_by_path(path, view.layout, [p for p, _ in target_pairs], partial)
         else:
-            if partial:
-                raise NotClosedError(f"{path}: partial=True matches key paths through the layout file, and there "
-                                     f"is none ({os.path.basename(layout_path_for(path))})")
             chosen = _match_by_position(path, view.layout, [p for p, _ in target_pairs])
         leaves = view.layout.leaves
         spec_of_leaf = [specs[k] if specs is not None else None for k in range(len(chosen))]

@@ -119,7 +119,7 @@ def _parse(content: Any, path: str) -> LayoutFile:
         dtypes.append(str(entry.get("dtype", "")))
         forms.append(form)
     description = content.get("tree")
-    if version >= 2 and description is not None:
+    if version >= 2 and "tree" in content:  # (null: the tree None)
         check_description(description, len(leaves), MAX_KEY_DEPTH + 1)
         _check_paths(leaves, keys, described_paths(description))
         rebuild = _described_rebuild(description)

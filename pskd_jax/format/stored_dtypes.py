@@ -175,7 +175,10 @@ def python_int_form(value: int) -> tuple[Form, int]:
 
 
 def python_form(value: Any) -> Form | None:
-    """The form of a Python ``bool``, ``float`` or ``int`` scalar (None for anything else)."""
+    """The form of a Python ``bool``, ``float`` or ``int`` scalar (None for anything else, a numpy
+    scalar too: ``numpy.float64`` is a ``float`` subclass, but an array's element)."""
+    if isinstance(value, np.generic):
+        return None
     if isinstance(value, bool):
         return Form(KIND_PYTHON, "bool", 2)
     if isinstance(value, float):
