@@ -150,7 +150,7 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
     if name is None and (metadata or {}).get(TYPE_KEY, "").startswith("params "):
         name = metadata[TYPE_KEY].split(" ", 1)[1]
-    extra = {"safetensors": {"metadata": metadata}} if metadata is not None else None
+    extra = {"safetensors": {"metadata": metadata}}  # (None: the source had none, and gets none back)
     return save_checkpoint(destination, tree, name=name, durable=durable, layout_extra=extra)
 
 
@@ -204,9 +204,9 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
         if tensor_name in tensors:
             raise MismatchError(f"leaf {path}: the name {tensor_name!r} is taken by another leaf")
         tensors[tensor_name] = _tensor_of(value, f"{source}: leaf {path}")
-    kept = (layout_file.extra.get("safetensors") or {}).get("metadata") if layout_file is not None else None
-    if kept is not None:
-        metadata = dict(kept)
+    source_entry = layout_file.extra.get("safetensors") if layout_file is not None else None
+    if source_entry is not None:  # converted from safetensors: its metadata as it was (or none)
+        metadata = dict(source_entry["metadata"]) if source_entry["metadata"] is not None else None
     else:
         with open_regular(source, NotPskdError) as f:  # (the type text: a params checkpoint's name)
             type_text = _type_text(f, source)
@@ -214,7 +214,7 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     # The library serializes to bytes, written through atomic_output (a temporary file locked by
     # this writer, so that no other writer's cleanup removes it; renamed into place).
     try:
-        data = serialize(tensors, metadata=metadata or None)
+        data = serialize(tensors, metadata=metadata)
     except PskdError:
         raise
     except Exception as e:  # the library's own refusal

@@ -266,9 +266,12 @@ def _check_identity_entry(identity: Any) -> None:
 
 
 def _check_safetensors_entry(entry: Any) -> None:
-    metadata = entry.get("metadata") if isinstance(entry, dict) else None
-    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise ValueError("'safetensors': metadata is not an object of strings")
+    if not isinstance(entry, dict) or "metadata" not in entry:
+        raise ValueError("'safetensors' is not an object with the source's metadata")
+    metadata = entry["metadata"]
+    if metadata is not None and (not isinstance(metadata, dict)
+                                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise ValueError("'safetensors': metadata is neither null nor an object of strings")
 
 
 def _is_hex(value: Any, digits: int) -> bool:
