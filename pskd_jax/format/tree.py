@@ -110,6 +110,8 @@ def _jax_children(node: Any):
         return None
     pairs = [(tree_util.keystr(path), child) for path, child in with_path]
     info = {"node": _class_name(type(node)), "children": [key for key, _ in pairs]}
+    if pairs and all(len(path) == 1 and isinstance(path[0], tree_util.DictKey) for path, _ in with_path):
+        info["mapping"] = True  # (an nnx State, a FrozenDict: int keys stay keys, not list indices)
     return pairs, lambda vs: tree_util.tree_unflatten(treedef, list(vs)), info
 
 
@@ -141,7 +143,8 @@ def flatten_described(tree: Any, *, path: str = "", _depth: int = 0
     A leaf is described by its number in declaration order, ``None`` by null, a container by an
     object: ``{"dict": [[key, child], …]}``, ``{"list": […]}``, ``{"tuple": […]}``,
     ``{"namedtuple": NAME, "fields": [[field, child], …]}``, ``{"dataclass": CLASS, "fields": …}``
-    or ``{"node": CLASS, "children": [[key path piece, child], …]}`` for other nodes JAX knows.
+    or ``{"node": CLASS, "children": [[key path piece, child], …]}`` for other nodes JAX knows
+    (with ``"mapping": true`` when their children are a mapping's entries).
 
     >>> flatten_described({"a": [1.0, None], 3: 2.0})[2]
     {'dict': [['a', {'list': [0, None]}], [3, 1]]}
@@ -240,8 +243,8 @@ def build_described(description: Any, values: Sequence[Any]) -> Any:
     ``repr`` text), lists, tuples, NamedTuples (a ``collections.namedtuple`` of the recorded name
     and fields: no class is ever imported from a description), dataclasses as dicts of their
     fields, and other registered nodes as the keys of their children allow: a box of one
-    ``.value`` (a flax ``Variable``, a linen ``Partitioned``) as its value, keys 0…n−1 as a list,
-    other keys as a dict."""
+    ``.value`` (a flax ``Variable``, a linen ``Partitioned``) as its value, a mapping (an nnx
+    ``State``, a ``FrozenDict``) as a dict, keys 0…n−1 as a list, other keys as a dict."""
     if description is None:
         return None
     if isinstance(description, int):
@@ -258,21 +261,21 @@ def build_described(description: Any, values: Sequence[Any]) -> Any:
         return kind(*[build_described(child, values) for _, child in description["fields"]])
     if "dataclass" in description:
         return {name: build_described(child, values) for name, child in description["fields"]}
-    return _build_node(description["children"], values)
+    return _build_node(description["children"], values, description.get("mapping") is True)
 
 
 def _key_of_json(key: Any) -> Any:
     return key["repr"] if isinstance(key, dict) else key
 
 
-def _build_node(children: list, values: Sequence[Any]) -> Any:
+def _build_node(children: list, values: Sequence[Any], mapping: bool) -> Any:
     built = [build_described(child, values) for _, child in children]
     pieces = [piece for piece, _ in children]
     if pieces == [".value"]:
         return built[0]
     keys = [path_keys(piece) for piece in pieces]
     single = [k[0] if len(k) == 1 else piece for k, piece in zip(keys, pieces)]
-    if single and all(isinstance(k, int) for k in single) and single == list(range(len(single))):
+    if not mapping and single and all(isinstance(k, int) for k in single) and single == list(range(len(single))):
         return built
     return dict(zip(single, built))
 
@@ -353,8 +356,8 @@ def _check_node(node: Any, seen: list[int], depth: int, max_depth: int) -> None:
         return
     if kind in ("namedtuple", "dataclass") and not isinstance(node[kind], str):
         raise ValueError(f"a {kind} node whose name is not a string")
-    if kind == "node" and not isinstance(node["node"], str):
-        raise ValueError("a node whose class is not a string")
+    if kind == "node" and (not isinstance(node["node"], str) or not isinstance(node.get("mapping", False), bool)):
+        raise ValueError("a node whose class is not a string or whose mapping flag is not a bool")
     field = {"dict": "dict", "namedtuple": "fields", "dataclass": "fields", "node": "children"}[kind]
     pairs = node.get(field)
     if not isinstance(pairs, list):
