@@ -59,6 +59,8 @@ HASH_PIECE = 16 << 20  # a verified restore reads, and hashes, pieces of at most
 
 MAX_LISTED = 20  # key paths a mismatch lists of each kind before abridging
 
+GUARDED = "an error no check above foresaw"  # (in a message: the fuzz tests look for it)
+
 
 # --------------------------------------------------------------------------------------------
 # What the file holds, and what the target asks for
@@ -497,7 +499,8 @@ def restore(
         raise
     except (TypeError, ValueError, OverflowError, KeyError, IndexError) as e:
         # A last guard: the roots are checked above; no raw error of numpy's or JAX's escapes.
-        raise MismatchError(f"{path}: cannot restore into this target: {type(e).__name__}: {str(e)[:300]}") from None
+        raise MismatchError(f"{path}: cannot restore into this target ({GUARDED}): {type(e).__name__}: "
+                            f"{str(e)[:300]}") from None
 
 
 def _restore(path, target, layout, as_numpy, zero_copy, expected, partial, allow_overflow):

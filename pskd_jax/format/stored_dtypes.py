@@ -303,7 +303,9 @@ def from_stored(stored: np.ndarray, form: Form, where: str) -> np.ndarray:
             return stored.astype(np.uint8, copy=False).view(_NARROW[form.dtype])
         return stored.view(_FULL_INTS[form.dtype])
     if form.kind == KIND_COMPLEX:
-        native = contiguous(stored)
+        part = np.dtype(np.float32 if form.dtype == "complex64" else np.float64)
+        # (parts the caller stored in another encoding: bf16 and f32 widen exactly)
+        native = contiguous(stored if stored.dtype == part else stored.astype(part))
         return native.view(_COMPLEX[form.dtype][0]).reshape(stored.shape[:-1])
     if form.kind == KIND_VALUE:
         if form.dtype == "bool":
