@@ -30,6 +30,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pskd_jax import checkpoint as ck  # noqa: E402
+from pskd_jax.checkpoint import restoring  # noqa: E402
+from pskd_jax.format import Reader  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------
@@ -95,7 +97,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     st = directory / "tree.safetensors"
     orbax_dir = directory / "orbax"
     size = os.path.getsize(pskd)
-    data_offset = ck.Reader(pskd, layout=ck.read_layout(ck.layout_path_for(pskd))).header.data_offset
+    data_offset = Reader(pskd, layout=ck.read_layout(ck.layout_path_for(pskd))).header.data_offset
     timed = {}
 
     if name in ("save", "save_durable", "write", "write_fsync", "safetensors_save", "orbax_save"):
@@ -165,7 +167,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     elif name == "restore_numpy":
         result = ck.restore(pskd, as_numpy=True, layout=layout)
     elif name == "restore_numpy_1thread":
-        ck.PARALLEL_READ_BYTES = 1 << 62
+        restoring.PARALLEL_READ_BYTES = 1 << 62
         result = ck.restore(pskd, as_numpy=True, layout=layout)
     elif name == "restore_numpy_verified":  # with the checkpoint digest, as a manager restores
         result = ck.restore(pskd, as_numpy=True, layout=layout, **{ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})

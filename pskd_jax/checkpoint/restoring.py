@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import mmap
 import os
 from typing import Any, Sequence
@@ -106,7 +107,11 @@ class _Spec:
 
 
 def _category(dtype: np.dtype) -> str:
-    dtype = np.dtype(dtype)
+    return _category_of(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _category_of(dtype: np.dtype) -> str:
     if dtype.kind == "b":
         return "bool"
     if dtype.kind == "c":

@@ -29,7 +29,9 @@ def path_keys(path: str) -> list[str | int]:
             keys.append(path[position:])
             break
         if match.group("q") is not None:
-            keys.append(ast.literal_eval(match.group("q")))
+            quoted = match.group("q")
+            # (without a backslash the text between the quotes is the key: no parse needed)
+            keys.append(quoted[1:-1] if "\\" not in quoted else ast.literal_eval(quoted))
         elif match.group("i") is not None:
             keys.append(int(match.group("i")))
         else:

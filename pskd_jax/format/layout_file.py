@@ -31,6 +31,7 @@ This module never imports JAX.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
@@ -50,6 +51,8 @@ from pskd_jax.format.placement import Placement
 from pskd_jax.format.tree import build_described, check_description, described_paths
 
 LAYOUT_FORMAT = "pskd-layout"
+
+_ENCODINGS = {encoding.label: encoding for encoding in Encoding}
 
 LAYOUT_VERSION = 2  # written; version 1 (no identity, no kinds, no tree) is still read
 
@@ -174,7 +177,7 @@ def _leaf_entry(entry: dict, where: str, version: int) -> tuple[Leaf, sd.Form | 
     if not isinstance(dtype, str):
         raise ValueError(f"{where}: dtype {str(dtype)[:40]} is not a string")
     leaf = Leaf(path, shape, bound)
-    stored = Encoding.parse(encoding) if encoding is not None else None
+    stored = _ENCODINGS[encoding] if encoding is not None else None
     if version == 1:
         return leaf, _form_v1(dtype, leaf, where)
     kind = entry.get("kind", sd.KIND_VALUE)
@@ -212,6 +215,30 @@ def _form_v1(dtype: str, leaf: Leaf, where: str) -> sd.Form | None:
 
 def _form_v2(kind: str, dtype: str, impl: Any, leaf: Leaf, where: str) -> sd.Form:
     """The form a version 2 leaf records, checked against its stored leaf."""
+    if impl is not None and not isinstance(impl, str):
+        raise ValueError(f"{where}: impl {str(impl)[:40]} is not a string")
+    # (one answer per kind of leaf: a tree of a thousand leaves has a few kinds; what a form
+    # checks of a shape is its rank, a single length, and the last length)
+    shape = leaf.shape
+    representative = shape if len(shape) <= 1 else (1,) * (len(shape) - 1) + (shape[-1],)
+    form = _form_v2_of(kind, dtype, impl, leaf.bound, representative)
+    if form is None:
+        stored = f"idx[{leaf.bound}]" if not leaf.is_real else "reals"
+        raise ValueError(f"{where}: dtype {dtype[:40]} kind {kind} for a leaf stored as {stored} "
+                         f"of shape {list(leaf.shape)}")
+    return form
+
+
+@functools.lru_cache(maxsize=1024)
+def _form_v2_of(kind: str, dtype: str, impl: str | None, bound: int | None,
+                shape: tuple[int, ...]) -> sd.Form | None:
+    try:
+        return _checked_form_v2(kind, dtype, impl, Leaf("", shape, bound), "")
+    except ValueError:
+        return None
+
+
+def _checked_form_v2(kind: str, dtype: str, impl: Any, leaf: Leaf, where: str) -> sd.Form:
     stored = f"idx[{leaf.bound}]" if not leaf.is_real else "reals"
     disagree = ValueError(f"{where}: dtype {dtype[:40]} kind {kind} for a leaf stored as {stored} "
                           f"of shape {list(leaf.shape)}")

@@ -32,6 +32,7 @@ converted by the checkpoint package.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -140,6 +141,11 @@ def form_of_dtype(dtype: Any) -> Form | None:
         dtype = np.dtype(dtype)
     except TypeError:
         return None
+    return _form_of(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _form_of(dtype: np.dtype) -> Form | None:
     if dtype == bfloat16:
         return Form(KIND_VALUE, "bfloat16", None, Encoding.BF16)
     for name, known in _NARROW.items():
