@@ -1,6 +1,12 @@
 """Checkpoints: any pytree saved as one ``.psk.d`` sample and restored exactly, a directory of
 them by step, and conversion to and from safetensors.
 
+Every dtype a train state holds is kept bit for bit (floats with their NaN payloads, signed and
+narrow integers, float8, complex, typed PRNG keys, Python scalars); restore matches a target by
+key path through the layout file, which proves it belongs to its data file. What comes back, with
+and without a target: :mod:`pskd_jax.checkpoint.restoring`; the table of stored forms:
+:mod:`pskd_jax.format.stored_dtypes`.
+
 JAX is imported only when a restore makes device arrays.
 """
 
