@@ -40,6 +40,7 @@ def test_training_resumed_from_a_checkpoint_on_8_devices_equals_an_uninterrupted
         assert len(out[case]["straight"]) == 6
         assert out[case]["resumed"] == out[case]["straight"], case
     assert out["optax"]["masked"] == "MaskedState" and out["optax"]["plateau"] == "ReduceLROnPlateauState"
+    assert out["dtypes"]["checked"] == ["c", "f16", "f8", "i8", "keys", "mask"]  # sharded leaves of every kind
 
 
 def test_optax_states_round_trip_with_and_without_a_target(tmp_path):

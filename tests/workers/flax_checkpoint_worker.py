@@ -259,11 +259,34 @@ def optax_states_case(directory: str) -> dict:
     return out
 
 
+def sharded_dtypes_case(directory: str, mesh) -> dict:
+    """Leaves of every kind restored shard by shard into NamedShardings (one device: unsharded)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    host = {"i8": rng.integers(-128, 128, (8, 4), dtype=np.int8), "f16": rng.standard_normal((8, 4)).astype(np.float16),
+            "mask": rng.integers(0, 2, (8, 4)).astype(bool), "c": (rng.standard_normal((8, 4)) + 1j).astype(np.complex64),
+            "f8": rng.standard_normal((8, 4)).astype(ml_dtypes.float8_e4m3fn), "keys": jax.random.split(jax.random.key(1), 8)}
+    path = f"{directory}/dtypes.psk.d"
+    ck.save(path, host)
+    target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding_for(mesh, v.shape)) for k, v in host.items()}
+    back = ck.restore(path, target)
+    for key, value in host.items():
+        got = back[key]
+        if mesh is not None:
+            assert got.sharding == target[key].sharding, (key, got.sharding)
+        if key == "keys":
+            got, value = jax.random.key_data(got), jax.random.key_data(value)
+        assert np.asarray(got).dtype == np.asarray(value).dtype, key
+        assert np.asarray(got).tobytes() == np.asarray(value).tobytes(), key
+    return {"checked": sorted(host)}
+
+
 def main() -> None:
     directory = sys.argv[1]
     mesh = mesh_of_devices()
     result = {"devices": len(jax.devices()), "nnx": nnx_case(directory, mesh), "linen": linen_case(directory, mesh),
-              "optax": optax_states_case(directory)}
+              "optax": optax_states_case(directory), "dtypes": sharded_dtypes_case(directory, mesh)}
     print(json.dumps(result))
 
 
