@@ -227,6 +227,8 @@ def float16_to_float32(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.float16)
     with np.errstate(invalid="ignore"):
         out = values.astype(np.float32)
+    if not np.isnan(out).any():  # (the bit work only where a NaN is)
+        return out
     raw = values.view(np.uint16)
     nan = ((raw & 0x7C00) == 0x7C00) & ((raw & 0x03FF) != 0)
     if nan.any():
@@ -243,11 +245,13 @@ def float32_to_float16(values: np.ndarray, where: str) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         out = values.astype(np.float16)
     raw = values.view(np.uint32)
-    nan = ((raw & 0x7F800000) == 0x7F800000) & ((raw & 0x007FFFFF) != 0)
-    if nan.any():
+    if np.isnan(values).any():
+        nan = ((raw & 0x7F800000) == 0x7F800000) & ((raw & 0x007FFFFF) != 0)
         bits = (((raw >> 16) & 0x8000) | 0x7C00 | ((raw >> 13) & 0x03FF)).astype(np.uint16)
         out.view(np.uint16)[nan] = bits[nan]
     back = float16_to_float32(out).view(np.uint32)
+    if np.array_equal(back, raw):
+        return out
     wrong = back != raw
     if wrong.any():
         flat = int(np.flatnonzero(wrong.reshape(-1))[0])
@@ -272,7 +276,9 @@ def to_stored(array: np.ndarray, form: Form) -> np.ndarray:
     imaginary) pairs. Value kinds come back as they are (the encoder converts real encodings)."""
     if form.kind == KIND_BITS:
         if form.dtype in _NARROW:
-            return contiguous(array).view(np.uint8) & np.uint8(form.bound - 1)
+            pattern = contiguous(array).view(np.uint8)
+            # (a type of fewer than 8 bits keeps them low; the byte's other bits are not its value)
+            return pattern if form.bound == 256 else pattern & np.uint8(form.bound - 1)
         return array.view(f"u{array.dtype.itemsize}") if array.dtype.byteorder in ("=", "|", "<") \
             else array.astype(array.dtype.newbyteorder("=")).view(f"u{array.dtype.itemsize}")
     if form.kind == KIND_COMPLEX:
