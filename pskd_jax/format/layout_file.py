@@ -332,8 +332,10 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike) -> None:
                                  f"{recorded['bytes']}")
         elif size > recorded["bytes"]:
             problem = f"it was written for a file of {recorded['bytes']} bytes, this one has {size}"
-    if problem is None:
+    if problem is None and layout_file.identity is None:  # (version 1: what can be checked)
         problem = _disagreement(layout_file, header, size)
+    elif problem is None and layout_file.type_text != header.type_text:
+        problem = f"it was written for type {layout_file.type_text[:80]!r}, this file's type is {header.type_text[:80]!r}"
     if problem:
         raise MismatchError(f"{name}: not the layout of {data}: {problem}; it was left by another save "
                             "(save again, or give the right layout)")
