@@ -49,7 +49,7 @@ from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, PskdEr
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.format.layout_file import LayoutFile, find_layout_file, read_layout_file
+from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout_file, read_layout_file
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader, template_mismatch
 from pskd_jax.format.sample_type import IndexType, TupleType, parse_type
@@ -182,6 +182,9 @@ def _file_view(reader: Reader, layout: Any, target_pairs, specs: list[_Spec] | N
         if isinstance(layout, (str, os.PathLike)):
             found = read_layout_file(layout, data=path)
             return _FileView(found.layout, list(found.forms), True, found)
+        if isinstance(layout, LayoutFile):  # (read already: its forms and key paths serve)
+            check_belongs(layout, path)
+            return _FileView(layout.layout, list(layout.forms) or [None] * len(layout.layout.leaves), True, layout)
         if isinstance(layout, Layout):
             return _FileView(layout, [None] * len(layout.leaves), False)
         template_pairs, rebuild = _flatten(layout, "the layout template")
@@ -485,8 +488,10 @@ def restore(
     ``jax.sharding.Sharding`` is built shard by shard, each read from its own region of the file.
 
     Without a target, a closed type restores to its tuple and a ``params`` file needs its layout
-    (``layout=`` a layout file, :class:`Layout` or template, or the ``NAME.layout.json`` beside it,
-    which must belong to the file: E9005 otherwise; E9001 when there is none).
+    (``layout=`` a layout file's path or :class:`LayoutFile`, which give the saved dtypes and match
+    by key path; a :class:`Layout` or template, which give the stored view and match by position;
+    or the ``NAME.layout.json`` beside it, which must belong to the file: E9005 otherwise; E9001
+    when there is none).
 
     Leaves come back as JAX arrays, except for numpy target leaves, with ``as_numpy=True``, and with
     ``zero_copy=True`` (read-only numpy views of the map). 64-bit leaves into JAX with x64 disabled

@@ -138,3 +138,16 @@ def test_an_empty_tree_and_empty_subtrees_save_and_restore(tmp_path):
         ck.save(tmp_path / "e.psk.d", empty)
         assert ck.restore(tmp_path / "e.psk.d") == empty
         assert ck.restore(tmp_path / "e.psk.d", empty) == empty
+
+
+def test_a_layout_file_read_once_serves_several_restores(tmp_path):
+    ck.save(tmp_path / "c.psk.d", {"b": np.int8(-2), "a": np.zeros(2, np.float16)})
+    layout_file = ck.read_layout_file(tmp_path / "c.layout.json")
+    back = ck.restore(tmp_path / "c.psk.d", layout=layout_file, as_numpy=True)
+    assert back["b"].dtype == np.int8 and int(back["b"]) == -2 and back["a"].dtype == np.float16
+    stored_view = ck.restore(tmp_path / "c.psk.d", layout=layout_file.layout, as_numpy=True)  # a bare Layout
+    assert stored_view["b"].dtype == np.uint8 and int(stored_view["b"]) == 254
+    ck.save(tmp_path / "c.psk.d", {"b": np.int8(-2)}, layout_file=False)  # another save: it no longer belongs
+    with pytest.raises(PskdError) as e:
+        ck.restore(tmp_path / "c.psk.d", layout=layout_file)
+    assert e.value.code == "E9005"
