@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import pskd_jax  # noqa: E402
 from pskd_jax import checkpoint as ck  # noqa: E402
 from pskd_jax.checkpoint import restoring  # noqa: E402
+from pskd_jax.format import Reader  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     st = directory / "tree.safetensors"
     orbax_dir = directory / "orbax"
     size = os.path.getsize(pskd)
-    data_offset = pskd_jax.Reader(pskd, layout=ck.read_layout(ck.layout_path_for(pskd))).header.data_offset
+    data_offset = Reader(pskd, layout=ck.read_layout(ck.layout_path_for(pskd))).header.data_offset
     timed = {}
 
     if name in ("save", "save_durable", "write", "write_fsync", "safetensors_save", "orbax_save"):

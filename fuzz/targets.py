@@ -266,6 +266,17 @@ def t_layout(s: Scratch, data: bytes) -> None:
         checkpoint.restore(s.checkpoint, layout=path, as_numpy=True)
     except PskdError:
         pass
+    # The same bytes as the layout file beside a copy of the checkpoint: it must prove that it
+    # belongs to the data (or be refused) before restore, info or a template reader uses it.
+    beside = s.path("b.psk.d")
+    if not os.path.exists(beside):
+        shutil.copyfile(s.checkpoint, beside)
+    _write(checkpoint.layout_path_for(beside), data)
+    try:
+        checkpoint.restore(beside, as_numpy=True)
+        inspection.info_lines(beside, layout=checkpoint.find_layout(beside))
+    except PskdError:
+        pass
 
 
 def t_checkpoints_index(s: Scratch, data: bytes) -> None:

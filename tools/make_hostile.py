@@ -326,13 +326,26 @@ def layouts(c: Collection) -> None:
     add("shape-100-axes", changed(lambda d: d["leaves"][0].update(shape=[1] * 100)), "E9001", "100 axes")
     add("bound-0", changed(lambda d: d["leaves"][2].update(bound=0)), "E9001", "an index bound of 0")
     add("bound-2-65", changed(lambda d: d["leaves"][2].update(bound=2**65)), "E9001", "an index bound of 2^65")
-    add("fewer-leaves", changed(lambda d: d["leaves"].pop()), "E9005", "one leaf fewer than the checkpoint")
+    add("fewer-leaves", changed(lambda d: [d["leaves"].pop(), d["tree"]["dict"].pop()]), "E9005",
+        "one leaf fewer than the checkpoint")
     add("smaller-sample", changed(lambda d: d["leaves"][0].update(shape=[1, 3])), "E9005",
         "a layout whose samples are smaller than the file's data")
     add("larger-sample", changed(lambda d: d["leaves"][0].update(shape=[3, 3])), "E9003",
         "a layout whose samples are larger than the file's data (the file reads as truncated)")
-    add("keys-twice", changed(lambda d: [leaf.update(keys=["x"]) for leaf in d["leaves"]]), "E9005",
-        "two leaves of one key path")
+    add("keys-twice", changed(lambda d: [leaf.update(keys=["x"]) for leaf in d["leaves"]]), "E9001",
+        "two leaves of one key path (keys that are not their paths' keys)")
+    add("shape-fraction", changed(lambda d: d["leaves"][0].update(shape=[2.7, 3])), "E9001", "a length of 2.7")
+    add("shape-true", changed(lambda d: d["leaves"][0].update(shape=[True, 3])), "E9001", "a length of true")
+    add("bound-true", changed(lambda d: d["leaves"][2].update(bound=True)), "E9001", "an index bound of true")
+    add("dtype-int8-of-u8", changed(lambda d: d["leaves"][2].update(dtype="int8")), "E9001",
+        "dtype int8 for a leaf stored as plain values below 256 (200 would read as -56)")
+    add("dtype-float16-of-f64", changed(lambda d: d["leaves"][1].update(dtype="float16")), None,
+        "dtype float16 for a leaf stored in f64: read as the stored f64 (1e10 never becomes inf)")
+    add("kind-unknown", changed(lambda d: d["leaves"][0].update(kind="pattern")), "E9001", "an unknown kind")
+    add("tree-other-paths", changed(lambda d: d["tree"]["dict"].reverse()), "E9001",
+        "a tree that puts the leaves at other key paths")
+    add("data-missing", changed(lambda d: d.pop("data")), "E9001", "no record of the data file it belongs to")
+    add("data-bytes-true", changed(lambda d: d["data"].update(bytes=True)), "E9001", "a data size of true")
     add("nested-100000", "[" * 100000, "E9001", "arrays nested 100000 deep")
     add("keys-unhashable", changed(lambda d: d["leaves"][0].update(keys=[[1, 2]])), "E9001",
         "a key that is a list")
@@ -732,9 +745,11 @@ def safetensors_files(c: Collection) -> None:
                                         "a.b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}),
                             bytes(8)), "E9005", "a name that is a leaf and a node (a and a.b)")
     # (a refused import leaves no file: neither OUT.psk.d nor OUT.layout.json)
-    add("nan", st(tensor(), np.array([1.0, np.nan], np.float32).tobytes()), "E9004", "a NaN in an f32 tensor")
-    add("negative-int", st(tensor(dtype="I32"), np.array([1, -1], np.int32).tobytes()), "E9004",
-        "a negative integer (indices are not negative)")
+    add("nan", st(tensor(), np.array([1.0, np.nan], np.float32).tobytes()), None,
+        "a NaN in an f32 tensor (kept, as a checkpoint keeps it)")
+    add("negative-int", st(tensor(dtype="I32"), np.array([1, -1], np.int32).tobytes()), None,
+        "a negative integer (stored as its two's-complement pattern)")
+    add("bool-2", st(tensor(dtype="BOOL", offsets=(0, 2)), bytes([1, 2])), "E9004", "a BOOL byte that is 2")
     add("order-mixed", st(json.dumps({"__metadata__": {"pskd.order": '[1, "a"]'},
                                       "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}), bytes(8)),
         None, "a recorded order that is not the names (ignored)")

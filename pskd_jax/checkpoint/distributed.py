@@ -46,6 +46,7 @@ def save_distributed(
     durable: bool = True,
     layout_file: bool = True,
     digest: bool | str = False,
+    finite_only: bool = False,
 ) -> SaveResult:
     """Saves a tree of arrays sharded over several JAX processes into one file on a shared
     filesystem; every process calls it (``save`` does so by itself for such trees).
@@ -101,7 +102,7 @@ def save_distributed(
                     if not is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
                         if me == 0:
                             position = start
-                            for chunk in encode_chunks(i, plan_, round_to_encoding, reports):
+                            for chunk in encode_chunks(i, plan_, round_to_encoding, reports, finite_only=finite_only):
                                 data = bytes_of(chunk)
                                 write_at(fd, data, position, temporary)
                                 position += len(data)
@@ -114,7 +115,8 @@ def save_distributed(
                         box = np.asarray(shard.data)
                         origin = tuple(s.indices(d)[0] for s, d in zip(index, leaf.shape))
                         encoded = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in
-                                                  encode_chunks(i, plan_, round_to_encoding, reports, box, origin)]) \
+                                                  encode_chunks(i, plan_, round_to_encoding, reports, box, origin,
+                                                                finite_only=finite_only)]) \
                             if box.size else np.zeros(0, np.uint8)
                         _, runs, run = region_runs(leaf.shape, index)
                         run_bytes = run * itemsize
@@ -143,14 +145,16 @@ def save_distributed(
         if me == 0:
             committed = False
             try:
+                if algorithm:  # (before the layout, which records an xxh3_128)
+                    found[algorithm] = file_digest(temporary, algorithm)
                 if layout_path:  # only now that every process accepted its values
-                    write_layout(layout_path, plan_, durable=durable)
+                    write_layout(layout_path, plan_, durable=durable, xxh3_128=found.get("xxh3_128"))
+                elif os.path.lexists(names.layout_path_for(path)):  # it described the data replaced
+                    os.unlink(names.layout_path_for(path))
                 os.replace(temporary, path)
                 committed = True
                 if durable:
                     fsync_directory(directory)
-                if algorithm:
-                    found[algorithm] = file_digest(path, algorithm)
             except OSError as e:
                 error = TruncatedError(f"{path}: {e.strerror or e}")
             except BaseException as e:  # handed to every process by _agree

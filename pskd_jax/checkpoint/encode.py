@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import numpy as np
-from pskd_jax.format.encodings import REAL_DTYPES, Rounding, Site, check_finite_encoded, narrow, to_f64, to_index
-from pskd_jax.checkpoint.planning import SavePlan
+from pskd_jax.checkpoint.planning import SavePlan, leaf_name
+from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.encodings import (REAL_DTYPES, Encoding, Rounding, Site, check_finite_encoded, narrow, to_f64,
+                                       to_index)
 
 
 CHUNK_BYTES = 8 << 20  # a conversion or a check works on at most this much at a time
@@ -43,46 +45,65 @@ def _flat_chunks(array: np.ndarray, max_bytes: int):
     for r in range(0, array.shape[0], rows):
         yield r * row, np.ascontiguousarray(array[r : r + rows]).reshape(-1)
 
+def _native_real(array: np.ndarray, encoding: Encoding) -> np.ndarray | None:
+    """The array in its encoding's own dtype without any conversion (a byte-swapped float32 is
+    swapped, not converted), or None when a conversion is needed."""
+    own = REAL_DTYPES[encoding]
+    if array.dtype == own:
+        return array
+    if array.dtype.kind == "f" and array.dtype.newbyteorder("=") == own:
+        return array.astype(own)
+    return None
+
+
 def encode_chunks(i: int, plan_: SavePlan, round_to_encoding: bool, reports: dict[int, Rounding],
-                   array: np.ndarray | None = None, origin: tuple[int, ...] = ()):
-    """Leaf i (or the box ``array`` of it starting at ``origin``) as on-disk bytes, chunk by chunk
-    (views of the caller's buffer when no conversion is needed). Refuses what its encoding does not
-    hold (E9004)."""
+                  array: np.ndarray | None = None, origin: tuple[int, ...] = (), *, finite_only: bool = False):
+    """Leaf i (or the box ``array`` of its values starting at ``origin``) as on-disk bytes, chunk by
+    chunk (views of the caller's buffer when no conversion is needed). Refuses what its encoding
+    does not hold (E9004); NaN and ±Inf are kept, bit for bit in the leaf's own encoding, unless
+    ``finite_only``."""
     placement = plan_.placement
     leaf = placement.layout.leaves[i]
     if array is None:
         array = plan_.arrays[i]
+    if plan_.forms:
+        array = sd.to_stored(array, plan_.forms[i])
     box = tuple(array.shape)
     disk = placement.disk_dtypes[i]
-    name = f"leaf {leaf.path or '(root)'}"
-    if leaf.is_real:
-        encoding = placement.encodings[i]
-        native = array.dtype == REAL_DTYPES[encoding]
+    name = leaf_name(leaf.path)
+    if not leaf.is_real:
         for start, chunk in _flat_chunks(array, CHUNK_BYTES):
             site = _ChunkSite(name, full_shape=box, start=start, origin=origin)
-            if native:
-                check_finite_encoded(chunk, encoding, site)
-                yield chunk.view(disk)
-                continue
-            narrowed, report = narrow(to_f64(chunk, leaf=site), encoding, leaf=site,
-                                      round_to_encoding=round_to_encoding)
-            if report is not None:
-                if report.where:
-                    where = np.unravel_index(start + report.where[0], box) if box else ()
-                    report.where = tuple(int(k) + (origin[a] if origin else 0) for a, k in enumerate(where))
-                report.leaf = name
-                if i in reports:
-                    reports[i].merge(report)
-                else:
-                    reports[i] = report
-            yield narrowed.astype(REAL_DTYPES[encoding], copy=False).view(disk)
+            if chunk.dtype == disk or chunk.dtype == np.bool_:
+                yield chunk.view(disk)  # every value of the dtype is below the bound
+            else:
+                yield to_index(chunk, leaf.bound, leaf=site)
         return
+    encoding = placement.encodings[i]
+    half = array.dtype == np.float16 and encoding == Encoding.F32
+    native = None if half else _native_real(array, encoding)
     for start, chunk in _flat_chunks(array, CHUNK_BYTES):
         site = _ChunkSite(name, full_shape=box, start=start, origin=origin)
-        if chunk.dtype == disk or chunk.dtype == np.bool_:
-            yield chunk.view(disk)  # every value of the dtype is below the bound
-        else:
-            yield to_index(chunk, leaf.bound, leaf=site)
+        if half or native is not None:
+            # float16 goes to f32 by its bits (the hardware conversion would quiet a signalling NaN)
+            encoded = sd.float16_to_float32(chunk) if half else _native_real(chunk, encoding)
+            if finite_only:
+                check_finite_encoded(encoded, encoding, site)
+            yield encoded.view(disk)
+            continue
+        narrowed, report = narrow(to_f64(chunk, leaf=site), encoding, leaf=site,
+                                  round_to_encoding=round_to_encoding, allow_nonfinite=not finite_only)
+        if report is not None:
+            if report.where:
+                where = np.unravel_index(start + report.where[0], box) if box else ()
+                report.where = tuple(int(k) + (origin[a] if origin else 0) for a, k in enumerate(where))
+            report.leaf = name
+            if i in reports:
+                reports[i].merge(report)
+            else:
+                reports[i] = report
+        yield narrowed.astype(REAL_DTYPES[encoding], copy=False).view(disk)
+
 
 def bytes_of(chunk: np.ndarray) -> memoryview:
     return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))

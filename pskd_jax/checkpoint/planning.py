@@ -1,69 +1,99 @@
-"""What a save writes: the sample type, the stored leaf of every value, and the encodings.
+"""What a save writes: the sample type, the stored leaf and form of every value, and the encodings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 from typing import Any
-import numpy as np
-from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.placement import Placement
-from pskd_jax.format.header import encode_header
-from pskd_jax.format.encodings import Encoding, Rounding, encoding_of_dtype, is_real_dtype
-from pskd_jax.errors import BadValueError, MismatchError, NotClosedError
-from pskd_jax.format.sample_type import header_text
-from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax._os.digests import DIGESTS
-from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global
-from pskd_jax.checkpoint.keypaths import check_key_depth, path_keys
 
+import numpy as np
+
+from pskd_jax._os.digests import DIGESTS
+from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, is_key_array, key_data, key_impl_of
+from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, PskdError
+from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format import tree as tree_lib
+from pskd_jax.format.encodings import Encoding, Rounding
+from pskd_jax.format.header import encode_header
+from pskd_jax.format.keypaths import check_key_depth, path_keys
+from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.placement import Placement
+from pskd_jax.format.sample_type import header_text
 
 _IDENT = re.compile(r"[^\W\d]\w*")
+
+
+def leaf_name(path: str) -> str:
+    """How messages name a leaf: ``leaf ['blocks'][0]['w']`` (``(root)`` for a bare array)."""
+    return f"leaf {path or '(root)'}"
+
 
 def _is_plain_tuple(node: Any) -> bool:
     return type(node) is tuple
 
-def _host_array(value: Any, path: str, *, keep_global: bool = False) -> Any:
-    """A leaf as a numpy array without copying when it already is one (the caller's buffer is
-    only ever read). Python numbers and objects with ``__float__`` become object arrays that
-    :func:`to_f64` rounds once. A global JAX array stays as it is when ``keep_global``."""
-    if isinstance(value, np.ndarray):
-        return value
-    if is_array_like(value):
-        if is_global(value) and keep_global:
-            return value
-        if is_global(value):
-            raise MismatchError(f"leaf {path or '(root)'}: an array spread over several processes; "
-                "use save_distributed (every process calls it)",
-            )
-        return np.asarray(value)
-    if isinstance(value, bool):
-        return np.asarray(value)
-    if isinstance(value, int):
-        return np.asarray(value, dtype=np.int64) if -(2**63) <= value < 2**63 else np.asarray(value, dtype=object)
-    if isinstance(value, float):
-        return np.asarray(value, dtype=np.float64)
-    return np.asarray(value, dtype=object) if not isinstance(value, (list, tuple)) else np.asarray(value)
 
-def _leaf_for(path: str, array: np.ndarray) -> Leaf:
-    """The stored leaf of a value (SPEC §3); object arrays of reals are real leaves."""
-    if array.dtype == object:
-        flat = array.reshape(-1)
-        if flat.size and all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
-            low, high = min(flat), max(flat)
-            if low < 0:
-                raise BadValueError(f"leaf {path or '(root)'}: {low} is not an index (negative)")
-            return Leaf(path, tuple(array.shape), max(2, 1 << max(1, int(high).bit_length())))
-        return Leaf(path, tuple(int(d) for d in array.shape))
-    return tree_lib.leaf_of_spec(path, array)
+def _object_ints(array: np.ndarray, path: str) -> np.ndarray | None:
+    """An object array of Python ints as the narrowest integer dtype that holds them all (None when
+    they are not all ints); integers beyond 64 bits in an array are refused (E9004)."""
+    flat = array.reshape(-1)
+    if not flat.size or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in flat):
+        return None
+    low, high = int(min(flat)), int(max(flat))
+    kinds = ("uint8", "uint16", "uint32", "uint64") if low >= 0 else ("int8", "int16", "int32", "int64")
+    for name in kinds:
+        info = np.iinfo(name)
+        if info.min <= low and high <= info.max:
+            return np.array(flat.tolist(), dtype=name).reshape(array.shape)
+    bad = high if high > np.iinfo("uint64").max or low >= 0 else low
+    raise BadValueError(f"{leaf_name(path)}: {bad} in an array of integers is beyond 64 bits (a single Python "
+                        "int of any size is stored exactly; an array holds at most 64-bit integers)")
 
-def _default_encoding(leaf: Leaf, array: np.ndarray) -> Encoding:
-    if not leaf.is_real:
-        return Encoding.F64
-    # (a byte-swapped float32 is still a float32: compare in native byte order)
-    dtype = np.dtype(array.dtype)
-    return encoding_of_dtype(dtype.newbyteorder("=")) if is_real_dtype(dtype) else Encoding.F64
+
+def _source(path: str, value: Any, keep_global: bool) -> tuple[Any, sd.Form]:
+    """A leaf's values as an array to store (the caller's buffer when it already is one: it is
+    only ever read) and their form. Refuses what no checkpoint holds (E9005 naming the leaf)."""
+    form = sd.python_form(value)
+    if form is not None:
+        if isinstance(value, bool):
+            return np.asarray(value), form
+        if isinstance(value, float):
+            return np.asarray(value, dtype=np.float64), form
+        return sd.python_int_pattern(value), form
+    if is_array_like(value) and type(value).__name__ == "ShapeDtypeStruct":
+        raise MismatchError(f"{leaf_name(path)}: a ShapeDtypeStruct describes an array; it holds no values to save")
+    if is_key_array(value):
+        impl, width = key_impl_of(value.dtype)
+        data = key_data(value)
+        return (data if keep_global and is_global(data) else np.asarray(data)), sd.key_form(impl, width)
+    if isinstance(value, (str, bytes)):
+        raise MismatchError(f"{leaf_name(path)}: a {type(value).__name__}, not an array or a number")
+    if is_array_like(value) and not isinstance(value, np.ndarray):
+        if is_global(value) and not keep_global:
+            raise MismatchError(f"{leaf_name(path)}: an array spread over several processes; "
+                                "use save_distributed (every process calls it)")
+        array = value if is_global(value) else np.asarray(value)
+    elif isinstance(value, np.ndarray):
+        array = value
+    elif isinstance(value, (complex, np.generic)):
+        array = np.asarray(value)
+    elif isinstance(value, numbers.Real) or hasattr(value, "__float__"):
+        array = np.asarray(value, dtype=object)  # rounded once to f64 when encoded
+    else:
+        raise MismatchError(f"{leaf_name(path)}: a {type(value).__name__}, not an array or a number")
+    dtype = getattr(array, "dtype", None)
+    if isinstance(array, np.ndarray) and array.dtype == object:
+        ints = _object_ints(array, path)
+        if ints is not None:
+            return ints, sd.form_of_dtype(ints.dtype)
+        return array, sd.form_of_dtype(np.float64)
+    form = sd.form_of_dtype(dtype)
+    if form is None:
+        raise MismatchError(f"{leaf_name(path)}: dtype {dtype} cannot be stored in a checkpoint (numbers, bools, "
+                            "complex numbers and PRNG keys can)")
+    return array, form
+
 
 def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: Any) -> list[Encoding | None]:
     """``encodings``: None, one label for every real leaf, a sequence in storage order, or a dict
@@ -76,10 +106,13 @@ def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: An
     if isinstance(asked, dict):
         unknown = set(asked) - {p for p, _ in pairs}
         if unknown:
-            raise MismatchError(f"encodings given for {sorted(unknown)}, which are not leaves of the tree")
+            raise MismatchError(f"encodings given for {sorted(map(str, unknown))[:20]}, which are not leaves of the tree")
         labels = [asked.get(p) for p, _ in pairs]
     else:
-        labels = list(asked)
+        try:
+            labels = list(asked)
+        except TypeError:
+            raise MismatchError(f"encodings={asked!r:.80}: expected a label, a sequence or a dict") from None
         if len(labels) != len(leaves):
             raise MismatchError(f"{len(labels)} encodings for a tree of {len(leaves)} leaves")
     out: list[Encoding | None] = []
@@ -87,22 +120,28 @@ def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: An
         if label is None or label == "-":
             out.append(None)
             continue
-        encoding = Encoding.parse(label) if isinstance(label, str) else Encoding(label)
+        try:
+            encoding = Encoding.parse(label) if isinstance(label, str) else Encoding(label)
+        except (ValueError, TypeError):
+            raise BadValueError(f"{leaf_name(leaf.path)}: unknown encoding {label!r:.40}; expected f64, f32 or bf16") from None
         if not leaf.is_real and encoding != Encoding.F64:
-            raise MismatchError(f"leaf {leaf.path or '(root)'} is an index leaf; it has no real encoding")
+            raise MismatchError(f"{leaf_name(leaf.path)} is an index leaf; it has no real encoding")
         out.append(encoding)
     return out
 
+
 @dataclasses.dataclass
 class SavePlan:
-    """What a save writes: the type, and per leaf its array, stored leaf, encoding and dtype."""
+    """What a save writes: the type, and per leaf its values, stored leaf, form and encoding."""
 
     type_text: str
     paths: list[str]
-    arrays: list[np.ndarray]
-    dtypes: list[str]  # the dtype of each leaf as given, for the layout file
+    arrays: list[Any]  # each leaf's values (numpy, or a global JAX array), before to_stored
+    dtypes: list[str]  # the dtype name of each leaf as given, for the layout file
     layout: Layout
     placement: Placement
+    forms: list[sd.Form] = dataclasses.field(default_factory=list)
+    description: Any = None  # the tree's containers (tree_lib.flatten_described)
 
     @property
     def header(self) -> bytes:
@@ -112,47 +151,80 @@ class SavePlan:
     def size(self) -> int:
         return len(self.header) + self.placement.sample_bytes
 
+
 def _type_name(tree: Any, name: str | None) -> str:
     if name is None:
         kind = type(tree)
         name = kind.__name__ if (dataclasses.is_dataclass(tree) or hasattr(kind, "_fields")) else "Params"
-    if not _IDENT.fullmatch(name) or name in ("params", "idx", "bool", "R", "ℝ"):
-        raise NotClosedError(f"params name {name!r}: expected an identifier such as 'MiniGPT'")
+        if not _IDENT.fullmatch(name) or name in ("params", "idx", "bool", "R", "ℝ"):
+            name = "Params"
+    if not isinstance(name, str) or not _IDENT.fullmatch(name) or name in ("params", "idx", "bool", "R", "ℝ"):
+        raise NotClosedError(f"params name {name!r:.80}: expected an identifier such as 'MiniGPT'")
     return name
 
-def _closed_leaf_text(leaf: Leaf, dtype: np.dtype) -> str:
+
+def _closed_leaf_text(leaf: Leaf, form: sd.Form) -> str:
     dims = "[" + ", ".join(str(d) for d in leaf.shape) + "]"
     if leaf.is_real:
         return "ℝ" + dims
-    if dtype == np.bool_:
+    if form.dtype == "bool":
         return "bool" + dims
     return f"idx[{leaf.bound}]" + dims
 
+
+def _closed_form(form: sd.Form, value: Any) -> bool:
+    """A leaf a closed type gives back as it was (its stored view is its value): f64, f32, bf16,
+    unsigned integers, bool — not a Python scalar, which a ``params`` layout file gives back."""
+    return is_array_like(value) and form.kind == sd.KIND_VALUE and form.dtype != "float16"
+
+
+def _walk(tree: Any):
+    try:
+        return tree_lib.flatten_described(tree)
+    except PskdError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
+        raise MismatchError(f"the tree cannot be walked: {type(e).__name__}: {str(e)[:200]}") from None
+
+
 def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_global: bool = False) -> SavePlan:
     """The type, layout and encodings a save of ``tree`` writes (no file is touched)."""
-    pairs, _ = tree_lib.flatten(tree)
-    if not pairs:
-        raise MismatchError("the tree has no leaves: nothing to save")
-    arrays = [_host_array(value, path, keep_global=keep_global) for path, value in pairs]
-    leaves = [_leaf_for(path, array) for (path, _), array in zip(pairs, arrays)]
+    pairs, rebuild, description = _walk(tree)
+    arrays, forms, leaves = [], [], []
+    for path, value in pairs:
+        try:
+            array, form = _source(path, value, keep_global)
+        except PskdError:
+            raise
+        except (TypeError, ValueError, OverflowError, AttributeError) as e:
+            raise MismatchError(f"{leaf_name(path)}: cannot be stored: {type(e).__name__}: {str(e)[:200]}") from None
+        arrays.append(array)
+        forms.append(form)
+        shape = tuple(int(d) for d in array.shape)
+        if form.kind == sd.KIND_COMPLEX:  # (keys and Python ints come as their stored elements)
+            shape = form.stored_shape(shape)
+        leaves.append(Leaf(path, shape, form.bound))
     asked = _encodings_asked(pairs, leaves, encodings)
-    chosen = [a if a is not None else _default_encoding(leaf, array) for a, leaf, array in zip(asked, leaves, arrays)]
-    if is_array_like(tree) and not isinstance(tree, (list, tuple, dict)):
-        type_text = _closed_leaf_text(leaves[0], arrays[0].dtype)
+    chosen = [a if a is not None else (f.encoding if leaf.is_real else Encoding.F64)
+              for a, f, leaf in zip(asked, forms, leaves)]
+    closed = [_closed_form(f, v) for f, (_, v) in zip(forms, pairs)]
+    if pairs and is_array_like(tree) and not isinstance(tree, (list, tuple, dict)) and len(pairs) == 1 \
+            and pairs[0][1] is tree and closed[0]:
+        type_text = _closed_leaf_text(leaves[0], forms[0])
         layout = Layout.of_type(type_text)
-    elif _is_plain_tuple(tree) and len(tree) >= 2 and all(is_array_like(v) or isinstance(v, (int, float)) for v in tree) \
-            and len(pairs) == len(tree):
-        type_text = "(" + ", ".join(_closed_leaf_text(l, a.dtype) for l, a in zip(leaves, arrays)) + ")"
+    elif _is_plain_tuple(tree) and len(tree) >= 2 and len(pairs) == len(tree) \
+            and all(v is t for (_, v), t in zip(pairs, tree)) and all(closed):
+        type_text = "(" + ", ".join(_closed_leaf_text(l, f) for l, f in zip(leaves, forms)) + ")"
         layout = Layout.of_type(type_text)
     else:
         type_text = f"params {_type_name(tree, name)}"
         for path, _ in pairs:  # its layout file could not be read back
             check_key_depth(path_keys(path), f"leaf {path}")
-        _, rebuild = tree_lib.flatten(tree)
         layout = Layout(tuple(leaves), tuple(range(len(leaves))), rebuild)
     placement = Placement.of(layout, chosen)
-    dtypes = [tree_lib.describe_dtype(np.dtype(a.dtype)) if a.dtype != object else "float64" for a in arrays]
-    return SavePlan(header_text(type_text), [p for p, _ in pairs], arrays, dtypes, layout, placement)
+    return SavePlan(header_text(type_text), [p for p, _ in pairs], arrays, [f.dtype for f in forms], layout,
+                    placement, forms, description)
+
 
 @dataclasses.dataclass
 class SaveResult:
@@ -174,4 +246,4 @@ class SaveResult:
         return {name: getattr(self, name) for name in DIGESTS if getattr(self, name) is not None}
 
 
-__all__ = ["SavePlan", "SaveResult", "plan"]
+__all__ = ["SavePlan", "SaveResult", "leaf_name", "plan"]

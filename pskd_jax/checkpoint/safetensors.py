@@ -1,22 +1,33 @@
-"""``.safetensors`` ↔ ``.psk.d``, bit for bit (bf16, f32, f64; integer and bool tensors too).
+"""``.safetensors`` ↔ ``.psk.d``, bit for bit, for every dtype safetensors has.
 
 The ``safetensors`` package is an optional extra (``pip install safetensors``); the format is read
 and written with it, never by hand, and it is imported only when a conversion runs.
 
-Names and trees: a safetensors name ``a.b.0.c`` is the key path ``['a']['b'][0]['c']``: the names
-give nested dicts (string keys, in the order of first appearance in the file's data) and lists (a
-node whose keys are exactly 0..n-1). Going back, each leaf's keys joined by ``.`` are its name;
-a key containing ``.`` cannot be written as a name and is refused.
+Dtypes: BOOL, U8…U64, I8…I64, F16, BF16, F32, F64, the float8 types (F8_E4M3, F8_E5M2 and
+their fnuz variants, F8_E8M0) and C64 convert both ways as themselves; NaN and ±Inf are kept, as
+in any checkpoint. A checkpoint leaf of a dtype safetensors lacks goes out as its stored form:
+complex128 as F64 (real, imaginary) pairs on a last axis, int4 and the other narrow ``ml_dtypes``
+types as U8 bit patterns, typed PRNG keys as U32 key data, a Python int as I64 (refused beyond
+64 bits), a Python float as F64 and a bool as BOOL.
 
-A ``.psk.d`` written from a safetensors file stores its leaves in tree order; the safetensors
-library writes tensors in an order of its own (by dtype, then name), so the checkpoint's order is
-kept in the metadata (``pskd.order``) and used when converting back: ``.psk.d`` → safetensors →
-``.psk.d`` gives the same bytes. A recorded order that is not a list of exactly the file's names
-is ignored (the file's own order is used).
+Names and trees: a safetensors name ``a.b.0.c`` is the key path ``['a']['b'][0]['c']``: a part
+that is a canonical decimal number (``0``, ``17``; not ``01``) is an integer key, any other part a
+string key (``01``, an empty part after a trailing dot). The names give nested dicts (in the order
+of first appearance in the file's data) and lists (a node whose keys are exactly 0..n-1). Going
+back, each leaf's keys joined by ``.`` are its name, so that names come back byte for byte
+(``layers.01.w`` and ``a.`` too, and a file holding both ``a.01`` and ``a.1``); a key containing
+``.`` cannot be written as a name and is refused.
+
+Metadata: the source file's ``__metadata__`` is kept in the checkpoint's layout file and written
+back as it was. A checkpoint of another origin gets ``pskd.order`` (its leaf order: the
+safetensors library writes tensors in an order of its own, by dtype, then name) and ``pskd.type``,
+so that ``.psk.d`` → safetensors → ``.psk.d`` gives the same bytes. A recorded order that is not a
+list of exactly the file's names is ignored (the file's own order is used).
 
 A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
 the output is written atomically (a temporary file, renamed into place); an import that refuses
-the data (a NaN, a negative integer) writes nothing, neither the checkpoint nor its layout file.
+the data (a BOOL byte other than 0 or 1, a dtype with no numpy counterpart) writes nothing,
+neither the checkpoint nor its layout file.
 """
 
 from __future__ import annotations
@@ -26,17 +37,32 @@ import json
 import os
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from pskd_jax._os.names import layout_path_for
-from pskd_jax.checkpoint.keypaths import MAX_KEY_DEPTH, nest, path_keys
-from pskd_jax.checkpoint.layout_file import read_layout_file
-from pskd_jax.checkpoint.planning import SaveResult
-from pskd_jax.checkpoint.saving import save
-from pskd_jax.format.reader import Reader
-from pskd_jax.format.encodings import REAL_DTYPES, Encoding
-from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, UsageError
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.files import open_regular, read_whole
+from pskd_jax.checkpoint.keypaths import MAX_KEY_DEPTH, nest, path_keys
+from pskd_jax.checkpoint.planning import SaveResult
+from pskd_jax.checkpoint.restoring import read_saved_leaves
+from pskd_jax.checkpoint.saving import save_checkpoint
+from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, UsageError
+from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.encodings import bfloat16
+from pskd_jax.format.header import read_header
+
+# safetensors' dtype names → numpy dtypes (little-endian, as the format stores them)
+SAFETENSORS_DTYPES = {
+    "BOOL": np.dtype(bool), "U8": np.dtype("<u1"), "I8": np.dtype("<i1"), "U16": np.dtype("<u2"),
+    "I16": np.dtype("<i2"), "U32": np.dtype("<u4"), "I32": np.dtype("<i4"), "U64": np.dtype("<u8"),
+    "I64": np.dtype("<i8"), "F16": np.dtype("<f2"), "BF16": bfloat16, "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"), "C64": np.dtype("<c8"),
+    **{label: np.dtype(getattr(ml_dtypes, name)) for label, name in (
+        ("F8_E4M3", "float8_e4m3fn"), ("F8_E4M3FNUZ", "float8_e4m3fnuz"), ("F8_E5M2", "float8_e5m2"),
+        ("F8_E5M2FNUZ", "float8_e5m2fnuz"), ("F8_E8M0", "float8_e8m0fnu")) if hasattr(ml_dtypes, name)},
+}
+
+_WRITTEN = set(SAFETENSORS_DTYPES.values())  # dtypes a tensor is written as itself
 
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
@@ -51,9 +77,14 @@ def _safetensors(module: str = "safetensors"):
                                    "pip install 'pskd_jax[convert]' (or safetensors)") from None
 
 
+def _is_index(part: str) -> bool:
+    """A name part that is an integer key: a canonical decimal (``0``, ``17``; not ``01`` or ``+1``)."""
+    return part.isascii() and part.isdigit() and (part == "0" or part[0] != "0")
+
+
 def name_keys(name: str) -> list[str | int]:
-    """``"a.b.0.c"`` → ``["a", "b", 0, "c"]``."""
-    return [int(part) if part.isdigit() and part.isascii() else part for part in name.split(".")]
+    """``"a.b.0.c"`` → ``["a", "b", 0, "c"]``; ``"layers.01.w"`` keeps ``"01"``, ``"a."`` ends in ``""``."""
+    return [int(part) if _is_index(part) else part for part in name.split(".")]
 
 
 def keys_name(keys: Any, path: str) -> str:
@@ -61,42 +92,66 @@ def keys_name(keys: Any, path: str) -> str:
     parts = []
     for key in keys:
         text = str(key)
-        if not text or "." in text:
+        if "." in text:
             raise MismatchError(f"leaf {path or '(root)'}: the key {key!r} cannot be part of a "
-                                      "safetensors name (empty, or holds a '.')")
+                                "safetensors name (it holds a '.')")
         parts.append(text)
     if not parts:
         raise MismatchError("a single-array checkpoint has no name for safetensors")
     return ".".join(parts)
 
 
-def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike, *, name: str | None = None,
-                        durable: bool = True) -> SaveResult:
-    """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file)."""
-    source = os.fspath(source)
-    safe_open = _safetensors().safe_open
+def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, str] | None]:
+    """A safetensors file's tensors (numpy views of its bytes, by name), its names in data order, and
+    its ``__metadata__`` (None when it has none)."""
+    safetensors = _safetensors()
     try:
-        with safe_open(source, framework="np") as f:
+        with safetensors.safe_open(source, framework="np") as f:
             names = list(f.offset_keys())
-            metadata = f.metadata() or {}
-            order = _recorded_order(metadata, names)
-            tensors = {n: f.get_tensor(n) for n in order}
+            metadata = f.metadata()
+        raw = read_whole(source, NotPskdError, what="the safetensors file")
+        entries = safetensors.deserialize(raw)
     except PskdError:
         raise
     except Exception as e:  # the library's own errors: a file it cannot read
-        raise NotPskdError(f"{source}: not a safetensors file the library reads: {e}") from None
+        raise NotPskdError(f"{source}: not a safetensors file the library reads: {str(e)[:300]}") from None
+    tensors = {}
+    for name, entry in entries:
+        dtype = SAFETENSORS_DTYPES.get(entry["dtype"])
+        shown = name if len(name) <= 80 else name[:80] + "…"
+        if dtype is None:
+            raise MismatchError(f"{source}: tensor {shown!r}: dtype {entry['dtype']} has no numpy counterpart "
+                                f"here (expected one of {', '.join(SAFETENSORS_DTYPES)})")
+        array = np.frombuffer(entry["data"], dtype=dtype).reshape(entry["shape"])
+        if dtype == np.bool_:
+            array = sd.as_bool(array.view(np.uint8), f"{source}: tensor {shown!r}")
+        tensors[name] = array
+    return tensors, names, metadata
+
+
+def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike, *, name: str | None = None,
+                        durable: bool = True) -> SaveResult:
+    """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file,
+    which keeps the source's ``__metadata__``)."""
+    source = os.fspath(source)
+    tensors, names, metadata = _tensors(source)
     if not tensors:
         raise MismatchError(f"{source}: no tensors to convert")
+    order = _recorded_order(metadata or {}, names)
     keys = [name_keys(n) for n in order]
     for tensor_name, tensor_keys in zip(order, keys):
         if len(tensor_keys) > MAX_KEY_DEPTH:
             shown = tensor_name if len(tensor_name) <= 80 else tensor_name[:80] + "…"
             raise MismatchError(f"{source}: tensor {shown!r}: a name of {len(tensor_keys)} keys; a "
-                                      f"checkpoint's tree nests at most {MAX_KEY_DEPTH} deep")
-    tree = nest(keys, [tensors[n] for n in order])
-    if name is None and metadata.get(TYPE_KEY, "").startswith("params "):
+                                f"checkpoint's tree nests at most {MAX_KEY_DEPTH} deep")
+    try:
+        tree = nest(keys, [tensors[n] for n in order])
+    except MismatchError as e:
+        raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
+    if name is None and (metadata or {}).get(TYPE_KEY, "").startswith("params "):
         name = metadata[TYPE_KEY].split(" ", 1)[1]
-    return save(destination, tree, name=name, durable=durable)
+    extra = {"safetensors": {"metadata": metadata}}  # (None: the source had none, and gets none back)
+    return save_checkpoint(destination, tree, name=name, durable=durable, layout_extra=extra)
 
 
 def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
@@ -112,59 +167,67 @@ def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
     return names
 
 
+def _tensor_of(value: Any, where: str) -> np.ndarray:
+    """A saved leaf as the array safetensors writes: its own dtype when safetensors has it, else its
+    stored form (see the module's docstring)."""
+    if isinstance(value, bool):
+        return np.asarray(value)
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise BadValueError(f"{where}: the Python int {value} is beyond the 64 bits safetensors holds")
+        return np.asarray(value, dtype=np.int64)
+    if isinstance(value, float):
+        return np.asarray(value, dtype=np.float64)
+    array = np.asarray(value)
+    if array.dtype in _WRITTEN:
+        return sd.contiguous(array)
+    form = sd.form_of_dtype(array.dtype)
+    if form is not None and form.kind in (sd.KIND_BITS, sd.KIND_COMPLEX):
+        return sd.contiguous(sd.to_stored(array, form))
+    return sd.contiguous(array)
+
+
 def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLike, *,
                         layout: Any = None) -> int:
     """Writes a checkpoint's leaves as a ``.safetensors`` file; returns the number of tensors.
 
     The layout comes from ``layout`` (a layout file, :class:`Layout` or template), else the layout
-    file beside the checkpoint; a closed type needs none. Each tensor gets the dtype the leaf was
-    saved from when the layout file records it (float16, int32, bool …), else its stored dtype."""
+    file beside the checkpoint (which must belong to it); a closed type needs none. Each tensor
+    has the dtype its leaf gives back (float16, int32, bool, float8 …), exactly: a layout file
+    whose dtype the stored data do not hold is refused, never applied."""
     source, destination = os.fspath(source), os.fspath(destination)
     serialize = _safetensors("safetensors.numpy").save
-    dtypes: tuple[str, ...] = ()
-    if isinstance(layout, (str, os.PathLike)) or layout is None:
-        layout_path = os.fspath(layout) if layout is not None else layout_path_for(source)
-        if layout is not None or os.path.exists(layout_path):
-            layout_file = read_layout_file(layout_path)
-            layout, dtypes = layout_file.layout, layout_file.dtypes
-    with Reader(source, layout=layout) as reader:
-        if reader.placement is None:
-            raise NotClosedError(f"{source}: type {reader.header.type_text!r} needs its layout: --layout FILE, or keep "
-                f"{os.path.basename(layout_path_for(source))} beside it",
-            )
-        if reader.header.count != 1:
-            raise MismatchError(f"{source}: a checkpoint holds one sample, this file holds {reader.header.count}")
-        placement = reader.placement
-        tensors: dict[str, np.ndarray] = {}
-        for i, (leaf, view) in enumerate(zip(placement.layout.leaves, reader.leaves())):
-            name = keys_name(path_keys(leaf.path), leaf.path)
-            if name in tensors:
-                raise MismatchError(f"leaf {leaf.path}: the name {name!r} is taken by another leaf")
-            value = np.asarray(view[0])  # a view of the map: the serialized file is the one copy
-            wanted = _dtype_named(dtypes[i]) if i < len(dtypes) else None
-            if wanted is not None and wanted != value.dtype:
-                value = value.astype(wanted)  # exact: the leaf was saved from this dtype
-            tensors[name] = value
-        metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: reader.header.type_text}
-        # The library serializes to bytes, written through atomic_output (a temporary file locked by
-        # this writer, so that no other writer's cleanup removes it; renamed into place).
+    leaves, layout_file = read_saved_leaves(source, layout=layout)
+    tensors: dict[str, np.ndarray] = {}
+    for path, value in leaves:
+        tensor_name = keys_name(path_keys(path), path)
+        if tensor_name in tensors:
+            raise MismatchError(f"leaf {path}: the name {tensor_name!r} is taken by another leaf")
+        tensors[tensor_name] = _tensor_of(value, f"{source}: leaf {path}")
+    source_entry = layout_file.extra.get("safetensors") if layout_file is not None else None
+    if source_entry is not None:  # converted from safetensors: its metadata as it was (or none)
+        metadata = dict(source_entry["metadata"]) if source_entry["metadata"] is not None else None
+    else:
+        with open_regular(source, NotPskdError) as f:  # (the type text: a params checkpoint's name)
+            type_text = _type_text(f, source)
+        metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: type_text}
+    # The library serializes to bytes, written through atomic_output (a temporary file locked by
+    # this writer, so that no other writer's cleanup removes it; renamed into place).
+    try:
         data = serialize(tensors, metadata=metadata)
-        count = len(tensors)
-        del tensors
+    except PskdError:
+        raise
+    except Exception as e:  # the library's own refusal
+        raise MismatchError(f"{source}: safetensors refuses the tensors: {str(e)[:300]}") from None
+    count = len(tensors)
+    del tensors, leaves
     with atomic_output(destination) as f:
         f.write(data)
     return count
 
 
-def _dtype_named(name: str) -> np.dtype | None:
-    if not name:
-        return None
-    if name == "bfloat16":
-        return REAL_DTYPES[Encoding.BF16]
-    try:
-        return np.dtype(name)
-    except TypeError:
-        return None
+def _type_text(f, source: str) -> str:
+    return read_header(f, source, os.fstat(f.fileno()).st_size).type_text
 
 
 def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout: Any = None,

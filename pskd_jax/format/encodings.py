@@ -1,4 +1,4 @@
-"""How leaves are stored, and the exactness rules for what may be stored (SPEC §4).
+"""How leaves are stored, and the exactness rules for what may be stored.
 
 A real leaf is stored in one of three encodings, each a subset of the f64 numbers: f64, f32, or
 bf16 (the upper sixteen bits of an f32). An ``idx[N]`` leaf is stored as the smallest unsigned
@@ -151,6 +151,9 @@ def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
         return float(value)
     except OverflowError:
         return float("inf") if value > 0 else float("-inf")
+    except (ValueError, TypeError, ArithmeticError) as e:  # Decimal("sNaN"), a __float__ that fails
+        raise BadValueError(f"{leaf}, element {position}: {value!r:.80} has no float value ({type(e).__name__})"
+                            ) from None
 
 
 def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
@@ -240,20 +243,25 @@ def round_f64_to_bf16(values: np.ndarray) -> np.ndarray:
     return as_f32.astype(bfloat16)
 
 
-def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_to_encoding: bool
-           ) -> tuple[np.ndarray, Rounding | None]:
+def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_to_encoding: bool,
+           allow_nonfinite: bool = False) -> tuple[np.ndarray, Rounding | None]:
     """f64 values → the leaf's encoding, exactly, or rounded when asked for (E9004 otherwise).
 
-    Returns the encoded array (f64, f32 or bfloat16) and, when rounding was asked for, what it did.
+    NaN and ±Inf are refused unless ``allow_nonfinite`` (checkpoints keep them: ±Inf is exact in
+    every encoding, a NaN stays a NaN). A finite value beyond the encoding's range is refused
+    either way. Returns the encoded array (f64, f32 or bfloat16) and, when rounding was asked
+    for, what it did.
     """
-    check_finite(values, leaf=leaf)
+    if not allow_nonfinite:
+        check_finite(values, leaf=leaf)
     if encoding == Encoding.F64:
         return values, None
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         narrowed = values.astype(np.float32) if encoding == Encoding.F32 else round_f64_to_bf16(values)
     back = narrowed.astype(np.float64)
-    overflow = ~np.isfinite(back)
-    changed = back != values
+    finite = np.isfinite(values)
+    overflow = finite & ~np.isfinite(back)
+    changed = (back != values) & finite
     if overflow.any():
         flat = int(np.flatnonzero(overflow.ravel())[0])
         raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
@@ -270,7 +278,8 @@ def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_
         return narrowed, None
     report = Rounding(str(leaf), encoding)
     if changed.any():
-        errors = np.abs(back - values)
+        with np.errstate(invalid="ignore"):
+            errors = np.where(finite, np.abs(back - values), 0.0)
         flat = int(np.argmax(errors.ravel()))
         report.max_error = float(errors.ravel()[flat])
         report.where = _position(values.shape, flat)

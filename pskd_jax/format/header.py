@@ -88,6 +88,9 @@ def encode_header(type_text: str, count: int, encodings: Sequence[Encoding]) -> 
         parts += [_U32.pack(len(encodings)), bytes(int(e) for e in encodings)]
     return b"".join(parts)
 
+_ENCODING_OF_BYTE = tuple(sorted(Encoding, key=int))  # (an encoding byte is its index here)
+
+
 def _read_exact(f: BinaryIO, n: int, what: str, path: str) -> bytes:
     """Reads exactly n bytes or fails saying what was expected and what was found (E9003)."""
     data = f.read(n)
@@ -121,10 +124,10 @@ def read_header(f: BinaryIO, path: str, file_size: int) -> Header:
         if n_leaves > file_size:
             raise TruncatedError(f"{path}: {n_leaves} leaf encodings announced in a file of {file_size} bytes")
         raw = _read_exact(f, n_leaves, "the leaf encodings", path)
-        bad = [b for b in raw if b not in tuple(Encoding)]
+        bad = [b for b in raw if b >= len(_ENCODING_OF_BYTE)]
         if bad:
             raise NotPskdError(f"{path}: encoding byte {bad[0]} (expected 0 f64, 1 f32 or 2 bf16)")
-        encodings = tuple(Encoding(b) for b in raw)
+        encodings = tuple(_ENCODING_OF_BYTE[b] for b in raw)
         offset += 4 + n_leaves
     return Header(version, type_text, count, encodings, offset)
 

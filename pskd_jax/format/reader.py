@@ -17,6 +17,29 @@ from pskd_jax._os.digests import sampled_digest
 from pskd_jax._os.positional import pread_spans
 from pskd_jax.format.header import MAX_COUNT, read_header
 from pskd_jax.format.placement import Placement, c_strides
+from pskd_jax.format.encodings import index_dtype
+from pskd_jax.format.layout_file import find_layout_file
+
+
+def template_mismatch(template_paths: list[str], file_paths: list[str], *, listed: int = 20) -> str | None:
+    """What differs between a template's key paths and a file's, both in storage order (None when
+    they are the same): "same leaves, other order", or every missing and extra key path (abridged)."""
+    if template_paths == file_paths:
+        return None
+    if sorted(template_paths) == sorted(file_paths):
+        k = next(k for k, (a, b) in enumerate(zip(template_paths, file_paths)) if a != b)
+        return (f"same leaves, other order: leaf {k} is {template_paths[k] or '(root)'} in the template, "
+                f"{file_paths[k] or '(root)'} in the file")
+    have, want = set(file_paths), set(template_paths)
+    missing = [p for p in template_paths if p not in have]
+    extra = [p for p in file_paths if p not in want]
+
+    def shown(paths: list[str]) -> str:
+        return ", ".join(paths[:listed]) + (f", … and {len(paths) - listed} more" if len(paths) > listed else "")
+
+    parts = ([f"{len(missing)} key path(s) of the template not in the file: {shown(missing)}"] if missing else []) \
+        + ([f"{len(extra)} key path(s) of the file not in the template: {shown(extra)}"] if extra else [])
+    return "; ".join(parts)
 
 
 MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
@@ -104,9 +127,13 @@ class Reader:
     # -- layout ------------------------------------------------------------------------------
 
     def with_layout(self, layout: Layout | Any) -> "Reader":
-        """Supplies (or replaces) the layout; returns the reader."""
+        """Supplies (or replaces) the layout; returns the reader. A template (not a :class:`Layout`)
+        for a ``params`` file with its layout file beside it is checked against that file: the
+        same key paths in the same order, the same shapes and storage (E9005 otherwise)."""
         if not isinstance(layout, Layout):
             layout = tree_lib.layout_of_template(layout)
+            if self.header.is_params:
+                layout = self._checked_template(layout)
         encodings = self.header.encodings
         if encodings is not None and len(encodings) != len(layout.leaves):
             raise MismatchError(f"{self.path}: the header lists {len(encodings)} leaves, the layout has {len(layout.leaves)}",
@@ -123,6 +150,30 @@ class Reader:
         self._bounded = [i for i, (leaf, disk) in enumerate(zip(layout.leaves, placement.disk_dtypes))
                          if not leaf.is_real and leaf.bound < 1 << (8 * disk.itemsize)]
         return self
+
+    def _checked_template(self, template: Layout) -> Layout:
+        """A template's layout checked against the layout file beside the file (one that proves it
+        belongs to this file; any other is not used): the file's leaves, the template's tree."""
+        try:
+            beside = find_layout_file(self.path)
+        except PskdError:
+            return template  # a layout file of another save, or none that reads: not used
+        if beside is None:
+            return template
+        found = beside.layout.leaves
+        problem = template_mismatch([leaf.path for leaf in template.leaves], [leaf.path for leaf in found])
+        if problem is None:
+            for mine, theirs in zip(template.leaves, found):
+                if mine.shape != theirs.shape or mine.is_real != theirs.is_real or (
+                        not mine.is_real and index_dtype(mine.bound) != index_dtype(theirs.bound)):
+                    stored = "reals" if theirs.is_real else f"idx[{theirs.bound}]"
+                    asked = "reals" if mine.is_real else f"idx[{mine.bound}]"
+                    problem = (f"at {mine.path or '(root)'}: the template has {asked} of shape {list(mine.shape)}, "
+                               f"the file {stored} of shape {list(theirs.shape)}")
+                    break
+        if problem is not None:
+            raise MismatchError(f"{self.path}: the template does not match its layout file {beside.path}: {problem}")
+        return Layout(found, template.structure, template.rebuild)
 
     def _check_size(self, sample_bytes: int) -> None:
         needed = self.header.data_offset + self.header.count * sample_bytes

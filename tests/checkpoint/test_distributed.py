@@ -76,7 +76,7 @@ WORKER = textwrap.dedent(
     bad[3, 11] = np.nan  # column 11 lives on the last model device: process 1's... and 0's rows
     broken = dict(tree, blocks=[{"w": global_array(bad, specs["blocks"][0]["w"]), "b": tree["blocks"][0]["b"]}])
     try:
-        ck.save(f"{directory}/broken.psk.d", broken)
+        ck.save(f"{directory}/broken.psk.d", broken, finite_only=True)
     except PskdError as e:
         print(f"process {process} refused: {e.code}", flush=True)
     else:

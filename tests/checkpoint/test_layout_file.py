@@ -65,7 +65,8 @@ def test_a_hostile_layout_file_is_e9001_naming_it(tmp_path, what, text):
 def test_a_layout_key_path_64_keys_deep_is_read(tmp_path):
     path = tmp_path / "ok.layout.json"
     path.write_text(layout_text(tmp_path, lambda d: [d["leaves"][0].update(keys=["k"] * 63 + ["w"]),
-                                                    d["leaves"][1].update(keys=["k"] * 63 + ["b"])]))
+                                                    d["leaves"][1].update(keys=["k"] * 63 + ["b"]),
+                                                    d.pop("tree")]))  # (without a tree: built from keys)
     back = ck.restore(tmp_path / "c.psk.d", layout=str(path), as_numpy=True)
     for _ in range(63):
         back = back["k"]

@@ -79,7 +79,7 @@ def test_async_errors_surface_in_wait(tmp_path):
     manager.save(1, params(1))
     bad = params(2)
     bad["w"][1, 2] = np.inf
-    manager.save_async(2, bad)
+    manager.save_async(2, bad, finite_only=True)  # (checkpoints keep ±inf unless asked)
     with pytest.raises(PskdError) as e:
         manager.wait()
     assert e.value.code == "E9004" and "['w'] at index [1, 2]" in e.value.message

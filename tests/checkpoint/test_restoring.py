@@ -45,13 +45,13 @@ def test_shape_mismatch_names_key_path_expected_and_found(tmp_path):
 
 def test_structure_mismatch_names_the_key_path(tmp_path):
     saved(tmp_path)
-    with pytest.raises(PskdError, match=r"\['blocks'\]\[1\]\['w'\]: expected by the target"):
+    with pytest.raises(PskdError, match=r"target not in the checkpoint: \['blocks'\]\[1\]\['w'\]"):
         ck.restore(tmp_path / "c.psk.d", {"embed": np.ones((4, 8), np.float32),
                                           "blocks": [{"w": np.ones((8, 8), np.float32)}] * 2})
-    with pytest.raises(PskdError, match=r"the target has \['blocks'\]\[0\]\['w'\] where the checkpoint has "
-                                        r"\['embed'\]"):
-        ck.restore(tmp_path / "c.psk.d", {"blocks": [{"w": np.ones((8, 8), np.float32)}],
-                                          "embed": np.ones((4, 8), np.float32)})
+    # matched by key path through the layout file: another order is the same tree
+    back = ck.restore(tmp_path / "c.psk.d", {"blocks": [{"w": np.ones((8, 8), np.float32)}],
+                                             "embed": np.ones((4, 8), np.float32)})
+    assert list(back) == ["blocks", "embed"]
 
 
 def test_mismatch_without_the_layout_file_is_still_refused(tmp_path):
@@ -95,7 +95,7 @@ def test_jax_targets_and_results(tmp_path, rng):
         np.testing.assert_array_equal(bits(np.asarray(back[key])), bits(np.asarray(tree[key])))
     # no target: the stored dtypes, as JAX arrays
     plain = ck.restore(tmp_path / "c.psk.d", layout=tmp_path / "c.layout.json")
-    assert isinstance(plain["b"], jax.Array) and plain["step"].dtype == jnp.uint32
+    assert isinstance(plain["b"], jax.Array) and plain["step"].dtype == jnp.int32
 
 
 def test_f64_into_jax_with_x64_disabled(tmp_path):

@@ -1,0 +1,393 @@
+"""The layout file beside a ``params`` file (``NAME.layout.json``): reading it, and proving that it
+belongs to the data file beside it.
+
+A layout file describes one save: each leaf's key path, stored shape, encoding or bound, the dtype
+it gives back and how (its *kind*, :mod:`pskd_jax.format.stored_dtypes`), the tree's containers,
+and what identifies the data file it was written with. Version 2 (written since checkpoints hold
+any dtype)::
+
+    {"format": "pskd-layout", "version": 2, "type": "params Params",
+     "data": {"bytes": 1234, "header_xxh3_128": "…", "xxh3_128": "…"},   # xxh3_128: when computed
+     "leaves": [{"path": "['w']", "keys": ["w"], "shape": [2, 3], "dtype": "float32",
+                 "encoding": "f32"},
+                {"path": "['step']", "keys": ["step"], "shape": [], "dtype": "int32",
+                 "bound": 4294967296, "kind": "bits"}, …],
+     "tree": {"dict": [["w", 0], ["step", 1]]}}
+
+``kind`` is absent for the plain kind (``value``); ``impl`` names a key's implementation;
+``safetensors`` keeps the ``__metadata__`` of a file the checkpoint was converted from.
+
+**A layout file proves it belongs to its data file, or is not used.** Version 2 records the data
+file's size and the xxh3_128 of its header (type, count, encodings): :func:`find_layout` refuses
+(E9005, naming both files) a layout file whose data file differs, so that a layout left by an
+earlier save of another tree is never applied to a new file. Version 1 files (written before)
+record no identity; they are accepted when they agree with the data file in every way that can be
+checked (type, leaf encodings, size). Every value in a layout file is checked (E9001 naming the
+file): shapes and bounds are integers, each dtype agrees with its stored leaf.
+
+This module never imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+import xxhash
+
+from pskd_jax._os.files import open_regular
+from pskd_jax._os.jsonfile import read_strict
+from pskd_jax._os.names import layout_path_for
+from pskd_jax._os.positional import read_into
+from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError
+from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.encodings import Encoding
+from pskd_jax.format.header import Header, read_header
+from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nested_rebuild, path_keys
+from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.placement import Placement
+from pskd_jax.format.tree import build_described, check_description, described_paths
+
+LAYOUT_FORMAT = "pskd-layout"
+
+_ENCODINGS = {encoding.label: encoding for encoding in Encoding}
+
+LAYOUT_VERSION = 2  # written; version 1 (no identity, no kinds, no tree) is still read
+
+READ_VERSIONS = (1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutFile:
+    """A layout file read back: the layout (leaves in storage order, rebuilt into the recorded
+    tree), the type it was written for, each leaf's dtype name and key path keys, and — version 2
+    — each leaf's form (how its stored elements give its value back; None: as stored), the tree's
+    description, what identifies its data file, and anything else recorded (``safetensors``)."""
+
+    layout: Layout
+    type_text: str
+    dtypes: tuple[str, ...]
+    keys: tuple[tuple[str | int, ...], ...]
+    forms: tuple[sd.Form | None, ...] = ()
+    description: Any = None
+    identity: dict | None = None
+    version: int = LAYOUT_VERSION
+    path: str = ""
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+def header_digest(header_bytes: bytes) -> str:
+    """The digest of a data file's header that a layout file records."""
+    return xxhash.xxh3_128(header_bytes).hexdigest()
+
+
+def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None = None) -> LayoutFile:
+    """Reads ``NAME.layout.json`` (E9001 naming the file when it is not one). With ``data``, also
+    proves that it belongs to that data file (:func:`check_belongs`)."""
+    path = os.fspath(path)
+    content = read_strict(path, NotClosedError, what="the layout file")
+    try:
+        layout_file = _parse(content, path)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
+        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
+        raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
+    if data is not None:
+        check_belongs(layout_file, data)
+    return layout_file
+
+
+def _parse(content: Any, path: str) -> LayoutFile:
+    if not isinstance(content, dict):
+        raise ValueError(f"a JSON {type(content).__name__}, not an object")
+    version = content.get("version")
+    if content.get("format") != LAYOUT_FORMAT or isinstance(version, bool) or version not in READ_VERSIONS:
+        raise ValueError(f"format {str(content.get('format'))[:40]!r} version {str(version)[:20]}, expected "
+                         f"{LAYOUT_FORMAT!r} version {' or '.join(map(str, READ_VERSIONS))}")
+    entries = content["leaves"]
+    if not isinstance(entries, list):
+        raise ValueError("'leaves' is not a list")
+    type_text = content["type"]
+    if not isinstance(type_text, str):
+        raise ValueError("'type' is not a string")
+    leaves, keys, dtypes, forms = [], [], [], []
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"leaf {k} is not an object")
+        where = f"leaf {k} ({str(entry.get('path'))[:80]})"
+        leaf, form = _leaf_entry(entry, where, version)
+        leaves.append(leaf)
+        keys.append(_layout_keys(entry["keys"] if "keys" in entry else path_keys(leaf.path), where))
+        dtypes.append(str(entry.get("dtype", "")))
+        forms.append(form)
+    description = content.get("tree")
+    if version >= 2 and "tree" in content:  # (null: the tree None)
+        check_description(description, len(leaves), MAX_KEY_DEPTH + 1)
+        _check_paths(leaves, keys, described_paths(description))
+        rebuild = _described_rebuild(description)
+    else:  # version 1, or a hand-made version 2 without a tree: nested dicts and lists by keys
+        rebuild = nested_rebuild(keys)
+    identity = content.get("data") if version >= 2 else None
+    if version >= 2:
+        _check_identity_entry(identity)
+    extra = {name: content[name] for name in ("safetensors",) if name in content}
+    if "safetensors" in extra:
+        _check_safetensors_entry(extra["safetensors"])
+    return LayoutFile(Layout(tuple(leaves), tuple(range(len(leaves))), rebuild), type_text, tuple(dtypes),
+                      tuple(keys), tuple(forms), description, identity, version, path, extra)
+
+
+def _check_paths(leaves: list[Leaf], keys: list[tuple], described: list[str]) -> None:
+    """A version 2 file's leaves name the key paths its tree puts them at, and their keys are those
+    paths' keys (ValueError naming the first leaf that disagrees)."""
+    for k, (leaf, leaf_keys, there) in enumerate(zip(leaves, keys, described)):
+        if leaf.path != there:
+            raise ValueError(f"leaf {k}: path {leaf.path[:80]!r}, but the tree puts {there[:80]!r} there")
+        if list(leaf_keys) != path_keys(leaf.path):
+            raise ValueError(f"leaf {k}: keys {str(list(leaf_keys))[:80]} are not those of its path {leaf.path[:80]!r}")
+
+
+def _described_rebuild(description: Any):
+    return lambda values: build_described(description, values)
+
+
+def _lengths(value: Any, what: str, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in value):
+        raise ValueError(f"{where}: {what} {str(value)[:80]} is not a list of lengths (integers ≥ 0)")
+    return tuple(value)
+
+
+def _leaf_entry(entry: dict, where: str, version: int) -> tuple[Leaf, sd.Form | None]:
+    """A leaf of a layout file and its form; ValueError saying what disagrees."""
+    path = entry["path"]
+    if not isinstance(path, str):
+        raise ValueError(f"{where}: the path is not a string")
+    shape = _lengths(entry["shape"], "shape", where)
+    bound = entry.get("bound")
+    if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+        raise ValueError(f"{where}: bound {str(bound)[:40]} is not an integer")
+    encoding = entry.get("encoding")
+    if encoding is not None:
+        if bound is not None:
+            raise ValueError(f"{where}: both a bound and an encoding")
+        if encoding not in ("f64", "f32", "bf16"):
+            raise ValueError(f"{where}: encoding {str(encoding)[:20]!r} (expected f64, f32 or bf16)")
+    dtype = entry.get("dtype", "")
+    if not isinstance(dtype, str):
+        raise ValueError(f"{where}: dtype {str(dtype)[:40]} is not a string")
+    leaf = Leaf(path, shape, bound)
+    stored = _ENCODINGS[encoding] if encoding is not None else None
+    if version == 1:
+        return leaf, _form_v1(dtype, leaf, where)
+    kind = entry.get("kind", sd.KIND_VALUE)
+    impl = entry.get("impl")
+    if kind not in sd.KINDS:
+        raise ValueError(f"{where}: kind {str(kind)[:20]!r} (expected one of {', '.join(sd.KINDS)})")
+    if leaf.is_real and stored is None:
+        raise ValueError(f"{where}: a real leaf without its encoding")
+    return leaf, _form_v2(kind, dtype, impl, leaf, where)
+
+
+def _form_v1(dtype: str, leaf: Leaf, where: str) -> sd.Form | None:
+    """The form of a version 1 leaf: its dtype's value when the stored leaf holds it (signed
+    integers were stored as values below 2^(K-1)), the stored view for a dtype not named there."""
+    known = sd.dtype_named(dtype)
+    if known is None:
+        return None
+    form = sd.form_of_dtype(known)
+    if form.is_real and form.kind == sd.KIND_VALUE:
+        if not leaf.is_real:
+            raise ValueError(f"{where}: dtype {dtype} for a leaf stored as idx[{leaf.bound}]")
+        return form
+    if leaf.is_real:
+        raise ValueError(f"{where}: dtype {dtype} for a leaf stored as reals")
+    if dtype.startswith("int"):
+        limit = 2 ** (8 * known.itemsize - 1)
+    elif dtype == "bool" or dtype.startswith("uint") and dtype in ("uint8", "uint16", "uint32", "uint64"):
+        limit = form.bound
+    else:
+        raise ValueError(f"{where}: dtype {dtype} in a version 1 layout file")
+    if leaf.bound > limit:
+        raise ValueError(f"{where}: dtype {dtype} for a leaf stored as idx[{leaf.bound}] (at most idx[{limit}])")
+    return sd.Form(sd.KIND_VALUE, dtype, leaf.bound)
+
+
+def _form_v2(kind: str, dtype: str, impl: Any, leaf: Leaf, where: str) -> sd.Form:
+    """The form a version 2 leaf records, checked against its stored leaf."""
+    if impl is not None and not isinstance(impl, str):
+        raise ValueError(f"{where}: impl {str(impl)[:40]} is not a string")
+    # (one answer per kind of leaf: a tree of a thousand leaves has a few kinds; what a form
+    # checks of a shape is its rank, a single length, and the last length)
+    shape = leaf.shape
+    representative = shape if len(shape) <= 1 else (1,) * (len(shape) - 1) + (shape[-1],)
+    form = _form_v2_of(kind, dtype, impl, leaf.bound, representative)
+    if form is None:
+        stored = f"idx[{leaf.bound}]" if not leaf.is_real else "reals"
+        raise ValueError(f"{where}: dtype {dtype[:40]} kind {kind} for a leaf stored as {stored} "
+                         f"of shape {list(leaf.shape)}")
+    return form
+
+
+@functools.lru_cache(maxsize=1024)
+def _form_v2_of(kind: str, dtype: str, impl: str | None, bound: int | None,
+                shape: tuple[int, ...]) -> sd.Form | None:
+    try:
+        return _checked_form_v2(kind, dtype, impl, Leaf("", shape, bound), "")
+    except ValueError:
+        return None
+
+
+def _checked_form_v2(kind: str, dtype: str, impl: Any, leaf: Leaf, where: str) -> sd.Form:
+    stored = f"idx[{leaf.bound}]" if not leaf.is_real else "reals"
+    disagree = ValueError(f"{where}: dtype {dtype[:40]} kind {kind} for a leaf stored as {stored} "
+                          f"of shape {list(leaf.shape)}")
+    if kind == sd.KIND_KEY:
+        if not isinstance(impl, str) or not impl or dtype != f"key<{impl}>" or leaf.bound != 2**32 or not leaf.shape:
+            raise disagree
+        return sd.key_form(impl, leaf.shape[-1])
+    if impl is not None:
+        raise ValueError(f"{where}: an impl for a leaf of kind {kind}")
+    if kind == sd.KIND_PYTHON:
+        if dtype == "float" and leaf.is_real and leaf.shape == ():
+            return sd.Form(kind, dtype, None, Encoding.F64)
+        if dtype == "bool" and leaf.bound == 2 and leaf.shape == ():
+            return sd.Form(kind, dtype, 2)
+        if dtype == "int" and ((leaf.shape == () and leaf.bound in (2**8, 2**16, 2**32, 2**64))
+                               or (len(leaf.shape) == 1 and leaf.shape[0] >= 2 and leaf.bound == 2**64)):
+            return sd.Form(kind, dtype, leaf.bound)
+        raise disagree
+    form = sd.form_of_dtype(sd.dtype_named(dtype)) if sd.dtype_named(dtype) is not None else None
+    if form is None or form.kind != kind or form.dtype != dtype:
+        raise disagree
+    if form.is_real != leaf.is_real or (not leaf.is_real and leaf.bound != form.bound):
+        raise disagree
+    if form.trailing is not None and (not leaf.shape or leaf.shape[-1] != form.trailing):
+        raise disagree
+    return form
+
+
+def _layout_keys(keys: Any, where: str) -> tuple[str | int, ...]:
+    """A leaf's ``keys`` in a layout file: a list of strings and integers, at most
+    :data:`MAX_KEY_DEPTH` of them (ValueError otherwise)."""
+    if not isinstance(keys, list):
+        raise ValueError(f"{where}: keys {str(keys)[:80]} is not a list")
+    for key in keys:
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise ValueError(f"{where}: the key {str(key)[:80]} is not a string or an integer")
+    if len(keys) > MAX_KEY_DEPTH:
+        raise ValueError(f"{where}: a key path {len(keys)} keys deep (at most {MAX_KEY_DEPTH})")
+    return tuple(keys)
+
+
+def _check_identity_entry(identity: Any) -> None:
+    if not isinstance(identity, dict):
+        raise ValueError("'data' (what identifies the data file) is missing or not an object")
+    size = identity.get("bytes")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"'data': bytes {str(size)[:40]} is not a size")
+    for name in ("header_xxh3_128", "xxh3_128"):
+        value = identity.get(name)
+        if (name == "header_xxh3_128" or value is not None) and not _is_hex(value, 32):
+            raise ValueError(f"'data': {name} {str(value)[:40]!r} is not 32 hex digits")
+
+
+def _check_safetensors_entry(entry: Any) -> None:
+    if not isinstance(entry, dict) or "metadata" not in entry:
+        raise ValueError("'safetensors' is not an object with the source's metadata")
+    metadata = entry["metadata"]
+    if metadata is not None and (not isinstance(metadata, dict)
+                                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise ValueError("'safetensors': metadata is neither null nor an object of strings")
+
+
+def _is_hex(value: Any, digits: int) -> bool:
+    return isinstance(value, str) and len(value) == digits and all(c in "0123456789abcdef" for c in value)
+
+
+def _data_header(data: str) -> tuple[Header, bytes, int]:
+    """A data file's header, its bytes and the file's size (E9002 for a FIFO or device: never blocks)."""
+    with open_regular(data, NotPskdError) as f:
+        size = os.fstat(f.fileno()).st_size
+        header = read_header(f, data, size)
+        header_bytes = bytearray(header.data_offset)
+        read_into(f.fileno(), memoryview(header_bytes), 0, data)
+    return header, bytes(header_bytes), size
+
+
+def check_belongs(layout_file: LayoutFile, data: str | os.PathLike) -> None:
+    """Refuses (E9005, naming both files) a layout file that was not written with the data file
+    ``data``: version 2 by its recorded size and header digest, version 1 by agreeing with the
+    file's type, leaf encodings and size."""
+    data = os.fspath(data)
+    header, header_bytes, size = _data_header(data)
+    name = layout_file.path or "the layout"
+    problem = None
+    if layout_file.identity is not None:
+        recorded = layout_file.identity
+        if recorded["header_xxh3_128"] != header_digest(header_bytes):
+            problem = "it was written for a file with another header (type, count or leaf encodings)"
+        elif size < recorded["bytes"]:  # the same save's data, cut short
+            raise TruncatedError(f"{data}: truncated: {size} bytes, its layout file {name} records "
+                                 f"{recorded['bytes']}")
+        elif size > recorded["bytes"]:
+            problem = f"it was written for a file of {recorded['bytes']} bytes, this one has {size}"
+    if problem is None and layout_file.identity is None:  # (version 1: what can be checked)
+        problem = _disagreement(layout_file, header, size)
+    elif problem is None and layout_file.type_text != header.type_text:
+        problem = f"it was written for type {layout_file.type_text[:80]!r}, this file's type is {header.type_text[:80]!r}"
+    if problem:
+        raise MismatchError(f"{name}: not the layout of {data}: {problem}; it was left by another save "
+                            "(save again, or give the right layout)")
+
+
+def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | None:
+    """What a layout file and a data file's header disagree on (None when they agree)."""
+    if layout_file.type_text != header.type_text:
+        return f"it was written for type {layout_file.type_text[:80]!r}, this file's type is {header.type_text[:80]!r}"
+    leaves = layout_file.layout.leaves
+    if header.encodings is not None and len(header.encodings) != len(leaves):
+        return f"it has {len(leaves)} leaves, this file's header lists {len(header.encodings)}"
+    try:
+        placement = Placement.of(layout_file.layout, header.encodings, from_header=True)
+    except PskdError as e:
+        return e.message
+    needed = header.data_offset + header.count * placement.sample_bytes
+    if needed != size:
+        return f"its leaves take {needed} bytes with this header, the file has {size}"
+    return None
+
+
+def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
+    """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
+    it does not), or None when there is none."""
+    candidate = layout_path_for(checkpoint)
+    if not os.path.exists(candidate):
+        return None
+    return read_layout_file(candidate, data=checkpoint)
+
+
+def read_layout(path: str | os.PathLike) -> Layout:
+    """The :class:`Layout` in a layout file: leaves in storage order, rebuilt into the recorded
+    tree (version 1: nested dicts of string keys and lists of int keys)."""
+    return read_layout_file(path).layout
+
+
+def find_layout(checkpoint: str | os.PathLike) -> Layout | None:
+    """The layout written beside a checkpoint (proven to belong to it: E9005 naming both files
+    when it does not), or None when there is none."""
+    found = find_layout_file(checkpoint)
+    return found.layout if found is not None else None
+
+
+__all__ = [
+    "LAYOUT_FORMAT",
+    "LAYOUT_VERSION",
+    "LayoutFile",
+    "check_belongs",
+    "find_layout",
+    "find_layout_file",
+    "header_digest",
+    "read_layout",
+    "read_layout_file",
+]

@@ -1,0 +1,376 @@
+"""How a checkpoint stores a leaf of each dtype, and how it gives the leaf back (numpy only).
+
+Each leaf's ``.psk.d`` type says honestly how it is stored; the layout file records the rest (the
+dtype, and a *kind* saying how the stored elements stand for the values):
+
+====================================  ==========================================  =============
+leaf dtype                            stored as                                   kind
+====================================  ==========================================  =============
+float64 / float32 / bfloat16          ``ℝ`` in f64 / f32 / bf16                    ``value``
+float16                               ``ℝ`` in f32 (widening is exact)             ``value``
+bool, uintK                           ``idx[2]``, ``idx[2^K]``                      ``value``
+intK                                  ``idx[2^K]``: the two's-complement pattern    ``bits``
+float8 families, int4/uint4, other    ``idx[2^bits]``: the bit pattern              ``bits``
+narrow ``ml_dtypes`` types
+complex64 / complex128                ``ℝ[…, 2]`` (real, imaginary) in f32 / f64    ``complex``
+typed PRNG key arrays                 ``idx[2^32][…, k]``: the key data             ``key``
+Python int / float / bool             the smallest fitting leaf                     ``python``
+====================================  ==========================================  =============
+
+A Python ``int`` is stored as the two's-complement pattern of the narrowest of 8, 16, 32 and 64
+bits that holds it; one beyond 64 bits as ``idx[2^64][n]``, its two's-complement pattern in n
+little-endian 64-bit limbs. A Python ``float`` is an f64, a ``bool`` an ``idx[2]``.
+
+Non-finite floats keep their bits in every kind: NaN payloads, signalling NaNs and ±Inf included
+(float16 goes to f32 and back by its bits, not through the hardware conversion that quiets a
+signalling NaN).
+
+This module knows dtypes by name and converts numpy arrays; typed PRNG keys, which need JAX, are
+converted by the checkpoint package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from pskd_jax.errors import BadValueError
+from pskd_jax.format.encodings import Encoding, bfloat16
+
+KIND_VALUE = "value"
+KIND_BITS = "bits"
+KIND_COMPLEX = "complex"
+KIND_KEY = "key"
+KIND_PYTHON = "python"
+KINDS = (KIND_VALUE, KIND_BITS, KIND_COMPLEX, KIND_KEY, KIND_PYTHON)
+
+PYTHON_TYPES = ("int", "float", "bool")  # the dtype names of the python kind
+
+# ml_dtypes' one-byte types other than bfloat16: stored as their bit pattern.
+_NARROW = {name: np.dtype(getattr(ml_dtypes, name)) for name in (
+    "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+    "int1", "int2", "int4", "uint1", "uint2", "uint4") if hasattr(ml_dtypes, name)}
+
+_FULL_INTS = {f"{sign}int{bits}": np.dtype(f"{sign}int{bits}") for sign in ("", "u") for bits in (8, 16, 32, 64)}
+
+_FLOATS = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": bfloat16}
+
+_COMPLEX = {"complex64": (np.dtype("<c8"), Encoding.F32), "complex128": (np.dtype("<c16"), Encoding.F64)}
+
+_REAL_ENCODING = {"float64": Encoding.F64, "float32": Encoding.F32, "float16": Encoding.F32, "bfloat16": Encoding.BF16}
+
+
+def narrow_bits(dtype: np.dtype) -> int:
+    """The bits of a one-byte ``ml_dtypes`` type (4 for int4 and float4_e2m1fn, 8 for float8)."""
+    try:
+        return int(ml_dtypes.finfo(dtype).bits)
+    except (ValueError, TypeError):
+        return int(ml_dtypes.iinfo(dtype).bits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Form:
+    """How leaves of one dtype are stored.
+
+    ``dtype`` is the name the layout file records (a numpy or ``ml_dtypes`` name, ``key<impl>``
+    for keys, ``int``/``float``/``bool`` for Python scalars); ``bound`` the idx bound of the stored
+    leaf (None for ℝ); ``encoding`` the encoding a real stored leaf gets by default; ``trailing``
+    the length of the last axis the stored leaf adds (2 for complex, the key data's width for
+    keys); ``impl`` a key's implementation."""
+
+    kind: str
+    dtype: str
+    bound: int | None
+    encoding: Encoding | None = None
+    trailing: int | None = None
+    impl: str | None = None
+
+    @property
+    def is_real(self) -> bool:
+        return self.bound is None
+
+    def stored_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape) + ((self.trailing,) if self.trailing is not None else ())
+
+    def value_shape(self, stored_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the value a stored leaf of this form gives back (a Python scalar: ())."""
+        if self.kind == KIND_PYTHON:
+            return ()
+        return tuple(stored_shape[:-1]) if self.trailing is not None else tuple(stored_shape)
+
+
+def dtype_named(name: str) -> np.dtype | None:
+    """The numpy dtype a layout file names (``"int32"``, ``"bfloat16"``, ``"float8_e4m3fn"``…), or None."""
+    if not isinstance(name, str):
+        return None
+    if name in _FLOATS:
+        return _FLOATS[name]
+    if name in _FULL_INTS:
+        return _FULL_INTS[name]
+    if name in _NARROW:
+        return _NARROW[name]
+    if name in _COMPLEX:
+        return _COMPLEX[name][0]
+    if name == "bool":
+        return np.dtype(bool)
+    return None
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The name of a dtype as a layout file records it (native byte order, ``bfloat16`` by name)."""
+    dtype = np.dtype(dtype)
+    if dtype == bfloat16:
+        return "bfloat16"
+    for name, known in _NARROW.items():
+        if dtype == known:
+            return name
+    if dtype.kind in "fiuc" and dtype.byteorder not in ("=", "|"):
+        dtype = dtype.newbyteorder("=")
+    return str(dtype)
+
+
+def form_of_dtype(dtype: Any) -> Form | None:
+    """The form leaves of a numpy dtype are stored in, or None for a dtype no checkpoint holds
+    (strings, objects, datetimes, records…). ``longdouble`` is rounded once to f64 (a float64)."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return None
+    return _form_of(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _form_of(dtype: np.dtype) -> Form | None:
+    if dtype == bfloat16:
+        return Form(KIND_VALUE, "bfloat16", None, Encoding.BF16)
+    for name, known in _NARROW.items():
+        if dtype == known:
+            return Form(KIND_BITS, name, 2 ** narrow_bits(dtype))
+    if dtype.kind == "b":
+        return Form(KIND_VALUE, "bool", 2)
+    if dtype.kind == "u" and dtype.itemsize in (1, 2, 4, 8):
+        return Form(KIND_VALUE, f"uint{8 * dtype.itemsize}", 2 ** (8 * dtype.itemsize))
+    if dtype.kind == "i" and dtype.itemsize in (1, 2, 4, 8):
+        return Form(KIND_BITS, f"int{8 * dtype.itemsize}", 2 ** (8 * dtype.itemsize))
+    if dtype.kind == "f":
+        name = {2: "float16", 4: "float32", 8: "float64"}.get(dtype.itemsize, "float64")  # longdouble → f64
+        return Form(KIND_VALUE, name, None, _REAL_ENCODING[name])
+    if dtype.kind == "c" and dtype.itemsize in (8, 16):
+        name = "complex64" if dtype.itemsize == 8 else "complex128"
+        return Form(KIND_COMPLEX, name, None, _COMPLEX[name][1], trailing=2)
+    return None
+
+
+def key_form(impl: str, width: int) -> Form:
+    """The form of a typed PRNG key array of implementation ``impl`` whose key data has ``width``
+    uint32 words per key."""
+    return Form(KIND_KEY, f"key<{impl}>", 2**32, trailing=width, impl=impl)
+
+
+def python_int_form(value: int) -> tuple[Form, int]:
+    """The form of a Python int, and the number of 64-bit limbs (0: one element of the form's width)."""
+    for bits in (8, 16, 32, 64):
+        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return Form(KIND_PYTHON, "int", 2**bits), 0
+    return Form(KIND_PYTHON, "int", 2**64), (value.bit_length() + 1 + 63) // 64
+
+
+def python_form(value: Any) -> Form | None:
+    """The form of a Python ``bool``, ``float`` or ``int`` scalar (None for anything else, a numpy
+    scalar too: ``numpy.float64`` is a ``float`` subclass, but an array's element)."""
+    if isinstance(value, np.generic):
+        return None
+    if isinstance(value, bool):
+        return Form(KIND_PYTHON, "bool", 2)
+    if isinstance(value, float):
+        return Form(KIND_PYTHON, "float", None, Encoding.F64)
+    if isinstance(value, int):
+        return python_int_form(value)[0]
+    return None
+
+
+def python_int_pattern(value: int) -> np.ndarray:
+    """A Python int as the stored array of its form: one unsigned element, or 64-bit limbs."""
+    form, limbs = python_int_form(value)
+    if not limbs:
+        bits = form.bound.bit_length() - 1
+        return np.asarray(value % form.bound, dtype=f"<u{bits // 8}")
+    pattern = value % (1 << (64 * limbs))
+    return np.array([(pattern >> (64 * k)) & (2**64 - 1) for k in range(limbs)], dtype="<u8")
+
+
+def python_int_of(stored: np.ndarray) -> int:
+    """The Python int a stored pattern (one element or limbs) stands for."""
+    stored = np.asarray(stored)
+    if stored.ndim == 0:
+        bits = 8 * stored.dtype.itemsize
+        value = int(stored)
+        return value - (1 << bits) if value >> (bits - 1) else value
+    total = 0
+    for k, limb in enumerate(stored.reshape(-1).tolist()):
+        total |= int(limb) << (64 * k)
+    bits = 64 * stored.size
+    return total - (1 << bits) if bits and total >> (bits - 1) else total
+
+
+# --------------------------------------------------------------------------------------------
+# float16 ↔ f32 by bits (the hardware conversions quiet a signalling NaN)
+
+
+def float16_to_float32(values: np.ndarray) -> np.ndarray:
+    """float16 → float32, exactly, NaN payloads (and signalling NaNs) included."""
+    values = np.asarray(values, dtype=np.float16)
+    with np.errstate(invalid="ignore"):
+        out = values.astype(np.float32)
+    if not np.isnan(out).any():  # (the bit work only where a NaN is)
+        return out
+    raw = values.view(np.uint16)
+    nan = ((raw & 0x7C00) == 0x7C00) & ((raw & 0x03FF) != 0)
+    if nan.any():
+        wide = raw.astype(np.uint32)
+        bits = ((wide & 0x8000) << 16) | np.uint32(0x7F800000) | ((wide & 0x03FF) << 13)
+        out.view(np.uint32)[nan] = bits[nan]
+    return out
+
+
+def float32_to_float16(values: np.ndarray, where: str) -> np.ndarray:
+    """float32 values that are float16 values → float16, bit for bit; E9004 naming ``where`` and
+    the first index that is not one (a file whose f32 leaf was not written from float16)."""
+    values = np.asarray(values, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = values.astype(np.float16)
+    raw = values.view(np.uint32)
+    if np.isnan(values).any():
+        nan = ((raw & 0x7F800000) == 0x7F800000) & ((raw & 0x007FFFFF) != 0)
+        bits = (((raw >> 16) & 0x8000) | 0x7C00 | ((raw >> 13) & 0x03FF)).astype(np.uint16)
+        out.view(np.uint16)[nan] = bits[nan]
+    back = float16_to_float32(out).view(np.uint32)
+    if np.array_equal(back, raw):
+        return out
+    wrong = back != raw
+    if wrong.any():
+        flat = int(np.flatnonzero(wrong.reshape(-1))[0])
+        index = [int(i) for i in np.unravel_index(flat, values.shape)] if values.shape else []
+        raise BadValueError(f"{where} at index {index}: the stored f32 {float(values.reshape(-1)[flat])!r} "
+                            "is not a float16 value (the leaf was saved from float16)")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Values → stored elements, and back (numpy kinds: value, bits, complex)
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """The array in C order, a copy only when it is not (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def to_stored(array: np.ndarray, form: Form) -> np.ndarray:
+    """The elements a leaf stores, elementwise from its values (a view wherever one serves):
+    a signed integer's unsigned pattern, a narrow type's bit pattern, a complex leaf's (real,
+    imaginary) pairs. Value kinds come back as they are (the encoder converts real encodings)."""
+    if form.kind == KIND_BITS:
+        if form.dtype in _NARROW:
+            pattern = contiguous(array).view(np.uint8)
+            # (a type of fewer than 8 bits keeps them low; the byte's other bits are not its value)
+            return pattern if form.bound == 256 else pattern & np.uint8(form.bound - 1)
+        return array.view(f"u{array.dtype.itemsize}") if array.dtype.byteorder in ("=", "|", "<") \
+            else array.astype(array.dtype.newbyteorder("=")).view(f"u{array.dtype.itemsize}")
+    if form.kind == KIND_COMPLEX:
+        native = contiguous(np.asarray(array, dtype=_COMPLEX[form.dtype][0]))
+        part = np.float32 if form.dtype == "complex64" else np.float64
+        return native.reshape(-1).view(part).reshape(tuple(array.shape) + (2,))
+    return array
+
+
+def out_of_bound(stored: np.ndarray, bound: int | None) -> int | None:
+    """The flat index of the first stored element at or above ``bound`` (None when all are below)."""
+    if bound is None or stored.size == 0 or stored.dtype.kind not in "u":
+        return None
+    if bound >= 1 << (8 * stored.dtype.itemsize):
+        return None
+    over = stored.reshape(-1) >= bound
+    return int(np.flatnonzero(over)[0]) if over.any() else None
+
+
+def _index_text(shape: tuple[int, ...], flat: int) -> str:
+    return str([int(i) for i in np.unravel_index(flat, shape)] if shape else [])
+
+
+def from_stored(stored: np.ndarray, form: Form, where: str) -> np.ndarray:
+    """The values of a leaf from its stored elements (views wherever they serve). Refuses, with
+    E9004 naming ``where`` and the index, what the form cannot hold: a bool other than 0 or 1, a
+    pattern at or above its bound, an f32 that is no float16."""
+    bad = out_of_bound(stored, form.bound)
+    if bad is not None:
+        raise BadValueError(f"{where} at index {_index_text(stored.shape, bad)}: the stored value "
+                            f"{int(stored.reshape(-1)[bad])} is not below its bound idx[{form.bound}]")
+    if form.kind == KIND_BITS:
+        if form.dtype in _NARROW:
+            return stored.astype(np.uint8, copy=False).view(_NARROW[form.dtype])
+        return stored.view(_FULL_INTS[form.dtype])
+    if form.kind == KIND_COMPLEX:
+        part = np.dtype(np.float32 if form.dtype == "complex64" else np.float64)
+        # (parts the caller stored in another encoding: bf16 and f32 widen exactly)
+        native = contiguous(stored if stored.dtype == part else stored.astype(part))
+        return native.view(_COMPLEX[form.dtype][0]).reshape(stored.shape[:-1])
+    if form.kind == KIND_VALUE:
+        if form.dtype == "bool":
+            return as_bool(stored, where)
+        if form.dtype == "float16" and stored.dtype == np.float32:
+            return float32_to_float16(stored, where)
+    return stored
+
+
+def as_bool(values: np.ndarray, where: str) -> np.ndarray:
+    """Stored bool (or integer) elements as bool; E9004 naming the index of one other than 0 or 1."""
+    if values.dtype == np.bool_:
+        return values
+    wrong = (values != 0) & (values != 1)
+    if wrong.any():
+        flat = int(np.flatnonzero(wrong.reshape(-1))[0])
+        raise BadValueError(f"{where} at index {_index_text(values.shape, flat)}: the stored value "
+                            f"{values.reshape(-1)[flat]} is not a bool (0 or 1)")
+    return values.view(np.bool_) if values.dtype.itemsize == 1 else values.astype(np.bool_)
+
+
+def restore_dtype(form: Form, stored_encoding: Encoding | None) -> bool:
+    """Whether a leaf recorded with ``form`` gives back the form's dtype: always, except for a real
+    leaf the caller stored in another encoding than the dtype's own (``encodings=``), which gives
+    back the stored encoding's values, as stored."""
+    return not (form.kind == KIND_VALUE and form.is_real and stored_encoding is not None
+                and stored_encoding != form.encoding)
+
+
+__all__ = [
+    "KINDS",
+    "KIND_BITS",
+    "KIND_COMPLEX",
+    "KIND_KEY",
+    "KIND_PYTHON",
+    "KIND_VALUE",
+    "PYTHON_TYPES",
+    "Form",
+    "as_bool",
+    "contiguous",
+    "dtype_name",
+    "dtype_named",
+    "float16_to_float32",
+    "float32_to_float16",
+    "form_of_dtype",
+    "from_stored",
+    "key_form",
+    "narrow_bits",
+    "out_of_bound",
+    "python_form",
+    "python_int_form",
+    "python_int_of",
+    "python_int_pattern",
+    "restore_dtype",
+    "to_stored",
+]
