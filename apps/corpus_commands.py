@@ -42,6 +42,8 @@ def _tokenizer(args) -> corpus.Tokenizer:
 
 
 def _build(args) -> Iterator[str]:
+    if args.output == data.STANDARD_STREAM:
+        raise UsageError("pskd corpus build: -o -: the output is a corpus directory, not a stream; give a directory")
     tokenizer = _tokenizer(args)
     bar = BuildProgress() if sys.stderr.isatty() else None
     try:
