@@ -11,7 +11,7 @@ from pskd_jax.pipeline import load_pipeline, parse_pipeline
 
 
 def _pipeline(args) -> Iterator[str]:
-    if os.path.isfile(args.text):
+    if os.path.lexists(args.text):  # a file (a FIFO or a directory there is refused, not parsed as text)
         pipeline = load_pipeline(args.text, root=args.root)
     else:
         pipeline = parse_pipeline(args.text, base_dir=".", source="TEXT")

@@ -12,7 +12,7 @@ import os
 import stat
 from typing import BinaryIO, Iterator
 
-from pskd_jax.errors import NotPskdError, PskdError, TruncatedError
+from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 
 
 def _kind(mode: int) -> str:
@@ -44,6 +44,18 @@ def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, wh
         os.close(fd)
         raise NotPskdError(f"{name}: {_kind(mode)}, not a regular file; give a file")
     return fd
+
+
+def check_regular(fd: int, path: str | os.PathLike) -> None:
+    """Refuses (E9012) an output descriptor that is not a regular file: a writer that opens its
+    file itself (a shard written in place) never writes into a FIFO or a device that stood at its
+    name. The descriptor is left open for the caller to close."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        raise TruncatedError(f"{os.fspath(path)}: cannot write: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{os.fspath(path)}: {_kind(mode)} stands there; an output replaces only a regular file")
 
 
 @contextlib.contextmanager
@@ -89,4 +101,4 @@ def line_at(path: str | os.PathLike, offset: int, *, block: int = 1 << 17) -> in
     return line
 
 
-__all__ = ["line_at", "open_fd", "open_regular", "read_some", "read_whole"]
+__all__ = ["check_regular", "line_at", "open_fd", "open_regular", "read_some", "read_whole"]

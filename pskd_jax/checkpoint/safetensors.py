@@ -37,6 +37,8 @@ from pskd_jax.format.reader import Reader
 from pskd_jax.format.encodings import REAL_DTYPES, Encoding
 from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, UsageError
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.files import open_fd
+from pskd_jax._os.positional import read_into
 
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
@@ -74,17 +76,7 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
                         durable: bool = True) -> SaveResult:
     """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file)."""
     source = os.fspath(source)
-    safe_open = _safetensors().safe_open
-    try:
-        with safe_open(source, framework="np") as f:
-            names = list(f.offset_keys())
-            metadata = f.metadata() or {}
-            order = _recorded_order(metadata, names)
-            tensors = {n: f.get_tensor(n) for n in order}
-    except PskdError:
-        raise
-    except Exception as e:  # the library's own errors: a file it cannot read
-        raise NotPskdError(f"{source}: not a safetensors file the library reads: {e}") from None
+    order, metadata, tensors = _read_tensors(source)
     if not tensors:
         raise MismatchError(f"{source}: no tensors to convert")
     keys = [name_keys(n) for n in order]
@@ -97,6 +89,68 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     if name is None and metadata.get(TYPE_KEY, "").startswith("params "):
         name = metadata[TYPE_KEY].split(" ", 1)[1]
     return save(destination, tree, name=name, durable=durable)
+
+
+# Dtypes read here with positional reads: numpy's own, and ml_dtypes' (as the library gives them).
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "U64": np.uint64,
+           "I32": np.int32, "U32": np.uint32, "I16": np.int16, "U16": np.uint16, "I8": np.int8, "U8": np.uint8,
+           "BOOL": np.bool_, "BF16": REAL_DTYPES[Encoding.BF16]}
+
+
+def _read_tensors(source: str) -> tuple[list[str], dict, dict[str, np.ndarray]]:
+    """The tensor names in checkpoint order, the metadata and the tensors of a ``.safetensors`` file.
+
+    The file is opened once, as a regular file (a FIFO or a device is E9002 at once). The library
+    checks its header (through the open descriptor, so that it reads the same file); the tensors'
+    bytes are then read with positional reads, so that a file cut short meanwhile is E9003 naming
+    it, not a SIGBUS in the library's memory map (a dtype this module does not know is still
+    copied by the library, the one remaining way)."""
+    safe_open = _safetensors().safe_open
+    fd = open_fd(source, NotPskdError)
+    try:
+        by_descriptor = f"/proc/self/fd/{fd}"
+        opened = by_descriptor if os.path.exists(by_descriptor) else source
+        try:
+            with safe_open(opened, framework="np") as f:
+                names = list(f.offset_keys())
+                metadata = f.metadata() or {}
+                order = _recorded_order(metadata, names)
+                kinds = {n: (f.get_slice(n).get_dtype(), f.get_slice(n).get_shape()) for n in order}
+                offsets = _data_offsets(fd, source)
+                tensors = {}
+                for n in order:
+                    dtype, shape = kinds[n]
+                    if dtype in _DTYPES and n in offsets:
+                        tensors[n] = _read_tensor(fd, source, offsets[n], np.dtype(_DTYPES[dtype]), shape)
+                    else:
+                        tensors[n] = f.get_tensor(n)
+        except PskdError:
+            raise
+        except Exception as e:  # the library's own errors: a file it cannot read
+            raise NotPskdError(f"{source}: not a safetensors file the library reads: {e}") from None
+    finally:
+        os.close(fd)
+    return order, metadata, tensors
+
+
+def _data_offsets(fd: int, source: str) -> dict[str, tuple[int, int]]:
+    """Each tensor's byte range in the file, from its header (which the library accepted)."""
+    prefix = bytearray(8)
+    read_into(fd, memoryview(prefix), 0, source)
+    length = int.from_bytes(prefix, "little")
+    header = bytearray(length)
+    read_into(fd, memoryview(header), 8, source)
+    entries = json.loads(bytes(header))
+    start = 8 + length
+    return {name: (start + entry["data_offsets"][0], start + entry["data_offsets"][1])
+            for name, entry in entries.items() if name != "__metadata__"}
+
+
+def _read_tensor(fd: int, source: str, span: tuple[int, int], dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    out = np.empty(span[1] - span[0], dtype=np.uint8)
+    if out.size:
+        read_into(fd, memoryview(out), span[0], source)
+    return out.view(dtype).reshape(shape)
 
 
 def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
@@ -127,7 +181,7 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
         if layout is not None or os.path.exists(layout_path):
             layout_file = read_layout_file(layout_path)
             layout, dtypes = layout_file.layout, layout_file.dtypes
-    with Reader(source, layout=layout) as reader:
+    with Reader(source, layout=layout, access="pread") as reader:  # positional reads: E9003 if cut short
         if reader.placement is None:
             raise NotClosedError(f"{source}: type {reader.header.type_text!r} needs its layout: --layout FILE, or keep "
                 f"{os.path.basename(layout_path_for(source))} beside it",
@@ -136,11 +190,11 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
             raise MismatchError(f"{source}: a checkpoint holds one sample, this file holds {reader.header.count}")
         placement = reader.placement
         tensors: dict[str, np.ndarray] = {}
-        for i, (leaf, view) in enumerate(zip(placement.layout.leaves, reader.leaves())):
+        for i, leaf in enumerate(placement.layout.leaves):
             name = keys_name(path_keys(leaf.path), leaf.path)
             if name in tensors:
                 raise MismatchError(f"leaf {leaf.path}: the name {name!r} is taken by another leaf")
-            value = np.asarray(view[0])  # a view of the map: the serialized file is the one copy
+            value = reader.leaf_range(0, i, 0, leaf.size).reshape(leaf.shape)  # read, not mapped
             wanted = _dtype_named(dtypes[i]) if i < len(dtypes) else None
             if wanted is not None and wanted != value.dtype:
                 value = value.astype(wanted)  # exact: the leaf was saved from this dtype

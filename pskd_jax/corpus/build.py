@@ -54,6 +54,7 @@ from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, parse_manifest, 
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax._os.digests import file_sha256
+from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import json_text, read_strict
 from pskd_jax.corpus.inputs import EXAMPLES, BadInput, ResetShard, find_inputs, iter_tokens, source_of
 from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, PskdError, TruncatedError, UsageError
@@ -205,9 +206,8 @@ class _Journal:
         """The entries of a journal written with the same tokenizer and options (a torn last line,
         from a crash while appending, is ignored)."""
         try:
-            with open(self.path, "rb") as f:
-                lines = f.read().split(b"\n")
-        except OSError:
+            lines = read_whole(self.path).split(b"\n")  # a regular file only, never a FIFO waited on
+        except PskdError:
             return {}
         entries: dict[str, Shard] = {}
         try:

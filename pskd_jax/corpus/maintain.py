@@ -10,6 +10,7 @@ from typing import Sequence
 from pskd_jax.format.header import read_header
 from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
 from pskd_jax._os.digests import file_sha256
+from pskd_jax._os.files import open_regular
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest, write_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -23,7 +24,7 @@ def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool
     except OSError as e:
         return f"missing ({e.strerror or e})"
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, buffering=-1) as f:  # a FIFO or a device: refused, never waited on
             header = read_header(f, path, size)
     except OSError as e:
         return f"unreadable ({e.strerror or e})"

@@ -8,6 +8,7 @@ import os
 import numpy as np
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import TruncatedError, UsageError
+from pskd_jax._os.files import check_regular
 from pskd_jax._os.locks import flock
 from pskd_jax._os.positional import write_at
 
@@ -39,6 +40,7 @@ class ShardWriter:
         self._data_offset = len(tokenizer.header(0))
         self._fd = self._open(path)
         try:
+            check_regular(self._fd, path)  # a FIFO or a device at the shard's name: E9012, never written
             flock(self._fd, wait=True)  # waits for any other writer of this shard
             self._restart()
         except BaseException:
@@ -49,7 +51,8 @@ class ShardWriter:
     def _open(path: str) -> int:
         """Opens (creating) the shard file itself: a symbolic link at ``path`` is replaced by the
         shard, never written through (it could point anywhere, outside the corpus included)."""
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        flags = (os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_NOFOLLOW", 0))
         for _ in range(100):  # another process may make a link again between the unlink and the open
             try:
                 return os.open(path, flags, 0o644)
