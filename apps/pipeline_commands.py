@@ -21,9 +21,11 @@ def _pipeline(args) -> Iterator[str]:
     per_epoch = pipeline.batches_per_epoch(n)
     yield f"pipeline {pipeline}"
     yield f"samples  {n} of type {header.type_text}, {per_epoch} batches an epoch"
+    shown = min(pipeline.batch_size, args.indices)  # a batch of 10^9 is not printed whole
+    more = f" … ({pipeline.batch_size} indices)" if shown < pipeline.batch_size else ""
     for j in range(min(args.batches, per_epoch)):
-        indices = pipeline.batch_indices(n, args.epoch, j)
-        yield f"epoch {args.epoch} batch {j}: " + " ".join(map(str, indices.tolist()))
+        indices = pipeline.batch_indices(n, args.epoch, j, stop=shown)
+        yield f"epoch {args.epoch} batch {j}: " + " ".join(map(str, indices.tolist())) + more
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,5 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "or a file holding it (its path is then relative to that file)")
     parser.add_argument("--epoch", type=int, default=1, metavar="E", help="the epoch, from 1")
     parser.add_argument("--batches", type=int, default=4, metavar="K", help="how many batches to print")
+    parser.add_argument("--indices", type=int, default=1024, metavar="N",
+                        help="how many indices of a batch to print at most (the rest is counted)")
     parser.add_argument("--root", metavar="DIR",
                         help="a pipeline file may stream files inside DIR (default: only inside its own directory)")

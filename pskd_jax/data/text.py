@@ -353,12 +353,32 @@ def decode_file(
     vocab, _ = _load_vocab(vocab)
     decode = _decoder(vocab)
     count = 0
+    lengths = np.array([len(t.encode("utf-8")) for t in vocab] or [1], dtype=np.int64)
     with text_output(os.fspath(out_path)) as out:
         for ids in iter_tokens(tokens_path, bound=len(vocab), chunk_size=chunk_size):
-            if len(ids):
-                out.write(decode(ids))
+            for part in _output_parts(ids, lengths):
+                out.write(decode(part))
             count += len(ids)
     return count
+
+#: The most bytes of text decode makes at once: a block of tokens whose text is longer (long
+#: tokens, many times over) is decoded in parts, so memory follows the block, not its text.
+DECODE_PART_BYTES = 1 << 24
+
+def _output_parts(ids: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
+    """``ids`` in consecutive parts whose text takes at most DECODE_PART_BYTES (or one token)."""
+    if not len(ids):
+        return
+    ends = np.cumsum(lengths.take(ids))
+    if ends[-1] <= DECODE_PART_BYTES:
+        yield ids
+        return
+    first = 0
+    while first < len(ids):
+        base = ends[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + DECODE_PART_BYTES, side="right")))
+        yield ids[first:last]
+        first = last
 
 def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[int, bytes, np.ndarray]]:
     """Yields ``(byte offset, block, code points)`` for a UTF-8 file read in blocks of whole

@@ -151,6 +151,14 @@ def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
         return float(value)
     except OverflowError:
         return float("inf") if value > 0 else float("-inf")
+    except (ArithmeticError, ValueError, TypeError) as e:
+        # Decimal("sNaN") refuses float() (a signalling NaN is no number); so may any object.
+        raise BadValueError(f"{leaf}, element {position}: {_shown(value)} is not a real number ({e})") from None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
