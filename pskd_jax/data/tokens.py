@@ -17,7 +17,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 CHUNK_SIZE = 1 << 17
 
 #: Tokens read_tokens makes room for before reading any (it doubles as they come).
-INITIAL_TOKENS = 1 << 20
+INITIAL_TOKENS = 1 << 16
 
 
 
