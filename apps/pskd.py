@@ -7,6 +7,7 @@ it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -14,7 +15,7 @@ from absl import app
 from absl.flags import argparse_flags
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
-from pskd_jax.errors import PskdError
+from pskd_jax.errors import PskdError, UsageError
 
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
 
@@ -33,8 +34,28 @@ def parse_flags(argv: Sequence[str]):
     return make_parser().parse_args(argv[1:])
 
 
+def check_output_is_no_input(args) -> None:
+    """Refuses (E9012) an output that is one of the command's input files (``pskd pack a.txt -o
+    a.txt``): the output replaces its destination, and the input would be gone."""
+    output = getattr(args, "output", None)
+    if not isinstance(output, str) or not os.path.isfile(output):
+        return
+    for name, value in vars(args).items():
+        for given in (value if isinstance(value, list) else [value]):
+            if name == "output" or not isinstance(given, str) or not os.path.isfile(given):
+                continue
+            try:
+                same = os.path.samefile(given, output)
+            except OSError:
+                continue
+            if same:
+                raise UsageError(f"{output}: the output is the input {given} itself, which writing it would replace; "
+                                 "give another output")
+
+
 def main(args) -> None:
     try:
+        check_output_is_no_input(args)
         for line in args.handler(args):
             print(line, flush=True)
     except PskdError as e:

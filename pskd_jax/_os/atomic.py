@@ -59,6 +59,8 @@ def destination_for(path: str | os.PathLike) -> str:
     if name == names.STANDARD_STREAM:
         raise UsageError(f"{name}: '-' is the standard output, which this output cannot be written to; "
                          "give a file name (./- for a file named '-')")
+    if not name or name.endswith(os.sep):
+        raise UsageError(f"{name!r}: not a file's name (empty, or ending in {os.sep})")
     if "\0" in name:
         raise TruncatedError(f"{name!r}: cannot create a file: a path holds no NUL byte")
     current = name

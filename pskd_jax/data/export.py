@@ -41,7 +41,8 @@ def non_finite_text(value: Any) -> str:
     'NaN:0x7ff8000000000001'
     """
     scalar = np.asarray(value)
-    wide = float(scalar.astype(np.float64))
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly (its bits are shown)
+        wide = float(scalar.astype(np.float64))
     if wide == float("inf"):
         return "Infinity"
     if wide == float("-inf"):
@@ -54,7 +55,8 @@ def non_finite_text(value: Any) -> str:
 def _reals(value: np.ndarray) -> Any:
     """A real array as Python floats holding the stored values exactly (bf16 and f32 widen
     exactly), the non-finite ones as the strings of :func:`non_finite_text`."""
-    wide = value.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly (its bits are shown)
+        wide = value.astype(np.float64)
     if wide.size == 0 or np.isfinite(wide).all():
         return wide.tolist()
     mixed = wide.astype(object)
