@@ -59,6 +59,8 @@ def _reals(value: np.ndarray) -> Any:
         wide = value.astype(np.float64)
     if wide.size == 0 or np.isfinite(wide).all():
         return wide.tolist()
+    if wide.ndim == 0:
+        return non_finite_text(value)
     mixed = wide.astype(object)
     for where in zip(*np.nonzero(~np.isfinite(wide))):
         mixed[where] = non_finite_text(value[where])
@@ -131,28 +133,33 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
         with text_output(output) as f:
             f.write(_dumps(head)[:-1])
             f.write(b', "samples": [')
-            for k, text in enumerate(_sample_texts(reader)):
+            for k, run in enumerate(_sample_runs(reader)):
                 if k:
                     f.write(b", ")
-                if isinstance(text, bytes):
-                    f.write(text)
+                if isinstance(run, bytes):
+                    f.write(run)
                 else:
-                    for piece in text:
+                    for piece in run:
                         f.write(piece)
             f.write(b"]}\n")
         return count
 
 
-def _sample_texts(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
-    """Each sample's JSON: whole bytes for samples read in chunks of many, or an iterator of
-    pieces for a sample larger than a chunk (read leaf by leaf, row by row)."""
+def _sample_runs(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
+    """The samples' JSON, a run of consecutive samples at a time: the bytes of a chunk of samples
+    (separated by ", "), or an iterator of the pieces of one sample larger than a chunk (read leaf
+    by leaf, row by row)."""
     layout = reader.placement.layout
     count = len(reader)
     per_sample = layout.sample_elements
     if per_sample == 0:
         if count:
             one = _dumps(plain(reader[0]))  # every sample is the same empty structure
-            yield from (one for _ in range(count))
+            block = b", ".join([one] * min(count, 1 << 16))
+            whole, rest = divmod(count, 1 << 16)
+            yield from (block for _ in range(whole))
+            if rest:
+                yield b", ".join([one] * rest)
         return
     if per_sample > CHUNK_ELEMENTS:
         for k in range(count):
@@ -163,8 +170,7 @@ def _sample_texts(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
         # gathered, not viewed: idx values are checked against their bound (E9004)
         chunk = reader.gather_leaves(np.arange(start, min(start + step, count)))
         columns = [plain(leaf) for leaf in chunk]
-        for row in zip(*columns):
-            yield _dumps(plain(layout.unflatten(list(row))))
+        yield b", ".join(_dumps(plain(layout.unflatten(list(row)))) for row in zip(*columns))
 
 
 _MARK = "\ue000pskd-leaf-{}\ue001"
