@@ -30,6 +30,13 @@ Targets (``TARGETS``):
   ``.jsonl.gz``), the rest is a corpus input built with ``build_corpus``; a build must agree with a
   line-by-line reading of the input (its tokens, documents and bad documents), and the corpus it
   writes must verify and give the windows of its tokens.
+- ``export``: the bytes are a ``.psk.d`` file exported in chunks of 3 elements; the JSON must hold
+  the stored values exactly (non-finite reals as their strings).
+- ``output_path``: the first byte picks what stands at an output path (links of every sort, a
+  directory, a FIFO, a device, ``-``), the second the writer; an output is written through a link
+  or refused with the directory left unchanged.
+- ``non_regular``: the first byte picks a non-regular file (FIFO, directory, device link, loop),
+  the second one of the toolkit's readers, which must refuse it at once (E9002), never block.
 
 This module is imported by ``fuzz/run.py`` (and by the regression tests); ``prepare`` makes the
 fixture files a target needs in a scratch directory.
