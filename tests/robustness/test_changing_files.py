@@ -157,3 +157,32 @@ def test_a_growing_file_is_read_as_it_was_when_opened(tmp_path):
         with open(path, "ab") as f:
             f.write(bytes(range(8, 12)))
         assert len(reader) == 2 and reader.gather([1])[0].tolist() == [4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("reader", ["tokens", "encode", "vocab", "pack"])
+def test_a_text_input_cut_short_while_read_is_E9003(tmp_path, monkeypatch, reader):
+    """A text input read in blocks (or whole) and cut short meanwhile ends before the size it had
+    when opened: E9003 naming it, never a shorter input taken silently."""
+    from pskd_jax._os import files
+    path = tmp_path / "in.txt"
+    path.write_text({"tokens": "1 2 3 " * 5000, "encode": "ab" * 20000, "vocab": '["a", "b", "c", "d"]',
+                     "pack": "1.5\n" * 5000}[reader])
+    real, calls = files.os.fstat, []
+
+    def fstat_then_cut(fd):  # the size is taken at opening (open_fd, open_regular), then the file is cut short
+        result = real(fd)
+        calls.append(fd)
+        if len(calls) == 2:
+            os.truncate(path, result.st_size // 2)
+        return result
+
+    monkeypatch.setattr(files.os, "fstat", fstat_then_cut)
+    call = {"tokens": lambda: data.read_tokens(str(path), chunk_size=1024),
+            "encode": lambda: data.encode_file(str(path), ["a", "b"], str(tmp_path / "out.tok"), chunk_size=1024),
+            "vocab": lambda: data.read_vocab(str(path)),
+            "pack": lambda: data.pack_file(str(path), "ℝ[]", str(tmp_path / "out.psk.d"))}[reader]
+    from pskd_jax.errors import PskdError
+    with pytest.raises(PskdError) as caught:
+        call()
+    assert caught.value.code == "E9003" and str(path) in caught.value.message and "cut short" in caught.value.message
+    assert not os.path.exists(tmp_path / "out.tok") and not os.path.exists(tmp_path / "out.psk.d")
