@@ -263,6 +263,18 @@ def _recorded(directory: str, journal: _Journal, tokenizer: Tokenizer, options: 
     return entries
 
 
+def _check_manifest_name(path: str) -> None:
+    """Refuses (E9012) a build whose ``shards.json`` name holds a directory, a FIFO or a device: the
+    build replaces a manifest (a file or a link), never removes what a user put there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(f"{path}: not a file (a directory, a FIFO or a device stands there); the build writes "
+                         "its manifest there: move it away or build into another directory")
+
+
 def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
     inputs than the last one); returns them. Only names this module gives shards
@@ -314,6 +326,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     except OSError as e:
         raise CorpusDirectoryError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from None
     with directory_lock(directory) as lock_fd:
+        _check_manifest_name(os.path.join(directory, MANIFEST))
         journal = _Journal(directory, tokenizer, options)
         known = _recorded(directory, journal, tokenizer, options)
         tasks = []

@@ -156,3 +156,16 @@ def test_export_to_dash_that_fails_writes_nothing(tmp_path):
     path.write_bytes(encode_header("idx[10][]", 3, [Encoding.F64]) + bytes([1, 2, 12]))
     run = pskd("export", path, "-o", "-", cwd=tmp_path)
     assert run.returncode == 1 and run.stdout == "" and run.stderr.startswith("pskd: E9004: "), run.stderr
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_corpus_build_never_removes_what_stands_at_its_manifest_name(tmp_path, kind):
+    from pskd_jax.corpus import build as corpus_build
+    (tmp_path / "in.jsonl").write_text('{"text": "hi"}\n')
+    out = tmp_path / "c"
+    out.mkdir()
+    manifest = out / "shards.json"
+    manifest.mkdir() if kind == "directory" else os.mkfifo(manifest)
+    assert code_of(corpus_build.build_corpus, [str(tmp_path / "in.jsonl")], str(out), durable=False) == "E9012"
+    assert os.path.exists(manifest) and not os.path.isfile(manifest)
+    assert not any(name.startswith("shard-") for name in os.listdir(out))
