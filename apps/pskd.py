@@ -15,6 +15,7 @@ from absl import app
 from absl.flags import argparse_flags
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
+from pskd_jax import checkpoint
 from pskd_jax.errors import PskdError, UsageError
 
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
@@ -40,17 +41,18 @@ def check_output_is_no_input(args) -> None:
     output = getattr(args, "output", None)
     if not isinstance(output, str) or not os.path.isfile(output):
         return
-    for name, value in vars(args).items():
-        for given in (value if isinstance(value, list) else [value]):
-            if name == "output" or not isinstance(given, str) or not os.path.isfile(given):
-                continue
-            try:
-                same = os.path.samefile(given, output)
-            except OSError:
-                continue
-            if same:
-                raise UsageError(f"{output}: the output is the input {given} itself, which writing it would replace; "
-                                 "give another output")
+    inputs = [given for name, value in vars(args).items() if name != "output"
+              for given in (value if isinstance(value, list) else [value]) if isinstance(given, str)]
+    # A checkpoint's layout file is read beside it without being named: an input too.
+    inputs += [checkpoint.layout_path_for(given) for given in inputs if given.endswith(".psk.d")]
+    for given in inputs:
+        try:
+            same = os.path.isfile(given) and os.path.samefile(given, output)
+        except OSError:
+            continue
+        if same:
+            raise UsageError(f"{output}: the output is the input {given} itself, which writing it would replace; "
+                             "give another output")
 
 
 def main(args) -> None:

@@ -169,3 +169,20 @@ def test_a_corpus_build_never_removes_what_stands_at_its_manifest_name(tmp_path,
     assert code_of(corpus_build.build_corpus, [str(tmp_path / "in.jsonl")], str(out), durable=False) == "E9012"
     assert os.path.exists(manifest) and not os.path.isfile(manifest)
     assert not any(name.startswith("shard-") for name in os.listdir(out))
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    from pskd_jax import checkpoint
+    (tmp_path / "rows.txt").write_text("1\n2\n")
+    checkpoint.save(tmp_path / "ck.psk.d", {"w": np.ones(2)}, name="M", durable=False)
+    os.link(tmp_path / "rows.txt", tmp_path / "hard.txt")
+    layout = (tmp_path / "ck.layout.json").read_bytes()
+    for command in (["pack", "rows.txt", "--type", "ℝ[]", "-o", "rows.txt"],
+                    ["pack", "rows.txt", "--type", "ℝ[]", "-o", "hard.txt"],
+                    ["export", "ck.psk.d", "-o", "ck.layout.json"],
+                    ["export", "ck.psk.d", "-o", "ck.psk.d"]):
+        run = pskd(*command, cwd=tmp_path)
+        assert run.returncode == 1 and run.stderr.startswith("pskd: E9012: "), (command, run.stderr)
+    assert (tmp_path / "rows.txt").read_text() == "1\n2\n" and (tmp_path / "ck.layout.json").read_bytes() == layout
