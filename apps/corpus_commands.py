@@ -53,6 +53,8 @@ def _tokenizer(args) -> corpus.Tokenizer:
 
 
 def _build(args) -> Iterator[str]:
+    if args.output == data.STANDARD_STREAM:
+        raise UsageError("pskd corpus build: -o -: the output is a corpus directory, not a stream; give a directory")
     tokenizer = _tokenizer(args)
     if args.beam_options is not None and args.runner != "beam":
         raise UsageError("--beam_options are for --runner beam")

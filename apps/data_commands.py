@@ -6,38 +6,54 @@ import argparse
 from typing import Iterator
 
 from pskd_jax import checkpoint, corpus, data
+from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
+
+
+def _wrote(args, line: str) -> Iterator[str]:
+    """The summary line of a command that wrote ``args.output``; none when the output was the
+    standard output (``-o -``), which holds the text itself."""
+    if args.output != data.STANDARD_STREAM:
+        yield line
+
+
+def _binary_output(args) -> None:
+    """Refuses ``-o -`` for an output that is not text (a .psk.d file): E9012."""
+    if args.output == data.STANDARD_STREAM:
+        raise UsageError(f"pskd {args.command}: -o -: the output is a binary .psk.d file, which is not written to "
+                         "the standard output; give a file name")
 
 
 def _chars(args) -> Iterator[str]:
     vocab, characters = data.char_vocab_file(args.input)
     data.write_vocab(args.output, vocab)
-    yield f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)"
+    yield from _wrote(args, f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)")
 
 
 def _encode(args) -> Iterator[str]:
     if args.tokenizer is not None:  # a tokenizer.json (or a vocabulary file)
         tokenizer = corpus.Tokenizer.from_file(args.tokenizer)
         count = corpus.encode_text_file(args.input, tokenizer, args.output)
-        yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {tokenizer.size})"
+        yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {tokenizer.size})")
         return
     vocab = data.read_vocab(args.vocab)
     count = data.encode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
-    yield f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})"
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})")
 
 
 def _decode(args) -> Iterator[str]:
     if args.tokenizer is not None:
         tokenizer = corpus.Tokenizer.from_file(args.tokenizer)
         count, characters = corpus.decode_tokens_file(args.input, tokenizer, args.output)
-        yield f"pskd: wrote {args.output} ({characters} characters from {count} tokens)"
+        yield from _wrote(args, f"pskd: wrote {args.output} ({characters} characters from {count} tokens)")
         return
     vocab = data.read_vocab(args.vocab)
     count = data.decode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
-    yield f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})"
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})")
 
 
 def _pack(args) -> Iterator[str]:
+    _binary_output(args)
     layout = Layout.of_type(args.type)
     encodings = data.parse_encodings(args.encoding, layout)
     result = data.pack_file(args.input, args.type, args.output, encodings=encodings,
@@ -58,6 +74,7 @@ def _vocab_size(text: str) -> int:
 
 
 def _lm_windows(args) -> Iterator[str]:
+    _binary_output(args)
     result = data.lm_windows_file(args.input, args.output, vocab=_vocab_size(args.vocab), seq=args.seq,
                                      stride=args.stride)
     yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
@@ -100,7 +117,10 @@ def _diff(args) -> Iterator[str]:
 
 def _export(args) -> Iterator[str]:
     count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
-    yield f"pskd: wrote {args.output} ({count} samples as JSON)"
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} samples as JSON)")
+
+
+TEXT_OUTPUT_HELP = "the output file, or - for the standard output (written once complete)"
 
 
 def _tokenizer_options(p: argparse.ArgumentParser) -> None:
@@ -122,17 +142,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("chars", _chars, "Build the character vocabulary of a UTF-8 text (a JSON array).")
     p.add_argument("input", metavar="INPUT.txt")
-    p.add_argument("-o", "--output", required=True, metavar="VOCAB.json")
+    p.add_argument("-o", "--output", required=True, metavar="VOCAB.json", help=TEXT_OUTPUT_HELP)
 
     p = command("encode", _encode, "Encode a text as whitespace-separated token indices.")
     p.add_argument("input", metavar="INPUT.txt")
     _tokenizer_options(p)
-    p.add_argument("-o", "--output", required=True, metavar="TOKENS.txt")
+    p.add_argument("-o", "--output", required=True, metavar="TOKENS.txt", help=TEXT_OUTPUT_HELP)
 
     p = command("decode", _decode, "Decode token indices back to text (the inverse of encode).")
     p.add_argument("input", metavar="TOKENS.txt")
     _tokenizer_options(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUTPUT.txt")
+    p.add_argument("-o", "--output", required=True, metavar="OUTPUT.txt", help=TEXT_OUTPUT_HELP)
 
     p = command("pack", _pack, "Pack one sample a line of text values into a .psk.d file.")
     p.add_argument("input", metavar="INPUT.txt")
@@ -165,7 +185,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("export", _export, "Write a file's samples as JSON, every real exact.")
     p.add_argument("file", metavar="FILE.psk.d")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.json")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.json", help=TEXT_OUTPUT_HELP)
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
 

@@ -9,6 +9,7 @@ the usage).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn, Sequence
 
@@ -16,6 +17,7 @@ from absl import app, flags
 from absl.flags import argparse_flags
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
+from pskd_jax import checkpoint
 from pskd_jax.errors import PskdError, UsageError
 
 __all__ = ["CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run", "usage_error"]
@@ -69,8 +71,29 @@ def parse_flags(argv: Sequence[str]):
         usage_error(f"pskd: {str(e).removeprefix('ERROR::').strip()}")
 
 
+def check_output_is_no_input(args) -> None:
+    """Refuses (E9012) an output that is one of the command's input files (``pskd pack a.txt -o
+    a.txt``): the output replaces its destination, and the input would be gone."""
+    output = getattr(args, "output", None)
+    if not isinstance(output, str) or not os.path.isfile(output):
+        return
+    inputs = [given for name, value in vars(args).items() if name != "output"
+              for given in (value if isinstance(value, list) else [value]) if isinstance(given, str)]
+    # A checkpoint's layout file is read beside it without being named: an input too.
+    inputs += [checkpoint.layout_path_for(given) for given in inputs if given.endswith(".psk.d")]
+    for given in inputs:
+        try:
+            same = os.path.isfile(given) and os.path.samefile(given, output)
+        except OSError:
+            continue
+        if same:
+            raise UsageError(f"{output}: the output is the input {given} itself, which writing it would replace; "
+                             "give another output")
+
+
 def main(args) -> None:
     try:
+        check_output_is_no_input(args)
         for line in args.handler(args):
             print(line, flush=True)
     except PskdError as e:

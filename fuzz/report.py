@@ -39,9 +39,8 @@ def run_fuzzers(minutes: float, workdir: str) -> None:
 
 
 def run_tests() -> str:
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/robustness/test_hostile.py", "tests/robustness/test_faults.py",
-                          "tests/robustness/test_fuzz_regressions.py"],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/robustness",
+                          "tests/os/test_outputs.py", "tests/format/test_refresh.py"],
                          cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return lines[-1].strip("= ") if lines else "the tests did not run"
@@ -104,7 +103,28 @@ def section(workdir: str, tests: str | None) -> str:
             "remove each other's temporary file.", "",
             "**Paths**: a pipeline file, a `shards.json` and a checkpoint index may not lead outside their "
             "directory — absolute paths, `..` and symlinks out are refused (E9010, E9016, E9014), tested in the "
-            "hostile collection and in unit tests; a pipeline file may be given a wider root (`root=`, `--root`)."]
+            "hostile collection and in unit tests; a pipeline file may be given a wider root (`root=`, `--root`).", "",
+            "**Inputs that are not files**: every input is opened as a regular file without blocking; a named "
+            "pipe, a directory or a device (a link to `/dev/zero` in the collection, FIFOs in "
+            "`tests/robustness/test_non_regular_inputs.py` and the `non_regular` fuzz target) is E9002 at once, "
+            "and a FIFO at a shard's name is never written into (E9012).", "",
+            "**Outputs**: what stands at `-o` is looked at once: a link is written through to its target (in "
+            "the target's directory), a directory, FIFO, device, loop or `/dev/stdout` is E9012 and left as it "
+            "was (the collection's `output` cases run on a copy that must not change; the `output_path` fuzz "
+            "target), an output that is one of the command's inputs is E9012, `-o -` writes a text output to "
+            "standard output once complete and is refused for binary outputs.", "",
+            "**Files that change under a reader**: a file cut short while read is E9003 naming it, never a "
+            "SIGBUS: `info`, `export` and `convert` read with positional reads, a mapped `Reader` checks the "
+            "file's size before each gather (`tests/robustness/test_changing_files.py` cuts files under "
+            "readers and under running commands, in child processes); the toolkit's writers never rewrite a "
+            "file in place; `Reader.refresh()` takes in samples another process appends "
+            "(`tests/format/test_refresh.py`).", "",
+            "**Work in proportion to the bytes present** (`tests/robustness/test_bounded_work.py`, peak "
+            "allocations measured): 2^40 samples of an empty type (export refuses more than 2^24, info shows "
+            "two), a sample of 1.6 GB (info reads the 64 elements it shows; export streams a sample in "
+            "chunks), zero samples of a 2.4 GB type, a batch of 10^9 (indices in parts), a tokens word of "
+            "32 MiB (linear time, bounded memory), a sparse tokens file of 100 GiB (no reservation before "
+            "its tokens), decode of long tokens (16 MiB of text at a time)."]
     if tests is not None:
         out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
     return "\n".join(out)

@@ -30,6 +30,13 @@ Targets (``TARGETS``):
   ``.jsonl.gz``), the rest is a corpus input built with ``build_corpus``; a build must agree with a
   line-by-line reading of the input (its tokens, documents and bad documents), and the corpus it
   writes must verify and give the windows of its tokens.
+- ``export``: the bytes are a ``.psk.d`` file exported in chunks of 3 elements; the JSON must hold
+  the stored values exactly (non-finite reals as their strings).
+- ``output_path``: the first byte picks what stands at an output path (links of every sort, a
+  directory, a FIFO, a device, ``-``), the second the writer; an output is written through a link
+  or refused with the directory left unchanged.
+- ``non_regular``: the first byte picks a non-regular file (FIFO, directory, device link, loop),
+  the second one of the toolkit's readers, which must refuse it at once (E9002), never block.
 
 This module is imported by ``fuzz/run.py`` (and by the regression tests); ``prepare`` makes the
 fixture files a target needs in a scratch directory.
@@ -56,6 +63,9 @@ from pskd_jax import pipeline
 from pskd_jax.format import sample_type
 from pskd_jax.format.layout import Layout
 from pskd_jax.data import text
+from pskd_jax.data import tokens as tokens_module
+from pskd_jax.data import export as export_module
+from pskd_jax._os import atomic
 from pskd_jax.data import windows
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import write, write_encoded
@@ -224,12 +234,20 @@ def t_vocab_tokens(s: Scratch, data: bytes) -> None:
         else:
             path = _write(s.path("t.tok"), body)
             bound = (body[0] * 7 + 1) if body else None
-            small = text.read_tokens(path, chunk_size=3)
-            large = text.read_tokens(path)
-            if not np.array_equal(small, large):
-                raise Finding("the tokens differ with the block size")
+            saved = tokens_module.LONG_WORD
+            tokens_module.LONG_WORD = 4  # a word of more than four bytes takes the long-word path
             try:
-                text.read_tokens(path, bound=bound)
+                small = _tokens_or_error(path, chunk_size=3)
+            finally:
+                tokens_module.LONG_WORD = saved
+            large = _tokens_or_error(path)
+            if type(small) is not type(large) or (isinstance(small, np.ndarray) and not np.array_equal(small, large)) \
+                    or (isinstance(small, PskdError) and small.code != large.code):
+                raise Finding(f"the tokens differ with the block size: {small!r} / {large!r}")
+            if isinstance(large, PskdError):
+                raise large
+            try:
+                tokens_module.read_tokens(path, bound=bound)
             except PskdError:
                 if bound is None or not len(large) or int(large.max()) < bound:
                     raise Finding("a bound refused tokens below it")
@@ -240,6 +258,13 @@ def t_vocab_tokens(s: Scratch, data: bytes) -> None:
                                     seq=2, stride=1)
     except PskdError:
         pass
+
+
+def _tokens_or_error(path: str, **options) -> "np.ndarray | PskdError":
+    try:
+        return tokens_module.read_tokens(path, **options)
+    except PskdError as e:
+        return e
 
 
 def t_pack(s: Scratch, data: bytes) -> None:
@@ -485,6 +510,247 @@ def _expected_corpus(body: bytes, mode: str, tokenizer: "corpus.Tokenizer", skip
     return tokens, documents, skipped, bad
 
 
+def t_export(s: Scratch, data: bytes) -> None:
+    """The bytes are a ``.psk.d`` file: ``export_json`` (chunks of a few elements, so that a sample
+    is often written in parts), and the JSON must be the file's samples, exactly: every real the
+    stored value, a non-finite one its convention string."""
+    path = _write(s.path("e.psk.d"), data)
+    out = s.path("e.json")
+    if os.path.exists(out):
+        os.unlink(out)  # (the last input's)
+    saved = export_module.CHUNK_ELEMENTS
+    export_module.CHUNK_ELEMENTS = 3
+    try:
+        count = inspection.export_json(path, out)
+    except PskdError:
+        if os.path.exists(out):
+            raise Finding("a refused export left its output")
+        return
+    finally:
+        export_module.CHUNK_ELEMENTS = saved
+    if os.path.getsize(out) > 1 << 20:  # (parsing a JSON of millions of empty samples costs seconds)
+        with open(out, "rb") as f:
+            head = f.read(1 << 16)
+        head = head[: head.index(b', "samples": [')] + b"}"
+        if json.loads(head)["count"] != count:
+            raise Finding(f"export's head gives another count than {count}")
+        return
+    with open(out, "rb") as f:
+        exported = json.loads(f.read())
+    if exported["count"] != count or len(exported["samples"]) != count:
+        raise Finding(f"export wrote {len(exported['samples'])} samples of a count of {count}")
+    with Reader(path) as reader:
+        for k in range(min(count, 3)):
+            stored = reader.gather_leaves([k])
+            written = _json_leaves(exported["samples"][k], reader.placement.layout)
+            for leaf, (got, want) in enumerate(zip(written, stored)):
+                if _json_values(np.asarray(want[0])) != got:
+                    raise Finding(f"sample {k} leaf {leaf}: exported {got!r}, stored {want[0]!r}")
+
+
+def _json_leaves(sample, layout) -> list:
+    """The leaves of a sample as export writes it, in storage order (tuples are lists)."""
+    marks = layout.unflatten(list(range(len(layout.leaves))))
+    found = [None] * len(layout.leaves)
+
+    def walk(structure, value):
+        if isinstance(structure, int):
+            found[structure] = value
+        elif isinstance(structure, tuple):
+            for a, b in zip(structure, value):
+                walk(a, b)
+        elif isinstance(structure, dict):
+            for key, child in structure.items():
+                walk(child, value[str(key)])
+        elif isinstance(structure, list):
+            for a, b in zip(structure, value):
+                walk(a, b)
+    walk(marks, sample)
+    return found
+
+
+def _json_values(array: np.ndarray):
+    """What export must write for an array: ints, exact floats, convention strings, nested."""
+    if array.dtype.kind in "iub":
+        return array.tolist()
+    with np.errstate(invalid="ignore"):
+        wide = array.astype(np.float64)
+    flat = [float(w) if np.isfinite(w) else export_module.non_finite_text(v)
+            for v, w in zip(array.reshape(-1), wide.reshape(-1))]
+    return np.array(flat, dtype=object).reshape(array.shape).tolist() if array.ndim else flat[0]
+
+
+OUTPUT_KINDS = ("nothing", "file", "link-file", "link-dangling", "link-dir", "link-loop", "link-device",
+                "link-chain", "directory", "fifo", "dash", "link-proc", "trailing-slash", "empty", "link-dash")
+
+
+def t_output_path(s: Scratch, data: bytes) -> None:
+    """Byte 0 picks what stands at the output path (nothing, a file, a link to a file, a dangling
+    link, a link to a directory, a loop, a link to a device or a process's descriptor, a chain, a
+    directory, a FIFO, ``-``, a name ending in /, an empty name); byte 1 the writer (atomic_output,
+    text_output, a Writer, export, write_vocab); the rest is what is written. Whatever stands
+    there: success means the final regular target holds exactly the output and every link is still
+    the link it was; a refusal (E9012, E9003) means nothing in the directory changed."""
+    if len(data) < 2:
+        return
+    kind, how, body = OUTPUT_KINDS[data[0] % len(OUTPUT_KINDS)], data[1] % 5, data[2:]
+    folder = s.path("out")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "sub"))
+    target = os.path.join(folder, "sub", "target.bin")
+    name = {"dash": "-", "empty": "", "trailing-slash": os.path.join(folder, "new") + "/"}.get(
+        kind, os.path.join(folder, "out.bin"))
+    if kind == "file":
+        _write(name, b"old")
+    elif kind == "link-file":
+        _write(target, b"old")
+        os.symlink("sub/target.bin", name)
+    elif kind == "link-dangling":
+        os.symlink("sub/target.bin", name)
+    elif kind == "link-dir":
+        os.symlink("sub", name)
+    elif kind == "link-loop":
+        os.symlink("out.bin", name)
+    elif kind == "link-device":
+        os.symlink("/dev/null", name)
+    elif kind == "link-chain":
+        os.symlink("second", name)
+        os.symlink("sub/target.bin", os.path.join(folder, "second"))
+    elif kind == "directory":
+        os.makedirs(name)
+    elif kind == "fifo":
+        os.mkfifo(name)
+    elif kind == "link-proc":
+        os.symlink("/proc/self/fd/1", name)
+    elif kind == "link-dash":
+        os.symlink("-", name)
+    before = _tree(folder)
+    expected = body
+    try:
+        if how == 0:
+            with atomic.atomic_output(name) as f:
+                f.write(body)
+        elif how == 1:
+            if name == "-":
+                return  # (would write the fuzzer's standard output)
+            with atomic.text_output(name) as f:
+                f.write(body)
+        elif how == 2:
+            values = np.frombuffer(body[: len(body) // 8 * 8], dtype=np.float64)
+            values = np.where(np.isfinite(values), values, 0.0)
+            write(name, "ℝ[]", values, durable=False)
+            expected = None
+        elif how == 3:
+            if name == "-":
+                return
+            inspection.export_json(s.small, name)
+            expected = None
+        else:
+            if name == "-":
+                return
+            text.write_vocab(name, ["a", "b"])
+            expected = b'["a", "b"]\n'
+    except PskdError as e:
+        if e.code not in ("E9012", "E9003"):
+            raise Finding(f"{kind}: refused with {e.code}: {e.message}") from e
+        if _tree(folder) != before:
+            raise Finding(f"{kind}: a refused output changed the directory: {before} → {_tree(folder)}")
+        return
+    if kind in ("directory", "fifo", "link-dir", "link-loop", "link-device", "link-proc", "dash", "empty"):
+        raise Finding(f"{kind}: the output was written ({before} → {_tree(folder)})")
+    final = os.path.realpath(name)
+    if not os.path.isfile(final) or os.path.islink(final):
+        raise Finding(f"{kind}: no regular file at {final} after writing")
+    if expected is not None:
+        with open(final, "rb") as f:
+            if f.read() != expected:
+                raise Finding(f"{kind}: the file holds other bytes than were written")
+    links = {k: v for k, v in before.items() if v[0] == "link"}
+    after = _tree(folder)
+    if any(after.get(k) != v for k, v in links.items()):
+        raise Finding(f"{kind}: a link changed: {links} → {after}")
+    stray = [k for k in after if ".tmp" in k]
+    if stray:
+        raise Finding(f"{kind}: temporary files left: {stray}")
+
+
+def _tree(folder: str) -> dict:
+    found = {}
+    for directory, dirs, files in os.walk(folder):
+        for entry in dirs + files:
+            full = os.path.join(directory, entry)
+            key = os.path.relpath(full, folder)
+            if os.path.islink(full):
+                found[key] = ("link", os.readlink(full))
+            elif os.path.isdir(full):
+                found[key] = ("directory",)
+            elif os.path.isfile(full):
+                with open(full, "rb") as f:
+                    found[key] = ("file", f.read())
+            else:
+                found[key] = ("other",)
+    return found
+
+
+SPECIAL_INPUTS = ("fifo", "directory", "dev-null", "dev-zero", "loop", "dangling", "link-to-fifo")
+
+
+def t_non_regular(s: Scratch, data: bytes) -> None:
+    """Byte 0 picks what stands where a file is read (a FIFO, a directory, a link to /dev/null, to
+    /dev/zero, to itself, to nothing, to a FIFO), byte 1 the reader (Reader in either access,
+    info, export, vocabulary, tokens, lm-windows, pack, pipeline file, layout file, manifest,
+    corpus input, digest, safetensors): it must answer with a PskdError at once (E9002 for what
+    exists and is not a regular file), never block, never read without end."""
+    if len(data) < 2:
+        return
+    kind = SPECIAL_INPUTS[data[0] % len(SPECIAL_INPUTS)]
+    folder = s.path("special")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    readers = [
+        ("in.psk.d", lambda p: Reader(p)), ("in.psk.d", lambda p: Reader(p, access="pread")),
+        ("in.psk.d", lambda p: inspection.info_lines(p)),
+        ("in.psk.d", lambda p: inspection.export_json(p, os.path.join(s.directory, "x.json"))),
+        ("in.json", text.read_vocab), ("in.tok", tokens_module.read_tokens),
+        ("in.tok", lambda p: windows.lm_windows_file(p, os.path.join(s.directory, "x.psk.d"), vocab=4, seq=2)),
+        ("in.txt", lambda p: pack.pack_file(p, "ℝ[]", os.path.join(s.directory, "x.psk.d"))),
+        ("in.pipeline", pipeline.load_pipeline), ("in.layout.json", checkpoint.read_layout_file),
+        ("shards.json", corpus.read_manifest),
+        ("in.jsonl", lambda p: corpus_build.build_corpus([p], os.path.join(s.directory, "c"), durable=False)),
+        ("in.psk.d", checkpoint.file_digest),
+        ("in.safetensors", lambda p: convert.safetensors_to_pskd(p, os.path.join(s.directory, "x.psk.d"),
+                                                                durable=False)),
+    ]
+    name, read = readers[data[1] % len(readers)]
+    path = os.path.join(folder, name)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        os.makedirs(path)
+    elif kind == "dev-null":
+        os.symlink("/dev/null", path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "loop":
+        os.symlink(name, path)
+    elif kind == "dangling":
+        os.symlink("nowhere", path)
+    else:
+        os.mkfifo(os.path.join(folder, "pipe"))
+        os.symlink("pipe", path)
+    try:
+        read(path)
+    except PskdError as e:
+        exists = os.path.exists(path)
+        if kind == "directory" and name == "in.jsonl":
+            return  # (a directory of corpus inputs is an input too)
+        if exists and e.code != "E9002" and not (name == "in.jsonl" and e.code == "E9015"):
+            raise Finding(f"{kind} as {name}: {e.code} where a non-regular file is E9002: {e.message}") from e
+        return
+    if not (kind == "directory" and name == "in.jsonl"):
+        raise Finding(f"{kind} as {name}: read as if it were a file")
+
+
 TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "container": t_container,
     "sample_type": t_sample_type,
@@ -496,6 +762,9 @@ TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "safetensors": t_safetensors,
     "manifest": t_manifest,
     "jsonl": t_jsonl,
+    "export": t_export,
+    "output_path": t_output_path,
+    "non_regular": t_non_regular,
 }
 
 # Which kinds of the hostile collection seed which target (and how a file becomes an input).
@@ -510,6 +779,9 @@ HOSTILE_KINDS = {
     "safetensors": ("safetensors", "safetensors"),
     "manifest": ("manifest", None),
     "jsonl": ("jsonl", "jsonl"),
+    "export": (("export", None), ("container", None)),
+    "output_path": (),
+    "non_regular": (),
 }
 
 
@@ -581,7 +853,24 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
             (n,) = struct.unpack("<Q", blob[:8])
             out.append(struct.pack("<H", len(blob) - 8 - n) + blob[8 : 8 + n])
         return out
+    if target == "export":
+        return _container_seeds(scratch) + [_nan_file()]
+    if target == "output_path":
+        return [bytes([k, w]) + b"data" for k in range(len(OUTPUT_KINDS)) for w in range(5)]
+    if target == "non_regular":
+        return [bytes([k, r]) for k in range(len(SPECIAL_INPUTS)) for r in range(14)]
     raise KeyError(target)
+
+
+def _nan_file() -> bytes:
+    """A version 2 file of f64, f32 and bf16 leaves holding NaNs (payloads, signs), ±Inf."""
+    from pskd_jax.format.header import encode_header
+    from pskd_jax.format.encodings import Encoding
+    head = encode_header("(ℝ[3], ℝ[2], ℝ[2])", 1, [Encoding.F64, Encoding.F32, Encoding.BF16])
+    f64 = np.array([np.nan, -np.inf, 2.5]).tobytes()
+    f32 = np.array([0x7FC00001, 0xFF800000], np.uint32).tobytes()
+    bf16 = np.array([0x7F81, 0x3F80], np.uint16).tobytes()
+    return head + f64 + f32 + bf16
 
 
 def hostile_inputs(target: str) -> list[bytes]:
@@ -592,6 +881,8 @@ def hostile_inputs(target: str) -> list[bytes]:
     with open(manifest_path, encoding="utf-8") as f:
         manifest = json.load(f)
     kinds = HOSTILE_KINDS[target]
+    if not kinds:
+        return []
     kinds = kinds if isinstance(kinds[0], tuple) else (kinds,)
     out = []
     for case in manifest["cases"]:
@@ -599,10 +890,10 @@ def hostile_inputs(target: str) -> list[bytes]:
             if case["kind"] != kind:
                 continue
             path = os.path.join(HOSTILE, case["file"])
-            if os.path.isdir(path):
+            if os.path.isdir(path) and not os.path.islink(path):
                 path = os.path.join(path, corpus.MANIFEST if kind == "manifest" else manager.INDEX)
-                if not os.path.isfile(path):
-                    continue
+            if not os.path.isfile(path):
+                continue  # (a link to /dev/zero, to a directory, to itself: no bytes to fuzz)
             with open(path, "rb") as f:
                 data = f.read()
             if how == "type":

@@ -20,6 +20,8 @@ meets it (``tests/robustness/test_hostile.py`` runs each through the API and thr
 | manifest    | ``read_manifest``, ``info_lines``,              | ``pskd corpus verify DIR/shards.json``, |
 |             | ``verify_corpus``, ``CorpusWindows(seq=4)``     | ``pskd corpus info DIR/shards.json``    |
 | jsonl       | ``build_corpus([FILE], OUT)``, then read back   | ``pskd corpus build FILE -o OUT``       |
+| export      | ``export_json(FILE, OUT.json)``                 | ``pskd export FILE -o OUT.json``        |
+| output      | ``export_json(SMALL, DIR/out.json)``            | ``pskd export SMALL -o DIR/out.json``   |
 
 ``ROOT`` is this collection's directory: pipeline cases stream files of ``_fixtures/`` and
 ``container/``. ``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input
@@ -33,6 +35,11 @@ steps; each step answers with that code or succeeds (``info`` and ``CorpusWindow
 the shards, so a changed byte is E9017 for ``verify`` alone, and ``info`` reads no shard at all:
 it fails only on E9016 cases). A ``jsonl`` case is a corpus input; its ``args`` may name a
 character vocabulary (``vocab``, relative to this directory) or ask for ``skip_bad``.
+
+An ``output`` case is a directory whose ``out.json`` (a link to a device, a descriptor, a
+directory, itself) is the output path a command is given: it is run on a copy of the directory
+(links copied as links), which must be left exactly as it was. Links to ``/dev/zero`` in the other
+kinds are inputs that are not regular files: refused at once (E9002), never read.
 
 The fixtures that layout, pipeline and jsonl cases point at (a real ``params`` checkpoint, a small
 data file, a character vocabulary, a symbolic link to ``/etc/passwd``) are written here too,
@@ -103,7 +110,7 @@ class Collection:
         if extension is None:
             extension = {"container": ".psk.d", "pipeline": ".pipeline", "vocab": ".json", "tokens": ".tok",
                          "pack": ".txt", "layout": ".layout.json", "index": "", "safetensors": ".safetensors",
-                         "manifest": "", "jsonl": ".jsonl"}[kind]
+                         "manifest": "", "jsonl": ".jsonl", "export": ".psk.d", "output": ""}[kind]
         relative = f"{kind}/{name}{extension}"
         path = os.path.join(self.directory, relative)
         if isinstance(content, dict):
@@ -116,6 +123,9 @@ class Collection:
                     continue
                 with open(target, "wb") as f:
                     f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        elif isinstance(content, Link):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.symlink(content.target, path)
         else:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
@@ -759,6 +769,73 @@ def safetensors_files(c: Collection) -> None:
     add("names-64-deep", st(tensor(name=".".join(["a"] * 64)), bytes(8)), None, "a name 64 keys deep")
 
 
+# Files that are not regular files, claims no byte backs, non-finite reals, output paths.
+
+DEVICE = "/dev/zero"  # a device that reads without end: an input must refuse it, not read it
+
+
+def changing_and_special_files(c: Collection) -> None:
+    """Inputs that are links to a device, a directory or themselves (E9002: refused at once, never
+    read), long words and padding in tokens texts, counts of empty samples, batches of 10^9."""
+    for kind in ("container", "tokens", "vocab", "pack", "layout", "safetensors", "jsonl"):
+        args = {"vocab": 64} if kind == "tokens" else {"type": "ℝ[]"} if kind == "pack" else {}
+        c.add(kind, "link-to-dev-zero", Link(DEVICE), "E9002",
+              "a link to /dev/zero (a device: refused at once, never read)", **args)
+    c.add("container", "link-to-directory", Link("."), "E9002", "a link to its own directory")
+    c.add("container", "link-loop", Link("link-loop.psk.d"), "E9002", "a link to itself")
+    c.add("container", "link-to-dev-null", Link("/dev/null"), "E9002", "a link to /dev/null (a device)")
+    c.add("container", "count-2-40-empty-type", header("ℝ[0]", 2**40), None,
+          "2^40 samples of an empty type (info shows two, reads nothing)")
+    c.add("container", "nan-inf-f64", header("ℝ[3]", 1) + np.array([np.nan, np.inf, -np.inf]).tobytes(), None,
+          "NaN, Infinity and -Infinity in an f64 file written by another tool (info prints them)")
+    payloads = np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).tobytes()  # payload, negative, signalling
+    c.add("container", "nan-payloads-f32-bf16",
+          header("(ℝ[3], ℝ[2])", 1, version=2, encodings=bytes([1, 2])) + payloads + bytes.fromhex("c17f01ff"), None,
+          "NaNs with payloads, a negative NaN and a signalling NaN in f32 and bf16 (info shows their bits)")
+    add = lambda name, text, code, what: c.add("tokens", name, text, code, what, vocab=64)  # noqa: E731
+    add("word-256-kib", "1" * (1 << 18), "E9004", "one word of 256 KiB of digits (read in linear time)")
+    add("zero-padded-256-kib", "0" * (1 << 18) + "7 3\n", None, "a token of 256 KiB of zero padding (it is 7)")
+    add("zeros-then-letter-256-kib", "1 " + "0" * (1 << 18) + "x 3", "E9004", "a letter after 256 KiB of zeros")
+    add("zero-padded-4400", "0" * 4400 + "1 2", None,
+        "a token of 4400 zeros then 1 (int() refuses text of over 4300 digits)")
+    c.add("pipeline", "batch-billion-over-empty-samples",
+          'stream "../_fixtures/empty-2-40.psk.d" |> shuffle(seed = 1) |> batch(B = 1000000000)', None,
+          "batches of 10^9 over 2^40 empty samples (pskd pipeline prints 1024 indices a batch)")
+    c.add("pipeline", "stream-a-directory", 'stream "../_fixtures" |> batch(B = 1)', "E9002",
+          "a pipeline that streams a directory")
+
+
+def exports(c: Collection) -> None:
+    """``pskd export`` of files written by other tools: non-finite reals are strings (export's
+    convention), a count no byte backs is refused."""
+    add = lambda name, data, code, what: c.add("export", name, data, code, what)  # noqa: E731
+    add("nan-inf-f64", header("ℝ[3]", 2) + np.array([np.nan, np.inf, -np.inf, 1.5, -0.0, 5e-324]).tobytes(), None,
+        "NaN, Infinity, -Infinity among f64 values: written as the strings \"NaN\", \"Infinity\", \"-Infinity\"")
+    add("nan-payloads-f32-bf16", header("(ℝ[3], ℝ[2])", 1, version=2, encodings=bytes([1, 2]))
+        + np.array([0x7FC00001, 0xFFC00000, 0x7F800001], np.uint32).tobytes() + bytes.fromhex("c17f01ff"), None,
+        "NaNs with payloads and signs in f32 and bf16: written as \"NaN:0x…\" with their stored bits")
+    add("empty-2-40", header("ℝ[0]", 2**40), "E9003", "2^40 samples of an empty type: no byte backs the count")
+    add("empty-1000", header("(ℝ[0], idx[3][2, 0])", 1000), None, "1000 samples of an empty type")
+    add("index-beyond-bound", header("idx[10][]", 3) + bytes([1, 2, 12]), "E9004", "a stored index above its bound")
+    add("truncated", header("ℝ[2]", 3) + bytes(40), "E9003", "three samples announced, two and a half present")
+    add("params-no-layout", header("params Model", 1) + bytes(8), "E9001", "a params file and no layout")
+    add("link-to-dev-zero", Link(DEVICE), "E9002", "a link to /dev/zero")
+
+
+def outputs(c: Collection) -> None:
+    """What stands at ``-o``: each case is a directory holding ``out.json``, which ``pskd export``
+    of a small file is asked to write; it must be refused (E9012) and the directory left as it was
+    (the tests run each on a copy)."""
+    add = lambda name, target, what: c.add("output", name, {"out.json": Link(target)}, "E9012", what)  # noqa: E731
+    add("link-to-dev-null", "/dev/null", "a link to /dev/null (as root, replacing it would break the system)")
+    add("link-to-dev-stdout", "/dev/stdout", "a link to /dev/stdout (a process's descriptor)")
+    add("link-to-proc-fd", "/proc/self/fd/1", "a link to /proc/self/fd/1")
+    add("link-to-directory", ".", "a link to its own directory")
+    add("link-loop", "out.json", "a link to itself")
+    c.add("output", "link-chain-to-device", {"out.json": Link("second"), "second": Link("/dev/zero")}, "E9012",
+          "a link to a link to /dev/zero")
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -777,6 +854,9 @@ def fixtures(directory: str) -> None:
         f.write('["a", "b"]\n')
     # A link leading outside the collection: what a pipeline may not stream through.
     os.symlink("/etc/passwd", os.path.join(path, "outside.psk.d"))
+    # 2^40 samples of an empty type: a count no byte backs (a pipeline's batches of 10^9 over it).
+    with open(os.path.join(path, "empty-2-40.psk.d"), "wb") as f:
+        f.write(header("ℝ[0]", 2**40))
 
 
 def generate(directory: str, *, include_open: bool = False) -> list[dict]:
@@ -786,7 +866,8 @@ def generate(directory: str, *, include_open: bool = False) -> list[dict]:
     fixtures(directory)
     c = Collection(directory, include_open=include_open)
     for make in (containers, pipelines, vocabularies, token_texts, pack_inputs, layouts, indexes,
-                 manager_indexes, safetensors_files, manifests, jsonl_inputs):
+                 manager_indexes, safetensors_files, manifests, jsonl_inputs, changing_and_special_files, exports,
+                 outputs):
         make(c)
     manifest = {
         "generator": "tools/make_hostile.py",

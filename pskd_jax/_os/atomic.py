@@ -11,6 +11,14 @@ its writer from its creation to its rename, so the next writer of the same desti
 ones no live writer holds (:func:`remove_stale_temporaries`): a rerun leaves nothing behind, and
 two writers of one destination never remove each other's file. Where ``flock`` is missing, stale
 temporary files are left alone rather than risk another writer's.
+
+What stands at the output path is looked at once, before anything is written
+(:func:`destination_for`): a regular file or nothing is replaced; a symbolic link is written
+through, the new file renamed over the link's final target in the target's own directory (the
+link stays a link); a directory, a named pipe, a device or a socket is refused (E9012), never
+replaced (as root, ``-o /dev/null`` would otherwise replace the system's own). ``-`` names the
+standard output, which a file writer cannot replace atomically: it is refused (E9012) here, and
+the commands that write text map it to their standard output themselves.
 """
 
 from __future__ import annotations
@@ -18,11 +26,76 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from typing import BinaryIO, Iterator
 
 from pskd_jax._os import locks, names
-from pskd_jax.errors import TruncatedError
+from pskd_jax.errors import TruncatedError, UsageError
+
+_MAX_LINKS = 40  # the most symbolic links followed from an output path (as the kernel's ELOOP)
+_DESCRIPTOR_DIRECTORIES = ("/proc/", "/dev/fd/")  # links here name a process's open descriptors
+
+
+def _kind_of(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def destination_for(path: str | os.PathLike) -> str:
+    """The file an output to ``path`` replaces, decided once, before anything is written.
+
+    ``path`` itself when nothing or a regular file stands there; the final target of a symbolic
+    link (followed link by link, then made absolute with the real directories), whether it exists
+    or not; E9012 naming the path for ``-`` (the standard output), a directory, a named pipe, a
+    device, a socket, a loop of links, or a link into a process's descriptors (``/dev/stdout``).
+    """
+    name = os.fspath(path)
+    if name == names.STANDARD_STREAM:
+        raise UsageError(f"{name}: '-' is the standard output, which this output cannot be written to; "
+                         "give a file name (./- for a file named '-')")
+    if not name or name.endswith(os.sep):
+        raise UsageError(f"{name!r}: not a file's name (empty, or ending in {os.sep})")
+    if "\0" in name:
+        raise TruncatedError(f"{name!r}: cannot create a file: a path holds no NUL byte")
+    current = name
+    for _ in range(_MAX_LINKS + 1):
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return current if current == name else os.path.realpath(current)
+        except OSError:
+            return current  # (a directory we cannot search: creating the file says why)
+        kind = _kind_of(mode)
+        if kind is None:
+            return current if current == name else os.path.realpath(current)
+        if kind != "a symbolic link":
+            shown = name if current == name else f"{name} (a link to {current})"
+            raise UsageError(f"{shown}: {kind} stands there; an output replaces only a regular file: "
+                             "give a file's name")
+        target = os.readlink(current)
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+        if any(os.path.realpath(current).startswith(d) or current.startswith(d) for d in _DESCRIPTOR_DIRECTORIES):
+            raise UsageError(f"{name}: a link to {target}, a descriptor of a process, not a file; "
+                             "use -o - for the standard output where a command writes text")
+    raise UsageError(f"{name}: more than {_MAX_LINKS} symbolic links (a loop?); give a file's name")
+
+
+def check_destination(destination: str) -> None:
+    """Refuses (E9012) a destination that became something other than a regular file (or nothing)
+    since :func:`destination_for` chose it: checked again just before the rename."""
+    try:
+        mode = os.lstat(destination).st_mode
+    except OSError:
+        return
+    kind = _kind_of(mode)
+    if kind is not None:
+        raise UsageError(f"{destination}: {kind} stands there now; an output replaces only a regular file")
 
 
 def fsync_directory(directory: str) -> None:
@@ -92,7 +165,10 @@ _ATTEMPTS = 100  # temporary files made before giving up, when a cleanup keeps r
 
 def temporary_path_for(path: str) -> tuple[int, str]:
     """Creates a hidden temporary file beside ``path``, locked by the descriptor returned with it
-    (keep it open until the file is renamed into place); first removes stale ones of ``path``."""
+    (keep it open until the file is renamed into place); first removes stale ones of ``path``.
+
+    ``path`` is the destination as :func:`destination_for` gave it: the temporary file lies in
+    the directory the rename happens in."""
     directory = os.path.dirname(os.path.abspath(path))
     remove_stale_temporaries(path)
     for _ in range(_ATTEMPTS):
@@ -143,12 +219,16 @@ def commit(fd_file: BinaryIO, temporary: str, path: str, *, durable: bool) -> No
     fd_file.flush()
     if durable:
         os.fsync(fd_file.fileno())
+    check_destination(path)
     os.replace(temporary, path)
 
 
 @contextlib.contextmanager
 def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
     """Yields a binary file open for writing; on a clean exit it replaces ``path`` whole.
+
+    ``path`` is resolved once by :func:`destination_for` (a link is written through; a directory,
+    FIFO, device or ``-`` is refused with E9012 before anything is written).
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -157,6 +237,7 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
     >>> open(os.path.join(d, "x.bin"), "rb").read()
     b'abc'
     """
+    path = destination_for(path)
     fd, tmp = temporary_path_for(path)
     try:
         with os.fdopen(fd, "w+b") as f:
@@ -172,5 +253,35 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
         fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
-__all__ = ["atomic_output", "commit", "fsync_directory", "remove_stale_temporaries", "temporary_path_for",
-           "unlocked_temporary_for"]
+@contextlib.contextmanager
+def text_output(path: str | os.PathLike, *, durable: bool = True) -> Iterator[BinaryIO]:
+    """:func:`atomic_output` for an output that is text, where ``-`` names the standard output.
+
+    To the standard output the text is first written to an anonymous temporary file, then copied
+    out once complete: an error midway writes nothing there, as it leaves no file behind."""
+    if os.fspath(path) != names.STANDARD_STREAM:
+        with atomic_output(os.fspath(path), durable=durable) as f:
+            yield f
+        return
+    try:
+        spool = tempfile.TemporaryFile()
+    except OSError as e:
+        raise TruncatedError(f"-: cannot make a temporary file for the standard output: {e.strerror or e}") from e
+    with spool:
+        yield spool
+        try:
+            spool.flush()
+            spool.seek(0)
+            sys.stdout.flush()
+            out = sys.stdout.buffer
+            while block := spool.read(1 << 20):
+                out.write(block)
+            out.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise TruncatedError(f"-: cannot write the standard output: {e.strerror or e}") from e
+
+
+__all__ = ["atomic_output", "check_destination", "commit", "destination_for", "fsync_directory",
+           "remove_stale_temporaries", "temporary_path_for", "text_output", "unlocked_temporary_for"]

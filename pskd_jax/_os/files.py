@@ -12,7 +12,7 @@ import os
 import stat
 from typing import BinaryIO, Iterator
 
-from pskd_jax.errors import NotPskdError, PskdError, TruncatedError
+from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 
 
 def _kind(mode: int) -> str:
@@ -46,20 +46,46 @@ def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, wh
     return fd
 
 
+def check_regular(fd: int, path: str | os.PathLike) -> None:
+    """Refuses (E9012) an output descriptor that is not a regular file: a writer that opens its
+    file itself (a shard written in place) never writes into a FIFO or a device that stood at its
+    name. The descriptor is left open for the caller to close."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as e:
+        raise TruncatedError(f"{os.fspath(path)}: cannot write: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{os.fspath(path)}: {_kind(mode)} stands there; an output replaces only a regular file")
+
+
 @contextlib.contextmanager
 def open_regular(path: str | os.PathLike, error: type[PskdError] = TruncatedError, *, what: str = "",
                  buffering: int = 0) -> Iterator[BinaryIO]:
-    """:func:`open_fd` as a binary file object, closed on the way out."""
+    """:func:`open_fd` as a binary file object, closed on the way out. Its size at opening is
+    kept: :func:`read_some` then tells a file cut short while it is read from its end (E9003)."""
     with open(open_fd(path, error, what), "rb", buffering=buffering) as f:
+        try:
+            f.size_at_open = os.fstat(f.fileno()).st_size
+        except (OSError, AttributeError):
+            pass
         yield f
 
 
 def read_some(f: BinaryIO, path: str | os.PathLike, size: int, error: type[PskdError] = TruncatedError) -> bytes:
-    """Up to ``size`` bytes of ``f`` (all that is left with -1); an OS error becomes ``error``."""
+    """Up to ``size`` bytes of ``f`` (all that is left with -1); an OS error becomes ``error``.
+
+    For a file of :func:`open_regular`, the end of the file before the size it had when opened is
+    E9003 naming it (it was cut short while read), never a silently shorter input."""
+    expected = getattr(f, "size_at_open", None)
     try:
-        return f.read(size)
+        before = f.tell() if expected is not None else 0
+        data = f.read(size)
     except OSError as e:
         raise error(f"{os.fspath(path)}: cannot read: {e.strerror or e}") from e
+    if expected is not None and size != 0 and (size < 0 or not data) and before + len(data) < expected:
+        raise TruncatedError(f"{os.fspath(path)}: cut short while being read: it ends at byte {before + len(data)}, "
+                             f"it had {expected} bytes when opened")
+    return data
 
 
 def read_whole(path: str | os.PathLike, error: type[PskdError] = TruncatedError, *, what: str = "",
@@ -89,4 +115,4 @@ def line_at(path: str | os.PathLike, offset: int, *, block: int = 1 << 17) -> in
     return line
 
 
-__all__ = ["line_at", "open_fd", "open_regular", "read_some", "read_whole"]
+__all__ = ["check_regular", "line_at", "open_fd", "open_regular", "read_some", "read_whole"]

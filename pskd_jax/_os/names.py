@@ -29,6 +29,8 @@ import re
 PSKD_SUFFIX = ".psk.d"
 LAYOUT_SUFFIX = ".layout.json"
 
+STANDARD_STREAM = "-"  # an output (or input) path naming the standard output (input), never a file
+
 CHECKPOINT_INDEX = "checkpoints.json"
 CHECKPOINT_LOCK = ".pskd-checkpoints.lock"
 CORPUS_MANIFEST = "shards.json"
@@ -158,6 +160,7 @@ __all__ = [
     "CORPUS_MANIFEST",
     "LAYOUT_SUFFIX",
     "PSKD_SUFFIX",
+    "STANDARD_STREAM",
     "distributed_temporary",
     "layout_path_for",
     "leftover",

@@ -39,6 +39,7 @@ import numpy as np
 
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.names import layout_path_for
+from pskd_jax._os.files import open_fd
 from pskd_jax._os.positional import read_into
 from pskd_jax.checkpoint.integrity import check_digest, expected_digests
 from pskd_jax.checkpoint.jax_arrays import (is_array_like, is_key_array, jax_module, key_impl_of, sharding_of,
@@ -564,7 +565,7 @@ def _zero_copy_values(path, reader, view, chosen, specs, expected, allow_overflo
 
 def _hash_only(path: str, reader: Reader, names: list[str]) -> dict[str, str]:
     hashes = {name: DIGESTS[name]() for name in names}
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
     try:
         buffer = bytearray(min(HASH_PIECE, max(1, reader.file_size)))
         position = 0
@@ -586,11 +587,13 @@ def _map_views(path: str, reader: Reader, placement: Placement, which: Sequence[
     leaves = placement.layout.leaves
     if reader.file_size == 0 or placement.sample_bytes == 0:
         return {i: np.zeros(leaves[i].shape, placement.value_dtype(i)) for i in which}
+    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
     try:
-        with open(path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise TruncatedError(f"{path}: cannot map: {e.strerror or e}") from None
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:
+        raise TruncatedError(f"{path}: cannot map: {getattr(e, 'strerror', None) or e}") from e
+    finally:
+        os.close(fd)
     views = {}
     for i in which:
         leaf = leaves[i]
@@ -621,7 +624,7 @@ def _read_values(path, reader, view: _FileView, chosen, specs, as_numpy, expecte
             dtype = _final_dtype(leaves[i], forms[i], specs[k], placement, i)
             if dtype is not None:
                 _check_x64(_where(path, leaves[i]), dtype, specs[k] is not None)
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
     hashes = {name: DIGESTS[name]() for name in expected}
     try:
         header_bytes = bytearray(data_offset)
@@ -762,7 +765,9 @@ def read_saved_leaves(path: str | os.PathLike, *, layout: Any = None) -> tuple[l
         if reader.header.count != 1:
             raise MismatchError(f"{path}: a checkpoint holds one sample, this file holds {reader.header.count}")
         chosen = list(range(len(view.layout.leaves)))
-        raw = _map_views(path, reader, reader.placement, chosen)
+        # Positional reads, leaf by leaf: a file cut short meanwhile is E9003, never a SIGBUS.
+        raw = {i: reader.leaf_range(0, i, 0, view.layout.leaves[i].size).reshape(view.layout.leaves[i].shape)
+               for i in chosen}
         out = []
         for i in chosen:
             leaf = view.layout.leaves[i]

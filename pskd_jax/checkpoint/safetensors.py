@@ -105,16 +105,17 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
     """A safetensors file's tensors (numpy views of its bytes, by name), its names in data order, and
     its ``__metadata__`` (None when it has none)."""
     safetensors = _safetensors()
+    # Read once, as a regular file (a FIFO or a device is refused before anything waits on it),
+    # with plain reads: the library then parses bytes in memory, never a map a truncation could
+    # turn into a SIGBUS.
+    raw = read_whole(source, NotPskdError, what="the safetensors file")
     try:
-        with safetensors.safe_open(source, framework="np") as f:
-            names = list(f.offset_keys())
-            metadata = f.metadata()
-        raw = read_whole(source, NotPskdError, what="the safetensors file")
         entries = safetensors.deserialize(raw)
-    except PskdError:
-        raise
-    except Exception as e:  # the library's own errors: a file it cannot read
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])  # accepted by the library above
+    except Exception as e:  # the library's own errors: bytes it cannot read
         raise NotPskdError(f"{source}: not a safetensors file the library reads: {str(e)[:300]}") from None
+    metadata = header.get("__metadata__")
+    names = sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"][0])
     tensors = {}
     for name, entry in entries:
         dtype = SAFETENSORS_DTYPES.get(entry["dtype"])

@@ -66,6 +66,7 @@ from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, parse_manifest, 
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax._os.digests import file_sha256
+from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import json_text, read_strict
 from pskd_jax.corpus.inputs import EXAMPLES, BadInput, ResetShard, find_inputs, iter_tokens, source_of
 from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, PskdError, TruncatedError, UsageError
@@ -240,9 +241,8 @@ class _Journal:
         """The entries of a journal written with the same tokenizer and options (a torn last line,
         from a crash while appending, is ignored)."""
         try:
-            with open(self.path, "rb") as f:
-                lines = f.read().split(b"\n")
-        except OSError:
+            lines = read_whole(self.path).split(b"\n")  # a regular file only, never a FIFO waited on
+        except PskdError:
             return {}
         entries: dict[str, Shard] = {}
         try:
@@ -345,6 +345,19 @@ class ManifestPublisher:
                        planned_shards=self.planned, durable=self.durable)
         self.listed, self._last = listed, time.monotonic()
 
+
+def _check_manifest_name(path: str) -> None:
+    """Refuses (E9012) a build whose ``shards.json`` name holds a directory, a FIFO or a device: the
+    build replaces a manifest (a file or a link), never removes what a user put there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(f"{path}: not a file (a directory, a FIFO or a device stands there); the build writes "
+                         "its manifest there: move it away or build into another directory")
+
+
 def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
     inputs than the last one); returns them. Only names this module gives shards
@@ -400,6 +413,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     except OSError as e:
         raise CorpusDirectoryError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from None
     with directory_lock(directory) as lock_fd:
+        _check_manifest_name(os.path.join(directory, MANIFEST))
         journal = _Journal(directory, tokenizer, options)
         known = _recorded(directory, journal, tokenizer, options)
         tasks = []

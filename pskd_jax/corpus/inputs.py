@@ -45,6 +45,7 @@ import numpy as np
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
 from pskd_jax.data.text import iter_text_blocks
+from pskd_jax._os.files import open_fd
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
 BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
@@ -298,12 +299,8 @@ def iter_tokens(path: str, tokenizer: Tokenizer, *, max_document_tokens: int | N
     if path.endswith(".txt"):
         yield from _txt_tokens(path, encoder, bad, on_bytes)
         return
-    try:
-        raw = open(path, "rb")
-    except OSError as e:
-        raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from None
-    if on_bytes is not None and not raw.seekable():  # a named pipe: no position to report
-        on_bytes = None
+    # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
+    raw = open(open_fd(path, CorpusInputError), "rb")
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         for first, block in _line_blocks(f, path):
             texts, lines = _jsonl_texts(path, block, first, text_key, bad)

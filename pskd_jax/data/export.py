@@ -1,28 +1,85 @@
 """``export``: the samples of a file as JSON, every real exact.
+
+Non-finite reals (a checkpoint may hold them; data writers refuse them) have no JSON number, so
+export writes them as strings: ``"Infinity"``, ``"-Infinity"``, and ``"NaN"`` for the quiet NaN
+of the leaf's encoding with its sign bit clear (f64 ``0x7ff8000000000000``, f32 ``0x7fc00000``,
+bf16 ``0x7fc0``). Any other NaN (a negative one, a signalling one, one carrying a payload) is
+``"NaN:0x"`` followed by its stored bits in hexadecimal, as wide as the encoding (16, 8 or 4
+digits), so that the exact value can be rebuilt. ``info`` prints the same words.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Iterator
 import numpy as np
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.encodings import REAL_DTYPES, Encoding
-from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.atomic import text_output
+from pskd_jax.errors import TruncatedError
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
+
+#: The most samples that hold no data (a type of empty leaves) export writes: their count is a
+#: header's claim with no byte behind it, and each still costs JSON text.
+MAX_EMPTY_SAMPLES = 1 << 24
+
+#: The quiet NaN of each width, sign bit clear: written "NaN"; any other NaN shows its bits.
+_QUIET_NAN = {8: 0x7FF8000000000000, 4: 0x7FC00000, 2: 0x7FC0}
+_UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+
+
+def non_finite_text(value: Any) -> str:
+    """The JSON string export writes for a non-finite real of a float dtype (see the module's
+    docstring): ``"Infinity"``, ``"-Infinity"``, ``"NaN"``, or ``"NaN:0x…"`` with the stored bits.
+
+    >>> non_finite_text(np.float32("-inf")), non_finite_text(np.float64("nan"))
+    ('-Infinity', 'NaN')
+    >>> non_finite_text(np.array([0x7FF8000000000001], np.uint64).view(np.float64)[0])
+    'NaN:0x7ff8000000000001'
+    """
+    scalar = np.asarray(value)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly (its bits are shown)
+        wide = float(scalar.astype(np.float64))
+    if wide == float("inf"):
+        return "Infinity"
+    if wide == float("-inf"):
+        return "-Infinity"
+    size = scalar.dtype.itemsize
+    bits = int(scalar.reshape(1).view(_UNSIGNED[size])[0])
+    return "NaN" if bits == _QUIET_NAN[size] else f"NaN:0x{bits:0{2 * size}x}"
+
+
+def _reals(value: np.ndarray) -> Any:
+    """A real array as Python floats holding the stored values exactly (bf16 and f32 widen
+    exactly), the non-finite ones as the strings of :func:`non_finite_text`."""
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens quietly (its bits are shown)
+        wide = value.astype(np.float64)
+    if wide.size == 0 or np.isfinite(wide).all():
+        return wide.tolist()
+    if wide.ndim == 0:
+        return non_finite_text(value)
+    mixed = wide.astype(object)
+    for where in zip(*np.nonzero(~np.isfinite(wide))):
+        mixed[where] = non_finite_text(value[where])
+    return mixed.tolist()
 
 
 def plain(value: Any) -> Any:
     """A sample's pytree → plain Python (lists, tuples, dicts, ints, floats) for printing or JSON.
 
-    Reals become Python floats holding the stored value exactly (bf16 and f32 widen exactly).
+    Reals become Python floats holding the stored value exactly (bf16 and f32 widen exactly);
+    a non-finite real becomes its string (:func:`non_finite_text`).
     """
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "fV" or value.dtype == REAL_DTYPES[Encoding.BF16]:
-            return value.astype(np.float64).tolist()
+            return _reals(value)
         return value.tolist()
+    if isinstance(value, np.floating) or (isinstance(value, np.generic) and value.dtype == REAL_DTYPES[Encoding.BF16]):
+        return _reals(np.asarray(value))
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return non_finite_text(np.float64(value))
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return {f: plain(getattr(value, f)) for f in value._fields}
     if isinstance(value, tuple):
@@ -31,21 +88,38 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
 
 def export_json(path: str, output: str, *, layout: Any = None) -> int:
     """Writes the samples of ``path`` as JSON to ``output``; returns the number of samples.
 
-    ``{"type": …, "version": …, "encodings": […], "samples": […]}``: tensors as nested lists,
-    tuples as lists, parameter trees as objects. Every real is the shortest decimal that reads
-    back to the stored value (Python's float repr), so a reader in f64 gets the exact number.
+    ``{"type": …, "version": …, "encodings": […], "count": n, "samples": […]}``: tensors as
+    nested lists, tuples as lists, parameter trees as objects. Every real is the shortest decimal
+    that reads back to the stored value (Python's float repr), so a reader in f64 gets the exact
+    number; a non-finite real is a string (the module's docstring gives the convention).
+
+    ``output`` ``-`` writes the standard output (once the JSON is complete). The file is read with
+    positional reads (a file cut short meanwhile is E9003, the output left as it was), a chunk of
+    at most :data:`CHUNK_ELEMENTS` elements at a time, a sample larger than that leaf by leaf and
+    row by row: memory stays bounded whatever the sizes. A count of samples that hold no data
+    beyond :data:`MAX_EMPTY_SAMPLES` is refused (E9003): the header claims them, no byte backs them.
     """
-    with Reader(path, layout=layout) as reader:
+    with Reader(path, layout=layout, access="pread") as reader:
         placement = reader.placement
         if placement is None:
             reader.samples()  # raises E9001 naming what is missing
+        count = len(reader)
+        if placement.sample_bytes == 0 and count > MAX_EMPTY_SAMPLES:
+            raise TruncatedError(f"{path}: {count} samples of type {reader.header.type_text!r}, which hold no data: "
+                                 f"the header claims them with no byte behind them; export writes at most "
+                                 f"{MAX_EMPTY_SAMPLES} such samples")
         head = {
             "type": reader.header.type_text,
             "version": reader.header.version,
@@ -53,24 +127,101 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
                 enc.label if leaf.is_real else "idx"
                 for leaf, enc in zip(placement.layout.leaves, placement.encodings)
             ],
-            "count": len(reader),
+            "count": count,
         }
-        layout = placement.layout
-        per_sample = max(1, layout.sample_elements)
-        step = max(1, CHUNK_ELEMENTS // per_sample)
-        with atomic_output(output) as f:
-            f.write(json.dumps(head, ensure_ascii=False)[:-1].encode("utf-8"))
+        with text_output(output) as f:
+            f.write(_dumps(head)[:-1])
             f.write(b', "samples": [')
-            for start in range(0, len(reader), step):
-                # gathered, not viewed: idx values are checked against their bound (E9004)
-                chunk = reader.gather_leaves(np.arange(start, min(start + step, len(reader))))
-                columns = [plain(leaf) for leaf in chunk]
-                for k, row in enumerate(zip(*columns)):
-                    sample = plain(layout.unflatten(list(row)))
-                    separator = b"" if start + k == 0 else b", "
-                    f.write(separator + json.dumps(sample, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+            for k, run in enumerate(_sample_runs(reader)):
+                if k:
+                    f.write(b", ")
+                if isinstance(run, bytes):
+                    f.write(run)
+                else:
+                    for piece in run:
+                        f.write(piece)
             f.write(b"]}\n")
-        return len(reader)
+        return count
 
 
-__all__ = ["CHUNK_ELEMENTS", "export_json", "plain"]
+def _sample_runs(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
+    """The samples' JSON, a run of consecutive samples at a time: the bytes of a chunk of samples
+    (separated by ", "), or an iterator of the pieces of one sample larger than a chunk (read leaf
+    by leaf, row by row)."""
+    layout = reader.placement.layout
+    count = len(reader)
+    per_sample = layout.sample_elements
+    if per_sample == 0:
+        if count:
+            one = _dumps(plain(reader[0]))  # every sample is the same empty structure
+            block = b", ".join([one] * min(count, 1 << 16))
+            whole, rest = divmod(count, 1 << 16)
+            yield from (block for _ in range(whole))
+            if rest:
+                yield b", ".join([one] * rest)
+        return
+    if per_sample > CHUNK_ELEMENTS:
+        for k in range(count):
+            yield _large_sample(reader, k)
+        return
+    step = max(1, CHUNK_ELEMENTS // per_sample)
+    for start in range(0, count, step):
+        # gathered, not viewed: idx values are checked against their bound (E9004)
+        chunk = reader.gather_leaves(np.arange(start, min(start + step, count)))
+        columns = [plain(leaf) for leaf in chunk]
+        yield b", ".join(_dumps(plain(layout.unflatten(list(row)))) for row in zip(*columns))
+
+
+_MARK = "\ue000pskd-leaf-{}\ue001"
+
+
+def _large_sample(reader: Reader, k: int) -> Iterator[bytes]:
+    """Sample ``k``'s JSON in pieces: its structure with each leaf written in place, a large leaf
+    a block of rows at a time (positional reads of those rows alone)."""
+    layout = reader.placement.layout
+    skeleton = _dumps(plain(layout.unflatten([_MARK.format(i) for i in range(len(layout.leaves))]))).decode("utf-8")
+    for i, leaf in enumerate(layout.leaves):
+        before, after = skeleton.split(json.dumps(_MARK.format(i), ensure_ascii=False), 1)
+        yield before.encode("utf-8")
+        yield from _leaf_text(reader, k, i)
+        skeleton = after
+    yield skeleton.encode("utf-8")
+
+
+def _leaf_text(reader: Reader, k: int, i: int) -> Iterator[bytes]:
+    """Leaf ``i`` of sample ``k`` as nested JSON lists, read a block of innermost rows at a time."""
+    leaf = reader.placement.layout.leaves[i]
+    shape = leaf.shape
+    if leaf.size <= CHUNK_ELEMENTS or not shape:
+        yield _dumps(plain(reader.leaf_range(k, i, 0, leaf.size).reshape(shape)))
+        return
+    if len(shape) == 1:  # one row: its elements a block at a time
+        yield b"["
+        for first in range(0, leaf.size, CHUNK_ELEMENTS):
+            values = plain(reader.leaf_range(k, i, first, first + CHUNK_ELEMENTS))
+            yield ((", " if first else "") + json.dumps(values, allow_nan=False)[1:-1]).encode("utf-8")
+        yield b"]"
+        return
+    width = shape[-1]
+    rows = leaf.size // width
+    outer = shape[:-1]
+    # spans[j]: how many innermost rows one step of outer axis j covers; its list opens before a
+    # row r with r % spans[j] == 0 and closes after one with (r + 1) % spans[j] == 0. The outermost
+    # list (all the rows) is written around the blocks.
+    spans = [int(np.prod(outer[j:], dtype=object)) for j in range(1, len(outer))]
+    per_block = max(1, CHUNK_ELEMENTS // width)
+    yield b"["
+    for first in range(0, rows, per_block):
+        last = min(first + per_block, rows)
+        values = reader.leaf_range(k, i, first * width, last * width).reshape(last - first, width)
+        pieces = []
+        for r, row in zip(range(first, last), plain(values)):
+            opening = sum(1 for s in spans if r % s == 0)
+            closing = sum(1 for s in spans if (r + 1) % s == 0)
+            pieces.append(("" if r == 0 else ", ") + "[" * opening + json.dumps(row, allow_nan=False)
+                          + "]" * closing)
+        yield "".join(pieces).encode("utf-8")
+    yield b"]"
+
+
+__all__ = ["CHUNK_ELEMENTS", "MAX_EMPTY_SAMPLES", "export_json", "non_finite_text", "plain"]

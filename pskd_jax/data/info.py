@@ -13,10 +13,33 @@ INFO_ELEMENTS = 64  # a leaf larger than this is shown in part by info
 
 INFO_DEPTH = 32  # containers nested deeper than this are shown as … by info
 
+class _Head:
+    """The first INFO_ELEMENTS elements of a leaf too large to show whole, and its shape: all of it
+    that info reads (a positional read of those elements, never the whole sample)."""
+
+    def __init__(self, values: np.ndarray, shape: tuple[int, ...]):
+        self.values, self.shape = values, shape
+        self.size = int(np.prod(shape, dtype=object))
+
+
+def _sample(reader: Reader, k: int) -> Any:
+    """Sample ``k`` as info shows it: small leaves whole, large ones as their :class:`_Head`."""
+    layout = reader.placement.layout
+    values = []
+    for i, leaf in enumerate(layout.leaves):
+        if leaf.size > INFO_ELEMENTS:
+            values.append(_Head(reader.leaf_range(k, i, 0, INFO_ELEMENTS), leaf.shape))
+        else:
+            values.append(reader.leaf_range(k, i, 0, leaf.size).reshape(leaf.shape))
+    return layout.unflatten(values)
+
+
 def _short(value: Any, depth: int = 0) -> str:
     """A sample as ``info`` prints it: large leaves cut to their first elements, and containers
     nested deeper than INFO_DEPTH shown as ``…`` (a tree of a thousand levels would otherwise
     exhaust Python's recursion limit)."""
+    if isinstance(value, _Head):
+        return f"{_text(plain(value.values))[:-1]}, … ({value.size} elements, shape {list(value.shape)})]"
     if isinstance(value, np.ndarray):
         if value.size > INFO_ELEMENTS:
             head = plain(value.reshape(-1)[:INFO_ELEMENTS])
@@ -45,8 +68,13 @@ def info_lines(path: str, *, samples: int = 2, layout: Any = None) -> list[str]:
 
 def iter_info_lines(path: str, *, samples: int = 2, layout: Any = None) -> Iterator[str]:
     """:func:`info_lines` one line at a time: the header's lines come out before a damaged sample
-    (an idx value beyond its bound: E9004) stops the listing."""
-    with Reader(path, layout=layout) as reader:
+    (an idx value beyond its bound: E9004) stops the listing.
+
+    The file is read with positional reads (a file cut short meanwhile is E9003), and of each
+    sample shown only what is printed: a leaf of more than INFO_ELEMENTS elements shows its first
+    ones, read on their own. Non-finite reals print as export writes them (``NaN``,
+    ``Infinity``, ``-Infinity``, ``NaN:0x…``)."""
+    with Reader(path, layout=layout, access="pread") as reader:
         header = reader.header
         yield from [f"type    {header.type_text}", f"count   {header.count}", f"version {header.version}"]
         if reader.placement is None:
@@ -64,7 +92,7 @@ def iter_info_lines(path: str, *, samples: int = 2, layout: Any = None) -> Itera
             yield (f"trailing {reader.trailing_bytes} bytes after the last sample (an interrupted "
                    "append; readers ignore them)")
         for k in range(min(samples, len(reader))):
-            yield f"[{k}] {_short(reader[k])}"
+            yield f"[{k}] {_short(_sample(reader, k))}"
 
 def _params_lines(reader: Reader) -> list[str]:
     header = reader.header

@@ -17,6 +17,7 @@ import numpy as np
 
 from pskd_jax.format.writer import WriteResult, Writer
 from pskd_jax.format.encodings import Encoding
+from pskd_jax._os.files import read_whole
 from pskd_jax.errors import BadValueError, UsageError
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.sample_type import header_text
@@ -26,13 +27,12 @@ __all__ = ["pack_file", "parse_encodings", "read_value_lines"]
 
 def read_value_lines(path: str) -> tuple[list[list[str]], list[int]]:
     """The value tokens of each sample line and its 1-based line number."""
+    raw = read_whole(path, BadValueError)  # a regular file only: a FIFO is refused (E9002), never waited on
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise BadValueError(f"{path}: cannot read: {e.strerror or e}") from None
+    del raw
     if "\0" in text:  # never part of a value, and numpy's text arrays would drop it silently
         number = text.count("\n", 0, text.index("\0")) + 1
         raise BadValueError(f"{path}:{number}: a NUL character; values are decimal text")

@@ -28,8 +28,8 @@ the file again up to the offending byte.
 - a malformed vocabulary, a character the vocabulary does not hold: E9011 (``BAD_VOCAB``);
 - a file that cannot be read or written: E9003 (``TRUNCATED``).
 
-Outputs are written through :func:`pskd_jax.fileio.atomic_output`: after an error the destination
-is untouched.
+Outputs are written through :func:`pskd_jax._os.atomic.text_output`: after an error the destination
+is untouched; ``-`` writes the standard output (once the text is complete).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import os
 from typing import BinaryIO, Callable, Iterator, Sequence, Union
 import numpy as np
 from pskd_jax.errors import BadValueError, PskdError, VocabularyError
-from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.atomic import text_output
 from pskd_jax._os.files import line_at, open_regular, read_some
 from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, iter_tokens
 from pskd_jax.format.encodings import index_dtype
@@ -167,7 +167,7 @@ def write_vocab(path: PathLike, vocab: Sequence[str]) -> None:
     """Writes ``vocab`` as a JSON array (UTF-8, non-ASCII kept as is), atomically."""
     check_vocab(vocab, os.fspath(path))
     data = (json.dumps(list(vocab), ensure_ascii=False) + "\n").encode("utf-8")
-    with atomic_output(os.fspath(path)) as f:
+    with text_output(os.fspath(path)) as f:
         f.write(data)
 
 def read_vocab(path: PathLike) -> list[str]:
@@ -305,7 +305,7 @@ def encode_file(
     vocab, name = _load_vocab(vocab)
     tables = _encode_tables(vocab, name or "vocabulary")
     count = 0
-    with open_regular(text_path, buffering=-1) as f, atomic_output(os.fspath(out_path)) as out:
+    with open_regular(text_path, buffering=-1) as f, text_output(os.fspath(out_path)) as out:
         for offset, block in _utf8_blocks(f, text_path, chunk_size):
             words = _encode_block(tables, _code_points(text_path, offset, block))
             if np.count_nonzero(words) < len(words):
@@ -376,12 +376,32 @@ def decode_file(
     vocab, _ = _load_vocab(vocab)
     decode = _decoder(vocab)
     count = 0
-    with atomic_output(os.fspath(out_path)) as out:
+    lengths = np.array([len(t.encode("utf-8")) for t in vocab] or [1], dtype=np.int64)
+    with text_output(os.fspath(out_path)) as out:
         for ids in iter_tokens(tokens_path, bound=len(vocab), chunk_size=chunk_size):
-            if len(ids):
-                out.write(decode(ids))
+            for part in _output_parts(ids, lengths):
+                out.write(decode(part))
             count += len(ids)
     return count
+
+#: The most bytes of text decode makes at once: a block of tokens whose text is longer (long
+#: tokens, many times over) is decoded in parts, so memory follows the block, not its text.
+DECODE_PART_BYTES = 1 << 24
+
+def _output_parts(ids: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
+    """``ids`` in consecutive parts whose text takes at most DECODE_PART_BYTES (or one token)."""
+    if not len(ids):
+        return
+    ends = np.cumsum(lengths.take(ids))
+    if ends[-1] <= DECODE_PART_BYTES:
+        yield ids
+        return
+    first = 0
+    while first < len(ids):
+        base = ends[first - 1] if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + DECODE_PART_BYTES, side="right")))
+        yield ids[first:last]
+        first = last
 
 def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[int, bytes, np.ndarray]]:
     """Yields ``(byte offset, block, code points)`` for a UTF-8 file read in blocks of whole

@@ -16,6 +16,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Bytes read at a time: a block's arrays (up to 8 bytes a byte) then stay inside the L2 cache.
 CHUNK_SIZE = 1 << 17
 
+#: Tokens read_tokens makes room for before reading any (it doubles as they come).
+INITIAL_TOKENS = 1 << 16
+
 
 
 #: The bytes that separate tokens in a tokens text.
@@ -28,9 +31,17 @@ def _last_whitespace(data: bytes) -> int:
     """The index of the last whitespace byte of ``data``, or −1."""
     return max(data.rfind(c) for c in (b" ", b"\n", b"\t", b"\r", b"\x0b", b"\x0c"))
 
+#: A word (bytes between whitespace) longer than this is read on its own by :func:`_long_word`, a
+#: block at a time, never kept whole: no token of 64 bits takes this much text but zero padding.
+LONG_WORD = 1 << 16
+
+_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]")
+
+
 def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
     """Yields ``(byte offset, block)``: the file in blocks cut just after whitespace, so that no
-    token straddles two blocks."""
+    token straddles two blocks. A word longer than :data:`LONG_WORD` is read on by
+    :func:`_long_word` (linear time and bounded memory however long it is)."""
     offset, carry = 0, b""
     while True:
         data = read_some(f, path, chunk_size)
@@ -43,6 +54,40 @@ def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator
         if cut:
             yield offset, data[:cut]
         offset, carry = offset + cut, data[cut:]
+        if len(carry) > LONG_WORD:
+            offset, carry = _long_word(f, path, offset, carry, chunk_size)
+
+
+def _long_word(f: BinaryIO, path: PathLike, offset: int, word: bytes, chunk_size: int) -> tuple[int, bytes]:
+    """Reads the rest of a long word that starts at byte ``offset`` (``word`` holds its start, no
+    whitespace), a block at a time. A word of digits that is a token of at most 40 significant
+    digits (zero padding of any length) comes back short: ``(offset of its significant digits,
+    those digits + the bytes read after the word)``; anything else is the E9004 of its token."""
+    zeros = digits = 0
+    significant = b""
+    piece, rest = word, None
+    while rest is None:
+        space = _SPACE.search(piece)
+        part, rest = (piece[: space.start()], piece[space.start():]) if space else (piece, None)
+        if part and not part.isdigit():  # (bytes.isdigit: ASCII digits only)
+            shown = (word[:40].decode("utf-8", errors="backslashreplace") + "…")
+            raise BadValueError(f"{os.fspath(path)}:{line_at(path, offset)}: {shown!r} is not a token index; "
+                                "expected non-negative decimal integers separated by whitespace")
+        if not significant:
+            stripped = part.lstrip(b"0")
+            zeros += len(part) - len(stripped)
+            part = stripped
+        significant += part[: max(0, 64 - len(significant))]
+        digits += len(part)
+        if rest is None:
+            piece = read_some(f, path, chunk_size)
+            if not piece:
+                rest = b""
+    if digits > 40:
+        raise _too_large(path, offset + zeros, f"{significant[:20].decode()}… ({digits} digits)", None)
+    if not significant:  # all zeros: the token 0
+        return offset + zeros - 1, b"0" + rest
+    return offset + zeros, significant + rest
 
 def _shifted_product(values: np.ndarray, mask: np.ndarray, shift: int, out: np.ndarray) -> np.ndarray:
     """``out[i] = values[i - shift] * mask[i]``, 0 where ``i < shift``."""
@@ -121,7 +166,7 @@ def _parse_long(path: PathLike, offset: int, block: bytes, bound: int | None) ->
         digits = match.group().lstrip(b"0")
         if len(digits) > 40:  # far beyond 64 bits (and int() refuses over 4300 digits): shown cut
             raise _too_large(path, offset + match.start(), f"{digits[:20].decode()}… ({len(digits)} digits)", bound)
-        value = int(match.group())
+        value = int(digits) if digits else 0  # (never the padded text: int() refuses over 4300 digits)
         if value >= limit:
             raise _too_large(path, offset + match.start(), value, bound)
         values.append(value)
@@ -187,13 +232,14 @@ def read_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = C
         size = os.stat(path).st_size
     except OSError:
         size = 0  # opening it below reports it
-    # Every token takes at least two bytes but the last, so this never grows for a regular file;
-    # untouched pages of the reservation cost no memory, and the final resize gives them back.
-    out = np.empty(size // 2 + 1, dtype)
+    # Every token takes at least two bytes but the last, so size // 2 + 1 is the most a file can
+    # hold; the array starts at no more than INITIAL_TOKENS and doubles as the tokens come (a sparse
+    # file of 100 GiB claims nothing before its tokens are read).
+    out = np.empty(min(size // 2 + 1, INITIAL_TOKENS), dtype)
     count = 0
     for values in iter_tokens(path, bound=bound, chunk_size=chunk_size):
         if count + len(values) > len(out):
-            out.resize(2 * (count + len(values)), refcheck=False)
+            out.resize(max(2 * len(out), count + len(values)), refcheck=False)
         out[count : count + len(values)] = values
         count += len(values)
     out.resize(count, refcheck=False)

@@ -151,9 +151,14 @@ def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
         return float(value)
     except OverflowError:
         return float("inf") if value > 0 else float("-inf")
-    except (ValueError, TypeError, ArithmeticError) as e:  # Decimal("sNaN"), a __float__ that fails
-        raise BadValueError(f"{leaf}, element {position}: {value!r:.80} has no float value ({type(e).__name__})"
-                            ) from None
+    except (ArithmeticError, ValueError, TypeError) as e:
+        # Decimal("sNaN") refuses float() (a signalling NaN is no number); so may any object.
+        raise BadValueError(f"{leaf}, element {position}: {_shown(value)} is not a real number ({e})") from None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
 
 
 def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:

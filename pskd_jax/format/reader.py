@@ -3,19 +3,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
 import operator
 import os
-from typing import Any, BinaryIO, Sequence
+from typing import Any, Sequence
 import numpy as np
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.layout import Layout
 from pskd_jax._os.digests import sampled_digest
-from pskd_jax._os.positional import pread_spans
-from pskd_jax.format.header import MAX_COUNT, read_header
+from pskd_jax._os.files import open_fd
+from pskd_jax._os.positional import pread_spans, read_into
+from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.layout_file import find_layout_file
@@ -60,8 +62,19 @@ class Reader:
       counted in RSS).
     - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
       batch, ~4× slower per record, and the resident set stays that of the batches in flight
-      whatever the file's size. Samples over 2 GiB, and :meth:`leaves`, :meth:`samples` and
-      :meth:`raw_data` (views, by design) still use the map.
+      whatever the file's size (samples over 2 GiB: one ``preadv`` a leaf and sample).
+      :meth:`leaves`, :meth:`samples` and :meth:`raw_data` (views, by design) still use the map.
+
+    A file cut short while a reader holds it (rewritten in place by another program): under
+    ``"pread"`` a gather raises E9003 naming the file. Under ``"mmap"`` each gather first checks
+    the file's size (E9003 when it shrank); a file cut short between that check and the copy, or
+    under a view returned by :meth:`leaves`, still kills the process with SIGBUS, as any memory
+    map does. The commands that read a whole file (``info``, ``export``, ``convert``) read with
+    ``"pread"``. The toolkit's own writers never rewrite a file in place: they write a new file
+    and rename it, which leaves a reader holding the old one untouched.
+
+    The file is opened once, as a regular file (a FIFO or a device is E9002 at once, never waited
+    on); :meth:`refresh` takes in samples appended since.
 
     Gathered idx values are checked against their bound (E9004 names the sample and the leaf):
     a damaged file never hands a model an index its embedding does not have.
@@ -81,24 +94,23 @@ class Reader:
             raise UsageError(f"{self.path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
         self.access = access
         self._map = self._file = self._fd = None
+        # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
+        self._file = open(open_fd(self.path, NotPskdError), "rb", buffering=0)
+        self._fd = self._file.fileno()
         try:
-            with open(self.path, "rb") as f:
-                self.header = read_header(f, self.path, os.fstat(f.fileno()).st_size)
+            try:
                 # A file being appended to (a corpus shard, chunk by chunk) grows its data before
                 # its count: the size taken after the header covers every sample the header counts.
-                self.file_size = os.fstat(f.fileno()).st_size
-                self._map = self._open_map(f) if self.file_size else None
-                if access == "pread":  # a file object of its own owns the descriptor (closed when collected)
-                    self._file = open(os.dup(f.fileno()), "rb", buffering=0)
-                    self._fd = self._file.fileno()
-        except OSError as e:
-            raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from None
-        except ValueError:  # open() refuses a path holding a NUL byte
-            raise NotPskdError(f"{self.path!r}: cannot read: a path holds no NUL byte") from None
-        if self.header.count > MAX_COUNT:
+                self.header, self.file_size = self._read_header()
+            except OSError as e:
+                raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from None
+            self._map = self._open_map() if self.file_size else None
+            if self.header.count > MAX_COUNT:
+                raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
+                )
+        except BaseException:
             self.close()
-            raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
-            )
+            raise
         self.layout: Layout | None = None
         self.placement: Placement | None = None
         self._views: list[np.ndarray] = []
@@ -118,11 +130,21 @@ class Reader:
             self.close()  # a refused file leaves no map open behind it
             raise
 
-    def _open_map(self, f: BinaryIO) -> mmap.mmap:
+    def _read_header(self) -> tuple[Header, int]:
+        """The header, read with plain reads of the descriptor (never through the map), and the
+        file's size taken after it."""
+        size = os.fstat(self._fd).st_size
+        self._file.seek(0)
+        header = read_header(self._file, self.path, size)
+        return header, os.fstat(self._fd).st_size
+
+    def _open_map(self) -> mmap.mmap:
         try:
-            return mmap.mmap(f.fileno(), self.file_size, access=mmap.ACCESS_READ)
+            return mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ)
         except ValueError:  # shorter than its size a moment ago
             raise TruncatedError(f"{self.path}: the file was cut short while being opened") from None
+        except OSError as e:
+            raise TruncatedError(f"{self.path}: cannot map: {e.strerror or e}") from None
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -298,19 +320,73 @@ class Reader:
     def _gathered_leaves(self, positions: np.ndarray) -> list[np.ndarray]:
         """Each leaf of the samples at ``positions`` (valid, non-negative), bounds checked."""
         placement = self.placement
+        if self.access == "mmap" and self._map is not None and len(positions):
+            self._check_still_whole()
         if self._records is None and self._map is not None and placement.sample_bytes and len(positions):
             # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
-            leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._views]
+            if self.access == "pread":
+                leaves = [self._read_leaf_rows(i, positions) for i in range(len(self._views))]
+            else:
+                leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._views]
         else:
             # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never
             # a copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
             records = None
             if self._records is not None:
-                records = self._read_records(positions) if self._fd is not None else self._records.take(positions)
+                records = self._read_records(positions) if self.access == "pread" else self._records.take(positions)
             leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(len(self._views))]
         for i in self._bounded:
             self._check_bound(i, leaves[i], positions)
         return leaves
+
+    def _check_still_whole(self) -> None:
+        """Refuses to copy out of the map a file that was cut short since it was opened (E9003):
+        touching a page past the end of a mapped file kills the process with SIGBUS.
+
+        One ``fstat`` a gather. The check cannot close the window between it and the copy: a file
+        cut short in that instant still kills the process. Only a file rewritten in place does that
+        (the toolkit's own writers write a new file and rename it, which never affects a reader);
+        ``access="pread"`` turns even that into E9003."""
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError as e:
+            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        needed = self.header.data_offset + self.header.count * self.placement.sample_bytes
+        if size < needed:
+            raise TruncatedError(f"{self.path}: truncated since it was opened: {size} bytes now, {needed} "
+                                 f"needed for its {self.header.count} samples")
+
+    def _read_leaf_rows(self, i: int, positions: np.ndarray) -> np.ndarray:
+        """Leaf i of the samples at ``positions``, read with ``preadv`` (one call a row): the path
+        of samples too large for a numpy record under ``access="pread"``."""
+        placement = self.placement
+        leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
+        out = np.empty((len(positions), *leaf.shape), dtype=disk)
+        if out.size:
+            flat = out.reshape(len(positions), -1).view(np.uint8)
+            spans = [memoryview(flat[row]) for row in range(len(positions))]
+            offsets = (self.header.data_offset + placement.offsets[i]
+                       + positions.astype(np.int64) * placement.sample_bytes).tolist()
+            pread_spans(self._fd, spans, offsets, self.path)
+        return out.view(placement.value_dtype(i))
+
+    def leaf_range(self, index: int, i: int, start: int, stop: int) -> np.ndarray:
+        """Elements ``start`` to ``stop`` (row-major, flat) of leaf ``i`` of sample ``index``, read
+        on their own with a positional read (never the whole sample): what shows or writes a
+        sample of a few GiB in part. idx values are checked against their bound (E9004)."""
+        placement = self._require_layout()
+        position = self._check_index(operator.index(index))
+        leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
+        start, stop = max(0, int(start)), min(int(stop), leaf.size)
+        out = np.empty(max(0, stop - start), dtype=disk)
+        if out.size:
+            offset = (self.header.data_offset + position * placement.sample_bytes + placement.offsets[i]
+                      + start * disk.itemsize)
+            read_into(self._fd, memoryview(out.view(np.uint8)), offset, self.path)
+        values = out.view(placement.value_dtype(i))
+        if i in self._bounded:
+            self._check_bound(i, values.reshape(1, -1), np.array([position]))
+        return values
 
     def _check_bound(self, i: int, values: np.ndarray, positions: np.ndarray) -> None:
         """Refuses stored idx values at or above the leaf's bound (only a damaged or hand-made file
@@ -424,6 +500,68 @@ class Reader:
         return (f"Reader({os.path.abspath(self.path)!r}, type={self.header.type_text!r}, count={self.header.count}, "
                 f"bytes={self.file_size}, sampled_xxh3={cached[1]})")
 
+    # -- a file that grows --------------------------------------------------------------------
+
+    def refresh(self) -> int:
+        """Takes in the samples appended since the reader opened (or last refreshed): a shard being
+        built, a file being appended to. Returns the count now.
+
+        The header is read again (plain reads of the descriptor), then the file's size; the map and
+        the views are extended to the new count. Views taken before stay valid (over the old map).
+        E9002 naming the file when its path now names another file (replaced, removed) or its
+        header now says something else than the count; E9003 when it holds fewer samples or bytes
+        than before, or than its new count needs.
+        """
+        if self._fd is None:
+            raise UsageError(f"{self.path}: the reader is closed")
+        try:
+            held, named = os.fstat(self._fd), os.stat(self.path)
+        except OSError as e:
+            raise NotPskdError(f"{self.path}: no longer names the file the reader opened ({e.strerror or e})") from None
+        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
+            raise NotPskdError(f"{self.path}: now names another file than the one the reader opened (replaced "
+                               "since): open a new Reader")
+        try:
+            header, size = self._read_header()
+        except OSError as e:
+            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        before = self.header
+        if dataclasses.replace(header, count=before.count) != before:
+            raise NotPskdError(f"{self.path}: its header changed since the reader opened (type {header.type_text!r}, "
+                               f"version {header.version}; was {before.type_text!r}, version {before.version})")
+        if header.count < before.count or size < self.file_size:
+            raise TruncatedError(f"{self.path}: cut short since the reader opened: {header.count} samples in "
+                                 f"{size} bytes now, {before.count} in {self.file_size} before")
+        if header.count > MAX_COUNT:
+            raise TruncatedError(f"{self.path}: a count of {header.count} samples, beyond the 2^63 - 1 a reader can index")
+        if (header, size) == (before, self.file_size):
+            return header.count
+        old = (self.header, self.file_size, self._map)
+        self.header, self.file_size = header, size
+        try:
+            if self.placement is not None:
+                self._check_size(self.placement.sample_bytes)
+                self._check_addressable(self.placement)
+                self._check_params_size(self.placement.sample_bytes)
+            self._map = self._open_map() if size else None
+        except BaseException:
+            self.header, self.file_size, self._map = old
+            raise
+        if self.placement is not None:
+            self._views = [self._leaf_view(i) for i in range(len(self.placement.layout.leaves))]
+            self._records = self._record_view()
+        self._release_map(old[2])  # closes now, or with the last view taken of it
+        return header.count
+
+    @staticmethod
+    def _release_map(mapped: mmap.mmap | None) -> None:
+        if mapped is None:
+            return
+        try:
+            mapped.close()
+        except BufferError:
+            pass  # a caller still holds a view of it; it closes with them
+
     # -- pickling (for worker processes: grain's, multiprocessing's) ---------------------------
 
     def __getstate__(self) -> dict[str, Any]:
@@ -453,11 +591,8 @@ class Reader:
             self._file.close()
             self._file = self._fd = None
         if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                # A caller still holds a view of the map; it stays valid and closes with them.
-                pass
+            # A caller still holding a view of the map keeps it valid; it closes with them.
+            self._release_map(self._map)
             self._map = None
 
     def __enter__(self) -> "Reader":

@@ -10,11 +10,12 @@ import numpy as np
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import REAL_DTYPES, Encoding, Rounding, Site, check_finite_encoded, encoding_of_dtype, narrow, to_f64, to_index
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError
-from pskd_jax._os.atomic import fsync_directory, temporary_path_for
+from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory, temporary_path_for
 from pskd_jax.format.sample_type import header_text
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.header import VERSION_ENCODED, VERSION_F64, encode_header
 from pskd_jax.format.placement import Placement
+from pskd_jax.format.reader import MAX_RECORD_BYTES
 
 
 
@@ -58,7 +59,10 @@ class Writer:
         self.count = 0
         self.rounding: dict[int, Rounding] = {}
         self._header_length = len(self._header())
-        fd, self._tmp = temporary_path_for(self.path)
+        # What stands at the path is looked at once: a link is written through, a FIFO, device
+        # or directory is refused (E9012) before anything is written.
+        self._destination = destination_for(self.path)
+        fd, self._tmp = temporary_path_for(self._destination)
         self._file = os.fdopen(fd, "w+b")
         self._file.write(b"\0" * self._header_length)  # rewritten with the count on close
 
@@ -72,8 +76,16 @@ class Writer:
         columns = self.encode_batch(batch, row_names)
         n = columns[0].shape[0] if columns else 0
         placement = self.placement
+        if n == 0:
+            return  # nothing to write (and numpy refuses even an empty array of records over 2^31 bytes)
         if len(columns) == 1:
             self._write(columns[0])
+        elif placement.sample_bytes > MAX_RECORD_BYTES:
+            # A sample larger than a numpy record: its leaves one after another (placed back to
+            # back, no padding), sample by sample: no copy of the batch is made.
+            for row in range(n):
+                for column in columns:
+                    self._write(column[row])
         else:
             records = np.empty(n, dtype=_record_dtype(placement))
             for i, column in enumerate(columns):
@@ -151,14 +163,18 @@ class Writer:
             self.flush()
             if self.durable:
                 os.fsync(self._file.fileno())
-            os.replace(self._tmp, self.path)  # before closing: the file's lock guards it until then
+            check_destination(self._destination)
+            os.replace(self._tmp, self._destination)  # before closing: the file's lock guards it until then
             self._file.close()
             self._file = None
         except OSError as e:
             self.abort()
             raise TruncatedError(f"{self.path}: {e.strerror or e}") from None
+        except BaseException:
+            self.abort()  # (a destination that became a FIFO or a directory meanwhile: E9012)
+            raise
         if self.durable:
-            fsync_directory(os.path.dirname(os.path.abspath(self.path)))
+            fsync_directory(os.path.dirname(os.path.abspath(self._destination)))
         return WriteResult(
             self.path,
             self.type_text,

@@ -39,6 +39,7 @@ class Source(Protocol):
 
 _DONE = object()
 GROUP_SIZE = 4  # host batches moved to the device by one device_put call
+PART_ROWS = 1 << 20  # a batch of more rows is gathered in parts: its indices never all at once
 
 
 def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> tuple[int, int]:
@@ -156,17 +157,32 @@ class Loader:
 
     # -- the background thread ---------------------------------------------------------------
 
+    def _host_batches(self, state: IteratorState) -> Iterator[tuple[IteratorState, Any]]:
+        """(following state, host batch) for every batch from ``state`` on: the rows this process
+        holds, gathered at once, or in parts of PART_ROWS indices for a batch larger than that
+        (its indices would take more memory than the batch itself when samples are small)."""
+        n = len(self.source)
+        batch_size = self.pipeline.batch_size
+        if batch_size <= PART_ROWS:
+            rows = None
+            for following, indices in self.pipeline.iter_batches(n, state, epochs=self.epochs):
+                rows = self._local_rows(batch_size) if rows is None else rows
+                yield following, self.source.gather(indices[rows[0] : rows[1]])
+            return
+        rows = None
+        for following, epoch, j in self.pipeline.iter_batch_numbers(n, state, epochs=self.epochs):
+            rows = self._local_rows(batch_size) if rows is None else rows
+            parts = [self.source.gather(self.pipeline.batch_indices(n, epoch, j, start=a, stop=min(a + PART_ROWS, rows[1])))
+                     for a in range(rows[0], max(rows[1], rows[0] + 1), PART_ROWS)]
+            yield following, jax.tree_util.tree_map(lambda *leaves: np.concatenate(leaves), *parts)
+
     def _produce(self, state: IteratorState) -> None:
         out = self._queue
         try:
-            rows = None
             group: list[tuple[IteratorState, Any]] = []
-            batch_size = 0
-            for following, indices in self.pipeline.iter_batches(len(self.source), state, epochs=self.epochs):
-                if rows is None:
-                    batch_size = len(indices)
-                    rows = self._local_rows(batch_size)
-                group.append((following, self.source.gather(indices[rows[0] : rows[1]])))
+            batch_size = self.pipeline.batch_size
+            for following, host in self._host_batches(state):
+                group.append((following, host))
                 if len(group) == self.group_size and not self._send(out, group, batch_size):
                     return
             if not self._send(out, group, batch_size):

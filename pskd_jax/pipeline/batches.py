@@ -107,18 +107,43 @@ class Pipeline:
             )
         return count
 
-    def batch_indices(self, n: int, epoch: int, j: int) -> np.ndarray:
+    def batch_indices(self, n: int, epoch: int, j: int, *, start: int = 0, stop: int | None = None) -> np.ndarray:
         """The sample indices of batch ``j`` (from 0) of ``epoch`` (from 1): π_epoch(jB + i) for
-        i < B, or jB + i without a shuffle.
+        i < B, or jB + i without a shuffle; with ``start``/``stop``, only those of rows
+        ``start <= i < stop`` (a part of a batch too large to hold its indices at once).
 
-        int64 (uint64 only when ``n > 2**63``), shape ``(B,)``.
+        int64 (uint64 only when ``n > 2**63``), shape ``(stop - start,)`` (``(B,)`` by default).
         """
         count = self.batches_per_epoch(n)
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 1:
             raise BadValueError(f"epoch must be an integer >= 1 (epochs count from 1), got epoch={epoch!r}")
         if isinstance(j, bool) or not isinstance(j, (int, np.integer)) or not 0 <= j < count:
             raise BadValueError(f"batch index j must be in [0, {count}) for {self} over {n} samples, got j={j!r}")
-        return self._indices(n, int(epoch), int(j))
+        stop = self.batch_size if stop is None else stop
+        for name, value in (("start", start), ("stop", stop)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= self.batch_size:
+                raise BadValueError(f"{name} must be an integer in [0, {self.batch_size}], got {name}={value!r}")
+        if stop < start:
+            raise BadValueError(f"stop must be at least start, got start={start!r}, stop={stop!r}")
+        return self._positions(n, int(epoch), int(j) * self.batch_size + int(start), int(stop) - int(start))
+
+    def iter_batch_numbers(self, n: int, state: IteratorState | None = None, *,
+                           epochs: int | None = None) -> Iterator[tuple[IteratorState, int, int]]:
+        """Yields ``(state, epoch, j)`` for every batch :meth:`iter_batches` yields, without its
+        indices (take them with :meth:`batch_indices`, in parts for a batch too large to hold
+        its indices at once); the state is the one after that batch."""
+        count = self._check_iteration(n, state, epochs)
+        return self._numbers(count, state or IteratorState(), epochs)
+
+    @staticmethod
+    def _numbers(count: int, state: IteratorState, epochs: int | None) -> Iterator[tuple[IteratorState, int, int]]:
+        epoch, j = state.epoch, state.batch
+        while epochs is None or epoch <= epochs:
+            while j < count:
+                following = IteratorState(epoch, j + 1) if j + 1 < count else IteratorState(epoch + 1, 0)
+                yield following, epoch, j
+                j += 1
+            epoch, j = epoch + 1, 0
 
     def iter_batches(
         self, n: int, state: IteratorState | None = None, *, epochs: int | None = None
@@ -129,6 +154,11 @@ class Pipeline:
         used, and a new iterator started from it continues with the next batch. The stream runs
         over epochs 1, 2, … forever, or up to and including epoch ``epochs``.
         """
+        count = self._check_iteration(n, state, epochs)
+        return self._iterate(n, count, state or IteratorState(), epochs)
+
+    def _check_iteration(self, n: int, state: IteratorState | None, epochs: int | None) -> int:
+        """The batches of an epoch, after checking what an iteration starts from."""
         count = self.check_batches(n)
         state = IteratorState() if state is None else state
         if not isinstance(state, IteratorState):
@@ -138,7 +168,7 @@ class Pipeline:
             )
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
             raise BadValueError(f"epochs must be an integer >= 0 (the last epoch to produce), got {epochs!r}")
-        return self._iterate(n, count, state, epochs)
+        return count
 
     def _iterate(
         self, n: int, count: int, state: IteratorState, epochs: int | None
@@ -183,9 +213,13 @@ class Pipeline:
 
     def _indices(self, n: int, epoch: int, j: int, batches: int = 1) -> np.ndarray:
         """π_epoch(jB .. (j + batches)B - 1) without argument checks."""
+        return self._positions(n, epoch, j * self.batch_size, self.batch_size * batches)
+
+    def _positions(self, n: int, epoch: int, first: int, length: int) -> np.ndarray:
+        """π_epoch(first .. first + length - 1) without argument checks."""
         dtype = np.int64 if n <= 2**63 else np.uint64
-        positions = np.arange(self.batch_size * batches, dtype=dtype)
-        positions += dtype(j * self.batch_size)
+        positions = np.arange(length, dtype=dtype)
+        positions += dtype(first)
         if self.seed is None:
             return positions
         return held_permutation(n, seed=self.seed, epoch=epoch)(positions)

@@ -33,9 +33,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from pskd_jax._os.files import read_whole
 from pskd_jax.errors import PipelineError, PskdError
 from pskd_jax.pipeline.shuffle import MAX_SEED
 from pskd_jax.pipeline.batches import Pipeline
+
+MAX_PIPELINE_BYTES = 1 << 24  # far more than any pipeline text; a larger file is refused unread
 
 
 __all__ = ["check_inside", "load_pipeline", "parse_pipeline"]
@@ -216,13 +219,12 @@ def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[
     ``..`` and symlinks are resolved; anything else is refused with E9010.
     """
     file_path = os.fspath(file_path)
+    # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
+    raw = read_whole(file_path, PipelineError, what="the pipeline file", limit=MAX_PIPELINE_BYTES)
     try:
-        with open(file_path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, ValueError) as e:  # ValueError: not UTF-8 (UnicodeDecodeError), or a NUL in the path
-        reason = e.strerror if isinstance(e, OSError) else (
-            "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "a path holds no NUL byte")
-        raise PipelineError(f"{file_path}: cannot read the pipeline file: {reason}") from e
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{file_path}: cannot read the pipeline file: not UTF-8 text") from e
     directory = os.path.dirname(os.path.abspath(file_path))
     pipeline = parse_pipeline(text, base_dir=directory, source=file_path)
     check_inside(pipeline.path, directory if root is None else os.fspath(root), file_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from pskd_jax import corpus
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import PskdError
-from tests.helpers import SCRIPT, documents, pskd, start_pskd
+from tests.helpers import ENV, ROOT, SCRIPT, documents, pskd, start_pskd
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 
@@ -158,14 +159,29 @@ def test_merge(tmp_path):
 
 @pytest.mark.subprocess
 def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
-    """A real build holds the directory (it waits on a named pipe for its second input); a second
-    build of the directory, in another process, is refused at once."""
+    """A real build holds the directory (it waits before reading its second input until the test
+    lets it go: a named pipe would be refused as an input); a second build of the directory, in
+    another process, is refused at once."""
     documents(tmp_path / "a.jsonl", 20, 1)
-    pipe = tmp_path / "slow.jsonl"
-    os.mkfifo(pipe)
+    slow = tmp_path / "slow.jsonl"
+    slow.write_text('{"text": "late"}\n')
+    go = tmp_path / "go"
     out = tmp_path / "c"
-    first = start_pskd("corpus", "build", tmp_path / "a.jsonl", pipe, "-o", out, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
+    waiting = (
+        "import os, sys, time\n"
+        "from pskd_jax.corpus import inputs\n"
+        "real, go = inputs.open_fd, sys.argv[1]\n"
+        "def open_fd(path, *args, **kwargs):\n"
+        "    while path.endswith('slow.jsonl') and not os.path.exists(go):\n"
+        "        time.sleep(0.01)\n"
+        "    return real(path, *args, **kwargs)\n"
+        "inputs.open_fd = open_fd\n"
+        "from pskd_jax.apps import pskd\n"
+        "sys.argv = ['pskd', *sys.argv[2:]]\n"
+        "pskd.run()\n")
+    first = subprocess.Popen([sys.executable, "-c", waiting, str(go), "corpus", "build", str(tmp_path / "a.jsonl"),
+                              str(slow), "-o", str(out)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not (out / ".shards.journal").exists():  # written once the lock is held
@@ -177,15 +193,7 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
         with pytest.raises(PskdError, match="E9016: .*another corpus build is running"):  # other inputs, a pool
             in_process("corpus", "build", tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--workers", "2", "-o", out)
         assert first.poll() is None
-        while True:  # the first build waits for a writer of its pipe
-            try:
-                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
-                break
-            except OSError:
-                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-                time.sleep(0.01)
-        os.write(fd, b'{"text": "late"}\n')
-        os.close(fd)
+        go.write_text("")  # the first build reads its second input now
         stdout, stderr = first.communicate(timeout=60)
     finally:
         if first.poll() is None:

@@ -66,6 +66,7 @@ PEAK_FACTOR, PEAK_SLACK = 64, 16 << 20
 FIXTURES = HOSTILE / "_fixtures"
 CHECKPOINT = FIXTURES / "checkpoint.psk.d"
 TEXT = FIXTURES / "text.txt"
+SMALL = FIXTURES / "small.psk.d"
 
 
 BUILD_STATE = {".pskd-corpus.lock", ".shards.journal"}  # what a refused corpus build keeps, to resume
@@ -93,6 +94,8 @@ def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> lis
         "layout": lambda: ["info", str(CHECKPOINT), "--layout", path],
         "index": lambda: ["verify", path],
         "safetensors": lambda: ["convert", path, "-o", out + ".psk.d"],
+        "export": lambda: ["export", path, "-o", out + ".json"],
+        "output": lambda: ["export", str(SMALL), "-o", os.path.join(path, "out.json")],
     }[kind]()
 
 
@@ -126,6 +129,10 @@ def run_api(case: dict, path: str, out_dir: str) -> None:
         manager.verify_directory(path)
     elif kind == "safetensors":
         convert.safetensors_to_pskd(path, out + ".psk.d", durable=False)
+    elif kind == "export":
+        inspection.export_json(path, out + ".json")
+    elif kind == "output":
+        inspection.export_json(str(SMALL), os.path.join(path, "out.json"))
     elif kind == "jsonl":
         tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
         built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
@@ -232,6 +239,16 @@ def _left(out_dir: str) -> list[str]:
     return sorted(found)
 
 
+def _entries(directory: str) -> list[tuple[str, str]]:
+    """A directory's entries and what each is (a link: where it leads), never followed."""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        found.append((name, "link " + os.readlink(full) if os.path.islink(full) else
+                      "directory" if os.path.isdir(full) else f"file {os.path.getsize(full)}"))
+    return found
+
+
 def worker(scratch: str) -> None:
     for index, case in enumerate(CASES):
         path = str(HOSTILE / case["file"])
@@ -239,6 +256,10 @@ def worker(scratch: str) -> None:
         for side in sides(case):
             out_dir = os.path.join(scratch, f"{index}-{side}")
             os.makedirs(out_dir)
+            if case["kind"] == "output":  # written at: a copy of the case's directory, links as links
+                path = os.path.join(scratch, f"{index}-{side}-case")
+                shutil.copytree(HOSTILE / case["file"], path, symlinks=True)
+                before = _entries(path)
 
             def api() -> dict:
                 tracemalloc.start()
@@ -267,6 +288,8 @@ def worker(scratch: str) -> None:
             with open(log + ".err", encoding="utf-8", errors="replace") as f:
                 stderr = f.read()
             left = _left(out_dir)
+            if case["kind"] == "output" and _entries(path) != before:
+                left.append(f"the output's directory changed: {_entries(path)}")
             print(json.dumps({"file": case["file"], "side": side, "outcome": outcome, "status": status,
                               "signal": signal_number, "stderr": stderr[-4000:], "left": left, "size": size}),
                   flush=True)
@@ -318,6 +341,7 @@ def test_api(outcomes, case):
     else:
         assert (outcome["status"], outcome.get("code")) == ("error", case["code"]), outcome
         assert outcome["message"], "an error says what and where"
+    assert not [entry for entry in record["left"] if "changed" in entry], record["left"]
     for step in outcome.get("steps", []):  # a manifest case: every reader answers alike, or succeeds
         # ... or, for windows, refuses a gathered token at or above the vocabulary size (E9004, as
         # Reader.gather does) where only hashing would find the damage.
@@ -338,6 +362,7 @@ def test_cli(outcomes, case):
     assert "Traceback" not in stderr, stderr
     if case["code"] is None:
         assert record["status"] == 0, stderr
+        assert "Warning" not in stderr, stderr  # (numpy's warnings are no answer)
         return
     lines = stderr.splitlines()
     assert record["status"] == 1 and len(lines) == 1, stderr

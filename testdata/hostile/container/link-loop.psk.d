@@ -1,0 +1,1 @@
+link-loop.psk.d
