@@ -55,7 +55,7 @@ flags.DEFINE_string("tokenizer", None, "The tokenizer.json (or VOCAB.json) the m
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "How windows are read (an lm-windows file or a corpus's shards): pread keeps the "
                   "process's resident memory that of the batches in flight whatever the data's size; "
-                  "mmap copies from a memory map, ~4x faster per window, but the pages it visits "
+                  "mmap copies from a memory map, faster per window, but the pages it visits "
                   "count in the resident set.")
 
 

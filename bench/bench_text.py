@@ -15,7 +15,7 @@ byte for byte:
 - encode vs ``" ".join(str(index[c]) for c in text)`` (held to ≥ 5×);
 - token reading + windows vs ``np.array(text.split()).astype(int)`` + strided windows (≥ 2×).
 
-Targets (SPEC §9): ≥ 50 MB/s of input for each stage, peak memory < 1 GiB.
+Targets (the project's figures): ≥ 50 MB/s of input for each stage, peak memory < 1 GiB.
 """
 
 from __future__ import annotations

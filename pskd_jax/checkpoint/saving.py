@@ -42,14 +42,13 @@ be computed while saving (``save(..., digest=...)``) and checked while restoring
 algorithms, each of the whole file as ``xxhsum -H2`` and ``sha256sum`` print them:
 
 - ``xxh3_128`` (XXH3, 128 bits), the checkpoint digest (:data:`CHECKPOINT_DIGEST`, what the
-  checkpoint manager records): it detects damage — a flipped bit or byte, a torn copy — and at
-  about 17 GB/s a core it keeps a verified restore at 1.3–1.5× an unverified one on this
-  project's 2-core machine (``bench/bench_checkpoint.py``). It is not cryptographic: it does not
-  stand against someone who crafts a file to match (nor does a digest kept in the same directory
-  as the file);
+  checkpoint manager records): it detects damage — a flipped bit or byte, a torn copy — and is
+  fast enough to check while restoring (``bench/bench_checkpoint.py`` prints what it costs). It is
+  not cryptographic: it does not stand against someone who crafts a file to match (nor does a
+  digest kept in the same directory as the file);
 - ``sha256``, for digests that ``sha256sum`` reproduces and that hold against tampering, and for
-  checkpoint indexes written before xxh3_128. At 1.5 GB/s a core (one core: it cannot be split)
-  a restore verified with it takes about 5× an unverified one there.
+  checkpoint indexes written before xxh3_128. It runs on one core and is several times slower, so
+  a restore verified with it costs a multiple of an unverified one.
 
 A verified restore reads the file in pieces of :data:`HASH_PIECE` bytes on two threads, straight
 into the result's arrays, while the calling thread hashes each piece once it and every piece

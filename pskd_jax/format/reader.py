@@ -56,12 +56,12 @@ class Reader:
 
     ``access`` says how :meth:`gather` and indexing reach the samples:
 
-    - ``"mmap"`` (default): records are copied out of the map, the fastest way here (~40 µs for
-      64 records of 2 KiB). The pages touched stay mapped, so the process's resident set grows
+    - ``"mmap"`` (default): records are copied out of the map, the fastest way
+      (``bench/bench_gather.py`` compares the two). The pages touched stay mapped, so the process's resident set grows
       toward the file's size as training visits it (clean page cache the kernel can drop, but
       counted in RSS).
     - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
-      batch, ~4× slower per record, and the resident set stays that of the batches in flight
+      batch, slower per record, and the resident set stays that of the batches in flight
       whatever the file's size (samples over 2 GiB: one ``preadv`` a leaf and sample).
       :meth:`leaves`, :meth:`samples` and :meth:`raw_data` (views, by design) still use the map.
 

@@ -138,7 +138,7 @@ class Loader:
 
     def _place(self, host_batches: list[Any], batch_size: int) -> list[Any]:
         """Host batches → device batches. One ``device_put`` call moves a whole group: its fixed
-        cost (~75 µs on CPU) is then paid once a group, not once a batch."""
+        cost is then paid once a group, not once a batch."""
         for host in host_batches:
             self._check_fits_jax(host)
         if self.sharding is None:

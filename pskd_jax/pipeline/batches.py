@@ -175,7 +175,7 @@ class Pipeline:
     ) -> Iterator[tuple[IteratorState, np.ndarray]]:
         epoch, j = state.epoch, state.batch
         # The order is computed for a block of batches at once: one vectorised pass over
-        # BLOCK_POSITIONS positions costs little more than over one batch's (SPEC §5 is random
+        # BLOCK_POSITIONS positions costs little more than over one batch's (the shuffle is random
         # access, so a block is as exact as batch by batch), and memory stays O(block).
         per_block = max(1, BLOCK_POSITIONS // self.batch_size)
         while epochs is None or epoch <= epochs:

@@ -135,7 +135,7 @@ def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
 
 def fmix32(x: int) -> int:
     """The round function before keying and masking: MurmurHash3's finalizer shape with the
-    constants of Chris Wellons' "lowbias32" (the SPEC's ``fmix``).
+    constants of Chris Wellons' "lowbias32" (``fmix`` in docs/pipeline.md).
 
     >>> hex(fmix32(1))
     '0x688990c0'

@@ -22,7 +22,7 @@ def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
     assert lines == [
         f'pipeline stream "{data}" |> shuffle(seed = 0) |> batch(B = 5) |> take(n = 1)',
         "samples  10 of type ℝ[2], 1 batches an epoch",
-        "epoch 2 batch 0: 9 1 3 6 8",  # SPEC §5: seed 0, epoch 2, n = 10 starts 9 1 3 6 8
+        "epoch 2 batch 0: 9 1 3 6 8",  # docs/pipeline.md: seed 0, epoch 2, n = 10 starts 9 1 3 6 8
     ]
     assert pskd_jax.shuffle_order(10, seed=0, epoch=2, start=0, stop=5).tolist() == [9, 1, 3, 6, 8]
     message = fails("E9010", "pipeline", 'stream "w.psk.d" |> batch(B = 0)')

@@ -1,4 +1,4 @@
-"""Encodings and exactness (SPEC §4): rounding once to f64, refusing or rounding narrowings.
+"""Encodings and exactness (docs/exactness.md): rounding once to f64, refusing or rounding narrowings.
 
 The references here are exact: rationals (``fractions.Fraction``) rounded half-even by hand, so a
 rounding bug in numpy, ml_dtypes or the module shows up as a difference.

@@ -1,4 +1,4 @@
-"""The epoch shuffle: ChaCha20, the pinned orders of the SPEC, and every evaluation against the
+"""The epoch shuffle: ChaCha20, the pinned orders of docs/pipeline.md, and every evaluation against the
 scalar reference."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ RFC_BLOCK = bytes.fromhex(
     "b5129cd1de164eb9cbd083e8a2503c4e"
 )
 
-SPEC_VECTORS = [
+PINNED_VECTORS = [
     (0, 1, 10, [2, 4, 5, 6, 8, 7, 0, 9, 1, 3]),
     (0, 2, 10, [9, 1, 3, 6, 8, 0, 7, 2, 5, 4]),
     (42, 1, 1000, [156, 421, 538, 754, 810, 994, 786, 322, 107, 873, 747, 539, 559, 344, 304, 976]),
@@ -53,7 +53,7 @@ def test_round_keys_are_the_first_eight_words_of_the_keyed_block():
     assert round_keys(5, 3) == tuple(int.from_bytes(block[4 * i : 4 * i + 4], "little") for i in range(8))
 
 
-@pytest.mark.parametrize("seed, epoch, n, expected", SPEC_VECTORS)
+@pytest.mark.parametrize("seed, epoch, n, expected", PINNED_VECTORS)
 def test_spec_vectors(seed, epoch, n, expected):
     order = shuffle_order(n, seed=seed, epoch=epoch)
     assert order[: len(expected)].tolist() == expected
