@@ -50,7 +50,7 @@ from typing import Any, Iterator, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, unlocked_temporary_for
-from pskd_jax.corpus.build import BuildResult, ShardResult, build_options, build_shard, remove_stale_shards
+from pskd_jax.corpus.build import BuildResult, ShardResult, build_options, build_shard, check_build_counts, remove_stale_shards
 from pskd_jax.corpus.extras import beam_module
 from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, source_of
 from pskd_jax.corpus.lock import directory_lock
@@ -281,10 +281,7 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike], out_dir: str | os.Pat
     beam = beam_module()
     tokenizer = tokenizer or Tokenizer.bytes()
     options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers!r}")
-    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
-        raise UsageError(f"--chunk-tokens must be at least 1, got {chunk_tokens!r}")
+    check_build_counts(workers=workers, chunk_tokens=chunk_tokens)
     directory = os.fspath(out_dir)
     if is_url(directory):
         raise UsageError(f"{directory}: the corpus directory is a path that the launcher and every worker see "

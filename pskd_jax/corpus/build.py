@@ -385,6 +385,13 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
             pass
     return removed
 
+def check_build_counts(*, workers: Any, chunk_tokens: Any) -> None:
+    """Refuses (E9012) a number of workers or a chunk size below 1, or one that is not an integer."""
+    for flag, value in (("--workers", workers), ("--chunk-tokens", chunk_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value!r}")
+
+
 def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                  tokenizer: Tokenizer | None = None, workers: int = 1,
                  chunk_tokens: int = DEFAULT_CHUNK_TOKENS, max_document_tokens: int | None = None,
@@ -400,10 +407,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     started = time.perf_counter()
     tokenizer = tokenizer or Tokenizer.bytes()
     options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers!r}")
-    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
-        raise UsageError(f"--chunk-tokens must be at least 1, got {chunk_tokens!r}")
+    check_build_counts(workers=workers, chunk_tokens=chunk_tokens)
     sources = find_inputs(inputs)
     if not sources:
         raise CorpusInputError("no input files (.jsonl, .jsonl.gz, .txt) in " + ", ".join(map(str, inputs)))
@@ -516,4 +520,5 @@ def _run_tasks(tasks: list[_Task], results: list[ShardResult | None], workers: i
 
 
 __all__ = ["JOURNAL_FORMAT", "PUBLISH_SECONDS", "BuildResult", "ManifestPublisher", "ShardResult", "build_corpus",
-           "build_options", "build_shard", "finished_prefix", "pool_context", "remove_stale_shards"]
+           "build_options", "build_shard", "check_build_counts", "finished_prefix", "pool_context",
+           "remove_stale_shards"]
