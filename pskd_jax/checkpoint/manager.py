@@ -130,7 +130,7 @@ from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_kind, read_strict, write_json
 from pskd_jax._os.locks import destination_lock
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
-from pskd_jax.checkpoint.layout_file import read_layout_file
+from pskd_jax.format.layout_file import read_layout_file
 from pskd_jax.checkpoint.planning import SaveResult, plan
 from pskd_jax.checkpoint.restoring import restore
 from pskd_jax.checkpoint.saving import save

@@ -1,4 +1,4 @@
-"""Layout files beside checkpoints (pskd_jax.checkpoint.layout_file): they open params files for info
+"""Layout files beside checkpoints (pskd_jax.format.layout_file): they open params files for info
 and export, and a hostile one is E9001 naming it."""
 
 from __future__ import annotations
