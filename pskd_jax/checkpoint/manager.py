@@ -134,6 +134,7 @@ from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_kind, read_strict, write_json
 from pskd_jax._os.locks import destination_lock
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
+from pskd_jax.checkpoint.jax_arrays import is_array_like, is_key_array, key_data, key_impl_of, wrap_keys
 from pskd_jax.format.layout_file import LayoutFile, check_belongs, read_layout_file
 from pskd_jax.checkpoint.planning import SaveResult, plan
 from pskd_jax.checkpoint.restoring import restore
@@ -427,15 +428,31 @@ def _verify_layout(directory: str, entry: dict, path: str, digests: dict[str, st
 
 def _snapshot(tree: Any) -> Any:
     """A copy of the tree's leaves in host memory, so the caller may go on (and donate or overwrite
-    its buffers) while the copy is written."""
+    its buffers) while the copy is written.
+
+    A typed PRNG key array (an nnx model's ``RngState``, ``jax.random.key``), which numpy cannot
+    hold, is copied as its key data and wrapped again as a key array of its implementation (a new
+    buffer, which the caller's donations never reach). A leaf that does not copy is E9005 naming
+    its key path."""
     pairs, rebuild = tree_lib.flatten(tree)
     copies = []
-    for _, value in pairs:
-        if hasattr(value, "shape") and hasattr(value, "dtype"):
-            copies.append(np.array(value, copy=True))
-        else:
-            copies.append(value)  # Python numbers, Fractions, Decimals: immutable
+    for path, value in pairs:
+        copies.append(_leaf_snapshot(path, value) if is_array_like(value) else value)  # (Python numbers: immutable)
     return rebuild(copies)
+
+
+def _leaf_snapshot(path: str, value: Any) -> Any:
+    where = f"leaf {path or '(root)'}"
+    try:
+        if is_key_array(value):
+            impl, _ = key_impl_of(value.dtype)
+            return wrap_keys(np.array(key_data(value), copy=True), impl)
+        return np.array(value, copy=True)
+    except PskdError:
+        raise
+    except Exception as e:  # (a deleted or donated buffer, an object numpy refuses)
+        raise MismatchError(f"{where}: cannot be copied for a background save: {type(e).__name__}: "
+                            f"{str(e)[:200]}") from None
 
 
 def _lock_directory(directory: str) -> int:
