@@ -82,14 +82,16 @@ def _lm_windows(args) -> Iterator[str]:
 
 
 def _layout(args, path: str):
-    """The layout of a params file: --layout, else the ``NAME.layout.json`` written beside it."""
+    """The layout file of a params file: --layout, else the ``NAME.layout.json`` written beside it
+    (either proven to belong to ``path``: E9005 naming both files when it does not), or None."""
     if args.layout:
-        return checkpoint.read_layout(args.layout)
-    return checkpoint.find_layout(path)
+        return checkpoint.read_layout_file(args.layout, data=path)
+    return checkpoint.find_layout_file(path)
 
 
 def _info(args) -> Iterator[str]:
-    yield from data.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file))
+    yield from data.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
+                                    values=True if args.values else None)
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only
@@ -98,12 +100,16 @@ SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file 
 def _diff(args) -> Iterator[str]:
     # Each file through its own layout (--layout, --layout-b, else the NAME.layout.json beside
     # it): two checkpoints pair their leaves by key path. A layout named with --layout also reads
-    # a B that has none of its own; one found beside A never does (B's order may differ).
+    # a B that has none of its own (when it belongs to B too: the same type and size); one found
+    # beside A never does (B's order may differ).
     layout_a = _layout(args, args.a)
-    layout_b = checkpoint.read_layout(args.layout_b) if args.layout_b else checkpoint.find_layout(args.b)
+    layout_b = (checkpoint.read_layout_file(args.layout_b, data=args.b) if args.layout_b
+                else checkpoint.find_layout_file(args.b))
     if layout_b is None and args.layout:
+        checkpoint.check_belongs(layout_a, args.b)
         layout_b = layout_a
-    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
+    distance = data.diff(args.a, args.b, layout_a=layout_a.layout if layout_a is not None else None,
+                         layout_b=layout_b.layout if layout_b is not None else None)
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
@@ -169,9 +175,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stride", type=int, metavar="S", help="distance between window starts (default T)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
 
-    p = command("info", _info, "Print a file's header, encodings and first samples.")
+    p = command("info", _info, "Print a file's header and first samples; a checkpoint's leaves (key paths, "
+                               "dtypes, shapes, storage).")
     p.add_argument("file", metavar="FILE.psk.d")
-    p.add_argument("--samples", type=int, default=2, metavar="N", help="how many samples to show")
+    p.add_argument("--samples", type=int, metavar="N",
+                   help="how many samples to show (default 2; a checkpoint shows its values only when given)")
+    p.add_argument("--values", action="store_true",
+                   help="show a checkpoint's values too, as a restore gives them back (a data file shows them anyway)")
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
     p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import stat
 from typing import Any
 import numpy as np
 from pskd_jax.format.encodings import Encoding, Rounding
-from pskd_jax.errors import PskdError, TruncatedError
-from pskd_jax._os.atomic import fsync_directory
+from pskd_jax.errors import PskdError, TruncatedError, UsageError
+from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax._os.digests import file_digest
 from pskd_jax._os.positional import write_at
@@ -36,6 +37,31 @@ def _agree(multihost_utils: Any, tag: str, error: BaseException | None) -> None:
         raise PskdError(f"E{c}", f"{tag}: process {k} refused the save (E{c}, its own error says where); "
                                  "nothing was committed")
 
+def _open_temporary(temporary: str, *, create: bool) -> int:
+    """The save's temporary file opened for writing, never blocking (``O_NONBLOCK``: a FIFO there
+    without a reader fails at once instead of waiting for one) and never through a link
+    (``O_NOFOLLOW``); E9012 naming it when it is not a regular file (a FIFO, a device, a directory,
+    a link), which is left where it is."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | (os.O_CREAT if create else 0)
+    refused = (f"{temporary}: the temporary file of this save is not a regular file (a named pipe, a device, a "
+               "directory or a link stands at its name); it is not written through or removed: move it away")
+    try:
+        fd = os.open(temporary, flags, 0o644)
+    except OSError as e:
+        if os.path.lexists(temporary) and not stat.S_ISREG(os.lstat(temporary).st_mode):
+            raise UsageError(refused) from e
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(refused)
+        if create:
+            os.ftruncate(fd, 0)  # (a stale temporary of a crashed save of this destination)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def save_distributed(
     path: str | os.PathLike,
     tree: Any,
@@ -58,6 +84,13 @@ def save_distributed(
     into place and syncs the directory, and a last barrier returns once it is committed. A failure
     in any process fails every process, and nothing is committed. The file is the one a single
     process writes of the same values. ``rounding`` reports this process's shards only.
+
+    The output follows the rules of every writer (:func:`pskd_jax._os.atomic.destination_for`): a
+    symbolic link at ``path`` is written through (the temporary file and the rename are in its
+    target's directory), a directory, FIFO or device there is refused (E9012), checked again
+    just before the rename. The temporary file ``.NAME.distributed.tmp`` is opened without
+    blocking and must be a regular file: a FIFO, device, directory or link standing at its name is
+    refused (E9012), never waited on or removed.
     """
     jax = jax_module()
     multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
@@ -66,21 +99,25 @@ def save_distributed(
     algorithm = digest_algorithm(digest)
     plan_ = plan(tree, name=name, encodings=encodings, keep_global=True)
     placement = plan_.placement
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = names.distributed_temporary(path)
+    error: BaseException | None = None
+    try:  # (every process: a refusal in any one is agreed on before anything is written)
+        destination = destination_for(path)
+    except BaseException as e:
+        error, destination = e, path
+    directory = os.path.dirname(os.path.abspath(destination))
+    temporary = names.distributed_temporary(destination)
     layout_path = names.layout_path_for(path) if layout_file and isinstance(parse_type(plan_.type_text), ParamsType) else None
     header = plan_.header
-    error: BaseException | None = None
     # Process 0 holds the destination's lock from before the layout to the commit.
     with contextlib.ExitStack() as held:
-        if me == 0:
+        if me == 0 and error is None:
             try:
                 held.enter_context(destination_lock(path))
             except BaseException as e:  # handed to every process by _agree
                 error = e
         if me == 0 and error is None:
             try:
-                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                fd = _open_temporary(temporary, create=True)
                 try:
                     os.ftruncate(fd, plan_.size)
                     write_at(fd, memoryview(header), 0, temporary)
@@ -94,7 +131,7 @@ def save_distributed(
 
         reports: dict[int, Rounding] = {}
         try:
-            fd = os.open(temporary, os.O_WRONLY)
+            fd = _open_temporary(temporary, create=False)
             try:
                 for i, value in enumerate(plan_.arrays):
                     start = len(header) + placement.offsets[i]
@@ -151,7 +188,8 @@ def save_distributed(
                     write_layout(layout_path, plan_, durable=durable, xxh3_128=found.get("xxh3_128"))
                 elif os.path.lexists(names.layout_path_for(path)):  # it described the data replaced
                     os.unlink(names.layout_path_for(path))
-                os.replace(temporary, path)
+                check_destination(destination)  # (still nothing or a regular file)
+                os.replace(temporary, destination)
                 committed = True
                 if durable:
                     fsync_directory(directory)

@@ -1,5 +1,5 @@
-"""The layout file written beside a ``params`` checkpoint (its reader, and the proof that it belongs
-to its data file, are in :mod:`pskd_jax.format.layout_file`).
+"""Writing the layout file beside a ``params`` checkpoint. Its format, its reader and the proof
+that it belongs to its data file are in :mod:`pskd_jax.format.layout_file`.
 """
 
 from __future__ import annotations
@@ -10,17 +10,7 @@ from pskd_jax._os.jsonfile import write_json
 from pskd_jax.checkpoint.planning import SavePlan
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.keypaths import path_keys
-from pskd_jax.format.layout_file import (
-    LAYOUT_FORMAT,
-    LAYOUT_VERSION,
-    LayoutFile,
-    check_belongs,
-    find_layout,
-    find_layout_file,
-    header_digest,
-    read_layout,
-    read_layout_file,
-)
+from pskd_jax.format.layout_file import LAYOUT_FORMAT, LAYOUT_VERSION, header_digest
 
 
 def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | None = None) -> dict:
@@ -56,15 +46,4 @@ def write_layout(path: str, plan_: SavePlan, *, durable: bool = True, xxh3_128: 
     write_json(path, layout_json(plan_, xxh3_128=xxh3_128, extra=extra), durable=durable)
 
 
-__all__ = [
-    "LAYOUT_FORMAT",
-    "LAYOUT_VERSION",
-    "LayoutFile",
-    "check_belongs",
-    "find_layout",
-    "find_layout_file",
-    "layout_json",
-    "read_layout",
-    "read_layout_file",
-    "write_layout",
-]
+__all__ = ["layout_json", "write_layout"]

@@ -64,8 +64,11 @@ never empties it. A step file is adopted when it proves complete on its own:
 - it reads as a ``.psk.d`` file holding exactly one sample, and its size is exactly its header
   plus that sample (no byte missing, none trailing);
 - a ``params`` checkpoint has its layout file beside it (without one its size proves nothing),
-  and that layout file reads, was written for the same type, and makes samples of the size the
-  file holds; a layout file without its checkpoint file is not adoptable.
+  and that layout file reads, makes samples of the size the file holds, and proves it was
+  written with this file (:func:`pskd_jax.format.layout_file.check_belongs`: its header digest and
+  size, and the whole file's xxh3_128 when it records one, so that the layout of a save of leaves
+  of other shapes with the same encodings and byte total is refused); a layout file without its
+  checkpoint file is not adoptable.
 
 When every step file proves complete, the index is rebuilt from them: each entry gets the digest
 of the file as found (it cannot vouch for the bytes before that), ``extra`` null and ``"adopted":
@@ -123,14 +126,16 @@ import numpy as np
 
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.reader import Reader
-from pskd_jax.errors import CheckpointDirectoryError, PskdError, TruncatedError, UsageError
+from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError, TruncatedError, UsageError
 from pskd_jax._os import locks, names
+from pskd_jax._os.names import layout_path_for
 from pskd_jax._os.atomic import remove_stale_temporaries
 from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_kind, read_strict, write_json
 from pskd_jax._os.locks import destination_lock
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
-from pskd_jax.checkpoint.layout_file import read_layout_file
+from pskd_jax.checkpoint.jax_arrays import is_array_like, is_key_array, key_data, key_impl_of, wrap_keys
+from pskd_jax.format.layout_file import LayoutFile, check_belongs, read_layout_file
 from pskd_jax.checkpoint.planning import SaveResult, plan
 from pskd_jax.checkpoint.restoring import restore
 from pskd_jax.checkpoint.saving import save
@@ -360,10 +365,12 @@ def _step_names_present(directory: str) -> list[str]:
 
 def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
     """Checks the checkpoints of a directory (or one step) against their recorded digests (every
-    algorithm an entry records that this version knows); returns the entries checked. E9013 names
-    the first damaged checkpoint; E9014 a malformed index, a step the index lacks, or step files
-    without an index (nothing to check them against: a manager opened on the directory adopts
-    them)."""
+    algorithm an entry records that this version knows), and each step's layout file against its
+    data file; returns the entries checked. E9013 names the first damaged checkpoint; E9005 (naming
+    both files) a layout file written for another file — another header, size, or whole-file
+    xxh3_128 —; E9001 (naming both) a listed layout file that is missing or does not read; E9014 a
+    malformed index, a step the index lacks, or step files without an index (nothing to check them
+    against: a manager opened on the directory adopts them)."""
     index = _load_index(directory)
     if not index.exists:
         found = _step_names_present(directory)
@@ -379,8 +386,41 @@ def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
         if not entries:
             raise CheckpointDirectoryError(f"{directory}: no complete checkpoint for step {step}")
     for entry in entries:
-        verify_file(entry_path(directory, entry), **entry_digests(entry))
+        path = entry_path(directory, entry)
+        digests = entry_digests(entry)
+        verify_file(path, **digests)
+        _verify_layout(directory, entry, path, digests)
     return entries
+
+
+def _xxh3_for(path: str, layout_file: LayoutFile, known: str | None) -> str | None:
+    """The whole file's xxh3_128 to prove a layout file against: the one at hand (``known``), else
+    computed only when the layout file records one to compare with."""
+    if known is not None:
+        return known
+    recorded = (layout_file.identity or {}).get("xxh3_128")
+    return file_digest(path, "xxh3_128") if recorded is not None else None
+
+
+def _verify_layout(directory: str, entry: dict, path: str, digests: dict[str, str]) -> None:
+    """Checks that the layout file of a verified step is its own (E9005 naming both files when it
+    was written for another file; E9001 naming both when the index lists one that is missing or
+    does not read): by its header digest and size, and by the whole file's xxh3_128 it records.
+    A step the index lists without a layout file is checked only when one lies beside it (restore
+    would use it)."""
+    listed = entry.get("layout")
+    layout_path = os.path.join(directory, listed) if listed else layout_path_for(path)
+    if not listed and not os.path.lexists(layout_path):
+        return
+    where = f"step {entry['step']} {path}"
+    try:
+        layout_file = read_layout_file(layout_path)
+    except PskdError as e:
+        raise NotClosedError(f"{where}: its layout file does not read: {e.message}") from None
+    try:
+        check_belongs(layout_file, path, xxh3_128=_xxh3_for(path, layout_file, digests.get("xxh3_128")))
+    except MismatchError as e:
+        raise MismatchError(f"{where}: {e.message}") from None
 
 
 # -- one manager a directory ---------------------------------------------------------------------------
@@ -388,15 +428,31 @@ def verify_directory(directory: str, *, step: int | None = None) -> list[dict]:
 
 def _snapshot(tree: Any) -> Any:
     """A copy of the tree's leaves in host memory, so the caller may go on (and donate or overwrite
-    its buffers) while the copy is written."""
+    its buffers) while the copy is written.
+
+    A typed PRNG key array (an nnx model's ``RngState``, ``jax.random.key``), which numpy cannot
+    hold, is copied as its key data and wrapped again as a key array of its implementation (a new
+    buffer, which the caller's donations never reach). A leaf that does not copy is E9005 naming
+    its key path."""
     pairs, rebuild = tree_lib.flatten(tree)
     copies = []
-    for _, value in pairs:
-        if hasattr(value, "shape") and hasattr(value, "dtype"):
-            copies.append(np.array(value, copy=True))
-        else:
-            copies.append(value)  # Python numbers, Fractions, Decimals: immutable
+    for path, value in pairs:
+        copies.append(_leaf_snapshot(path, value) if is_array_like(value) else value)  # (Python numbers: immutable)
     return rebuild(copies)
+
+
+def _leaf_snapshot(path: str, value: Any) -> Any:
+    where = f"leaf {path or '(root)'}"
+    try:
+        if is_key_array(value):
+            impl, _ = key_impl_of(value.dtype)
+            return wrap_keys(np.array(key_data(value), copy=True), impl)
+        return np.array(value, copy=True)
+    except PskdError:
+        raise
+    except Exception as e:  # (a deleted or donated buffer, an object numpy refuses)
+        raise MismatchError(f"{where}: cannot be copied for a background save: {type(e).__name__}: "
+                            f"{str(e)[:200]}") from None
 
 
 def _lock_directory(directory: str) -> int:
@@ -980,10 +1036,20 @@ class CheckpointManager:
                     if reader.file_size != size:
                         raise _NotAdoptable(file, f"{reader.file_size} bytes, where one sample of its type and its "
                                                   f"header take {size}")
+                digest = file_digest(path, self.digest)
             except PskdError as e:
                 raise _NotAdoptable(file, e.message) from None
+            if layout_file is not None:
+                # The layout file must be this file's own: its header digest and size, and — the
+                # file being hashed anyway — the whole file's xxh3_128 when it records one (a layout
+                # of leaves of other shapes with the same encodings and byte total differs only there).
+                try:
+                    known = digest if self.digest == "xxh3_128" else None
+                    check_belongs(layout_file, path, xxh3_128=_xxh3_for(path, layout_file, known))
+                except PskdError as e:
+                    raise _NotAdoptable(layout, e.message) from None
             entry = {"step": step, "file": file, "type": header.type_text, "bytes": size,
-                     "digest": {self.digest: file_digest(path, self.digest)}, "extra": None, "adopted": True}
+                     "digest": {self.digest: digest}, "extra": None, "adopted": True}
             if layout_file is not None:
                 entry["layout"] = layout
             return entry

@@ -196,7 +196,8 @@ def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_glob
             array, form = _source(path, value, keep_global)
         except PskdError:
             raise
-        except (TypeError, ValueError, OverflowError, AttributeError) as e:
+        except (TypeError, ValueError, OverflowError, AttributeError, RuntimeError) as e:
+            # (RuntimeError: a JAX array whose buffer was deleted, or donated to a computation)
             raise MismatchError(f"{leaf_name(path)}: cannot be stored: {type(e).__name__}: {str(e)[:200]}") from None
         arrays.append(array)
         forms.append(form)

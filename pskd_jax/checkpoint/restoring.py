@@ -333,29 +333,9 @@ def _where(path: str, leaf: Leaf) -> str:
 def _saved_values(raw: np.ndarray, leaf: Leaf, form: sd.Form | None, placement: Placement, i: int,
                   where: str) -> Any:
     """A leaf's saved values from its stored elements: an array in the saved dtype, key data
-    (uint32), or a Python scalar."""
-    if form is None:
-        bad = sd.out_of_bound(raw, leaf.bound)
-        if bad is not None:
-            index = [int(k) for k in np.unravel_index(bad, raw.shape)] if raw.shape else []
-            raise BadValueError(f"{where} at index {index}: the stored value {int(raw.reshape(-1)[bad])} is not "
-                                f"below its bound idx[{leaf.bound}]")
-        return raw
-    if form.kind == sd.KIND_KEY:
-        return raw
-    if form.kind == sd.KIND_PYTHON:
-        if form.dtype == "float":
-            return float(raw)
-        if form.dtype == "bool":
-            return bool(sd.as_bool(raw, where))
-        return sd.python_int_of(raw)
-    if not sd.restore_dtype(form, placement.encodings[i] if leaf.is_real else None):
-        return raw  # stored narrower than its dtype, as the caller asked: the stored values
-    values = sd.from_stored(raw, form, where)
-    saved = sd.dtype_named(form.dtype)
-    if values.dtype != saved:  # a version 1 integer, stored as its unsigned value
-        values = _cast(values, saved, where, allow_overflow=False)
-    return values
+    (uint32), or a Python scalar (:func:`pskd_jax.format.stored_dtypes.saved_values`)."""
+    return sd.saved_values(raw, form, where, bound=leaf.bound,
+                           stored_encoding=placement.encodings[i] if leaf.is_real else None)
 
 
 def _dtype_info(dtype: np.dtype):

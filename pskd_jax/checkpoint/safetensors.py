@@ -42,7 +42,7 @@ import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import open_regular, read_whole
-from pskd_jax.checkpoint.keypaths import MAX_KEY_DEPTH, nest, path_keys
+from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint

@@ -6,6 +6,14 @@ of the leaf's encoding with its sign bit clear (f64 ``0x7ff8000000000000``, f32 
 bf16 ``0x7fc0``). Any other NaN (a negative one, a signalling one, one carrying a payload) is
 ``"NaN:0x"`` followed by its stored bits in hexadecimal, as wide as the encoding (16, 8 or 4
 digits), so that the exact value can be rebuilt. ``info`` prints the same words.
+
+A checkpoint read through its layout file shows each leaf's values as a restore gives them back
+(:func:`shown_values`): a signed integer as its value (an int8 −3 is ``-3``, not the stored 253), a
+bool as ``true``/``false``, a float8 or other narrow float as its value (a NaN as ``"NaN:0x"`` and
+its one byte), an int4 as its value, a Python scalar as itself. Where the stored view already is
+the value in JSON's terms it is written as stored, so that every NaN's bits are those of the
+encoding the header names: a float16 leaf as the f32 that holds it exactly, a complex leaf as its
+(real, imaginary) pairs, a PRNG key as its key data.
 """
 
 from __future__ import annotations
@@ -14,10 +22,12 @@ import dataclasses
 import json
 from typing import Any, Iterator
 import numpy as np
+from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.encodings import REAL_DTYPES, Encoding
+from pskd_jax.format.layout_file import LayoutFile, check_belongs
 from pskd_jax._os.atomic import text_output
-from pskd_jax.errors import TruncatedError
+from pskd_jax.errors import BadValueError, TruncatedError
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
 
@@ -25,9 +35,10 @@ CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's siz
 #: header's claim with no byte behind it, and each still costs JSON text.
 MAX_EMPTY_SAMPLES = 1 << 24
 
-#: The quiet NaN of each width, sign bit clear: written "NaN"; any other NaN shows its bits.
-_QUIET_NAN = {8: 0x7FF8000000000000, 4: 0x7FC00000, 2: 0x7FC0}
-_UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+#: The quiet NaN of each encoding, sign bit clear: written "NaN"; any other NaN (and every NaN
+#: of another dtype: float16, float8…) shows its bits.
+_QUIET_NAN = {np.dtype("<f8"): 0x7FF8000000000000, np.dtype("<f4"): 0x7FC00000, REAL_DTYPES[Encoding.BF16]: 0x7FC0}
+_UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
 def non_finite_text(value: Any) -> str:
@@ -48,7 +59,7 @@ def non_finite_text(value: Any) -> str:
         return "-Infinity"
     size = scalar.dtype.itemsize
     bits = int(scalar.reshape(1).view(_UNSIGNED[size])[0])
-    return "NaN" if bits == _QUIET_NAN[size] else f"NaN:0x{bits:0{2 * size}x}"
+    return "NaN" if bits == _QUIET_NAN.get(scalar.dtype) else f"NaN:0x{bits:0{2 * size}x}"
 
 
 def _reals(value: np.ndarray) -> Any:
@@ -73,6 +84,8 @@ def plain(value: Any) -> Any:
     a non-finite real becomes its string (:func:`non_finite_text`).
     """
     if isinstance(value, np.ndarray):
+        if sd.is_narrow_integer(value.dtype):  # (int4 and its kin: numpy sees opaque bytes)
+            return value.astype(np.int64).tolist()
         if value.dtype.kind in "fV" or value.dtype == REAL_DTYPES[Encoding.BF16]:
             return _reals(value)
         return value.tolist()
@@ -93,6 +106,33 @@ def plain(value: Any) -> Any:
     return value
 
 
+def layout_and_forms(path: str, layout: Any) -> tuple[Any, list[sd.Form | None] | None]:
+    """The layout to read ``path`` with, and each leaf's form when ``layout`` is a layout file
+    (proven to belong to ``path``: E9005 naming both files otherwise); None for other layouts."""
+    if isinstance(layout, LayoutFile):
+        check_belongs(layout, path)
+        forms = list(layout.forms) or [None] * len(layout.layout.leaves)
+        return layout.layout, forms
+    return layout, None
+
+
+def shown_values(stored: np.ndarray, form: sd.Form | None, where: str, *, bound: int | None = None,
+                 stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
+    """A leaf's stored elements as info and export show them (see the module's docstring): decoded
+    as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
+    are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
+    ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
+    leaf then gives one scalar a sample (a list)."""
+    if form is not None and form.kind == sd.KIND_PYTHON and batched:
+        return [sd.saved_values(row, form, f"{where}, sample {k}") for k, row in enumerate(stored)]
+    if form is None or form.kind in (sd.KIND_KEY, sd.KIND_COMPLEX):
+        return stored
+    if form.kind == sd.KIND_VALUE and form.dtype == "float16" and stored.dtype == np.float32:
+        sd.float32_to_float16(stored, where)  # (checked, shown as the f32 that holds it)
+        return stored
+    return sd.saved_values(stored, form, where, bound=bound, stored_encoding=stored_encoding)
+
+
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
@@ -110,7 +150,12 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
     at most :data:`CHUNK_ELEMENTS` elements at a time, a sample larger than that leaf by leaf and
     row by row: memory stays bounded whatever the sizes. A count of samples that hold no data
     beyond :data:`MAX_EMPTY_SAMPLES` is refused (E9003): the header claims them, no byte backs them.
+
+    ``layout`` reads a ``params`` file: a :class:`LayoutFile` (which must belong to the file: E9005
+    naming both otherwise; its leaves' values are then shown as the module's docstring says), a
+    :class:`Layout` or a template (the stored values).
     """
+    layout, forms = layout_and_forms(path, layout)
     with Reader(path, layout=layout, access="pread") as reader:
         placement = reader.placement
         if placement is None:
@@ -132,7 +177,7 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
         with text_output(output) as f:
             f.write(_dumps(head)[:-1])
             f.write(b', "samples": [')
-            for k, run in enumerate(_sample_runs(reader)):
+            for k, run in enumerate(_sample_runs(reader, ShownLeaves(reader, forms))):
                 if k:
                     f.write(b", ")
                 if isinstance(run, bytes):
@@ -144,7 +189,48 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
         return count
 
 
-def _sample_runs(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
+class ShownLeaves:
+    """Each leaf of a reader's samples as :func:`shown_values` shows it (as stored where no layout
+    file gave its form)."""
+
+    def __init__(self, reader: Reader, forms: list[sd.Form | None] | None):
+        self.reader = reader
+        self.forms = forms or [None] * len(reader.placement.layout.leaves)
+
+    def leaf(self, i: int, stored: np.ndarray, *, batched: bool = False) -> Any:
+        form = self.forms[i]
+        if form is None:
+            return stored
+        placement = self.reader.placement
+        leaf = placement.layout.leaves[i]
+        where = f"{self.reader.path}: at {leaf.path or '(root)'}"
+        shown = shown_values(stored, form, where, bound=leaf.bound,
+                             stored_encoding=placement.encodings[i] if leaf.is_real else None, batched=batched)
+        for value in (shown if isinstance(shown, list) else [shown]):
+            _check_decimal(value, where)
+        return shown
+
+    def whole(self, i: int) -> bool:
+        """Whether leaf i is read whole, never in blocks (a Python scalar: its limbs make one value)."""
+        form = self.forms[i]
+        return form is not None and form.kind == sd.KIND_PYTHON
+
+
+MAX_DECIMAL_BITS = 10000  # a Python int wider than this is checked to have a decimal text
+
+
+def _check_decimal(value: Any, where: str) -> None:
+    """Refuses (E9004) a Python int too long for Python's decimal text (beyond
+    ``sys.get_int_max_str_digits()``): JSON and info write integers in decimal."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_DECIMAL_BITS:
+        try:
+            str(value)
+        except ValueError:
+            raise BadValueError(f"{where}: a Python int of {value.bit_length()} bits, more digits than Python "
+                                "writes in decimal") from None
+
+
+def _sample_runs(reader: Reader, shown: ShownLeaves) -> Iterator[bytes | Iterator[bytes]]:
     """The samples' JSON, a run of consecutive samples at a time: the bytes of a chunk of samples
     (separated by ", "), or an iterator of the pieces of one sample larger than a chunk (read leaf
     by leaf, row by row)."""
@@ -162,20 +248,20 @@ def _sample_runs(reader: Reader) -> Iterator[bytes | Iterator[bytes]]:
         return
     if per_sample > CHUNK_ELEMENTS:
         for k in range(count):
-            yield _large_sample(reader, k)
+            yield _large_sample(reader, k, shown)
         return
     step = max(1, CHUNK_ELEMENTS // per_sample)
     for start in range(0, count, step):
         # gathered, not viewed: idx values are checked against their bound (E9004)
         chunk = reader.gather_leaves(np.arange(start, min(start + step, count)))
-        columns = [plain(leaf) for leaf in chunk]
+        columns = [plain(shown.leaf(i, leaf, batched=True)) for i, leaf in enumerate(chunk)]
         yield b", ".join(_dumps(plain(layout.unflatten(list(row)))) for row in zip(*columns))
 
 
 _MARK = "\ue000pskd-leaf-{}\ue001"
 
 
-def _large_sample(reader: Reader, k: int) -> Iterator[bytes]:
+def _large_sample(reader: Reader, k: int, shown: ShownLeaves) -> Iterator[bytes]:
     """Sample ``k``'s JSON in pieces: its structure with each leaf written in place, a large leaf
     a block of rows at a time (positional reads of those rows alone)."""
     layout = reader.placement.layout
@@ -183,22 +269,22 @@ def _large_sample(reader: Reader, k: int) -> Iterator[bytes]:
     for i, leaf in enumerate(layout.leaves):
         before, after = skeleton.split(json.dumps(_MARK.format(i), ensure_ascii=False), 1)
         yield before.encode("utf-8")
-        yield from _leaf_text(reader, k, i)
+        yield from _leaf_text(reader, k, i, shown)
         skeleton = after
     yield skeleton.encode("utf-8")
 
 
-def _leaf_text(reader: Reader, k: int, i: int) -> Iterator[bytes]:
+def _leaf_text(reader: Reader, k: int, i: int, shown: ShownLeaves) -> Iterator[bytes]:
     """Leaf ``i`` of sample ``k`` as nested JSON lists, read a block of innermost rows at a time."""
     leaf = reader.placement.layout.leaves[i]
     shape = leaf.shape
-    if leaf.size <= CHUNK_ELEMENTS or not shape:
-        yield _dumps(plain(reader.leaf_range(k, i, 0, leaf.size).reshape(shape)))
+    if leaf.size <= CHUNK_ELEMENTS or not shape or shown.whole(i):
+        yield _dumps(plain(shown.leaf(i, reader.leaf_range(k, i, 0, leaf.size).reshape(shape))))
         return
     if len(shape) == 1:  # one row: its elements a block at a time
         yield b"["
         for first in range(0, leaf.size, CHUNK_ELEMENTS):
-            values = plain(reader.leaf_range(k, i, first, first + CHUNK_ELEMENTS))
+            values = plain(shown.leaf(i, reader.leaf_range(k, i, first, first + CHUNK_ELEMENTS)))
             yield ((", " if first else "") + json.dumps(values, allow_nan=False)[1:-1]).encode("utf-8")
         yield b"]"
         return
@@ -213,7 +299,7 @@ def _leaf_text(reader: Reader, k: int, i: int) -> Iterator[bytes]:
     yield b"["
     for first in range(0, rows, per_block):
         last = min(first + per_block, rows)
-        values = reader.leaf_range(k, i, first * width, last * width).reshape(last - first, width)
+        values = shown.leaf(i, reader.leaf_range(k, i, first * width, last * width).reshape(last - first, width))
         pieces = []
         for r, row in zip(range(first, last), plain(values)):
             opening = sum(1 for s in spans if r % s == 0)
@@ -224,4 +310,5 @@ def _leaf_text(reader: Reader, k: int, i: int) -> Iterator[bytes]:
     yield b"]"
 
 
-__all__ = ["CHUNK_ELEMENTS", "MAX_EMPTY_SAMPLES", "export_json", "non_finite_text", "plain"]
+__all__ = ["CHUNK_ELEMENTS", "MAX_DECIMAL_BITS", "MAX_EMPTY_SAMPLES", "export_json", "layout_and_forms", "non_finite_text",
+           "plain", "ShownLeaves", "shown_values"]

@@ -83,9 +83,11 @@ def header_digest(header_bytes: bytes) -> str:
     return xxhash.xxh3_128(header_bytes).hexdigest()
 
 
-def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None = None) -> LayoutFile:
+def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None = None,
+                     xxh3_128: str | None = None) -> LayoutFile:
     """Reads ``NAME.layout.json`` (E9001 naming the file when it is not one). With ``data``, also
-    proves that it belongs to that data file (:func:`check_belongs`)."""
+    proves that it belongs to that data file (:func:`check_belongs`, given ``xxh3_128``: the data
+    file's whole digest, when the caller has it)."""
     path = os.fspath(path)
     content = read_strict(path, NotClosedError, what="the layout file")
     try:
@@ -94,7 +96,7 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
         # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
         raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
     if data is not None:
-        check_belongs(layout_file, data)
+        check_belongs(layout_file, data, xxh3_128=xxh3_128)
     return layout_file
 
 
@@ -315,10 +317,15 @@ def _data_header(data: str) -> tuple[Header, bytes, int]:
     return header, bytes(header_bytes), size
 
 
-def check_belongs(layout_file: LayoutFile, data: str | os.PathLike) -> None:
+def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128: str | None = None) -> None:
     """Refuses (E9005, naming both files) a layout file that was not written with the data file
     ``data``: version 2 by its recorded size and header digest, version 1 by agreeing with the
-    file's type, leaf encodings and size."""
+    file's type, leaf encodings and size.
+
+    The header and the size do not tell two trees apart whose leaves have the same encodings and
+    byte total but other shapes. A caller that has the data file's whole ``xxh3_128`` (hex: it
+    hashed the file anyway, as a verify or an adoption does) passes it, and a version 2 layout file
+    that records the whole file's digest must then record that one."""
     data = os.fspath(data)
     header, header_bytes, size = _data_header(data)
     name = layout_file.path or "the layout"
@@ -332,6 +339,10 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike) -> None:
                                  f"{recorded['bytes']}")
         elif size > recorded["bytes"]:
             problem = f"it was written for a file of {recorded['bytes']} bytes, this one has {size}"
+        elif xxh3_128 is not None and recorded.get("xxh3_128") not in (None, xxh3_128.lower()):
+            problem = (f"it was written for a file whose xxh3_128 is {recorded['xxh3_128']}, this one's is "
+                       f"{xxh3_128.lower()} (the same type and size: another save, of other values or of "
+                       "leaves of other shapes)")
     if problem is None and layout_file.identity is None:  # (version 1: what can be checked)
         problem = _disagreement(layout_file, header, size)
     elif problem is None and layout_file.type_text != header.type_text:

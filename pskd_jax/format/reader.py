@@ -113,7 +113,7 @@ class Reader:
             raise
         self.layout: Layout | None = None
         self.placement: Placement | None = None
-        self._views: list[np.ndarray] = []
+        self._views: list[np.ndarray] | None = None  # built on first use (_leaf_views)
         self._records: np.ndarray | None = None
         self._bounded: list[int] = []
         try:
@@ -165,7 +165,7 @@ class Reader:
         self._check_addressable(placement)
         self._check_params_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
-        self._views = [self._leaf_view(i) for i in range(len(layout.leaves))]
+        self._views = None  # (a restore reads leaves positionally and never needs them)
         self._records = self._record_view()
         # idx leaves whose dtype holds values at or above the bound (idx[10] in u8): gathered
         # values are checked. A bound that fills its dtype (idx[256] in u8) needs no check.
@@ -239,6 +239,15 @@ class Reader:
         """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
         lives, closing the map fails (and is deferred) instead of leaving the view dangling."""
         return np.frombuffer(self._map, dtype=np.uint8)
+
+    def _leaf_views(self) -> list[np.ndarray]:
+        """Every leaf's view over the map (:meth:`_leaf_view`), built on first use and kept: a
+        reader that only reads positionally (a restore, ``access="pread"``) never pays for them."""
+        if self._views is None:
+            if self._file is None:
+                raise UsageError(f"{self.path}: the reader is closed")
+            self._views = [self._leaf_view(i) for i in range(len(self.placement.layout.leaves))]
+        return self._views
 
     def _leaf_view(self, i: int) -> np.ndarray:
         """Leaf i of every sample as one strided array over the map (no copy)."""
@@ -325,16 +334,16 @@ class Reader:
         if self._records is None and self._map is not None and placement.sample_bytes and len(positions):
             # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
             if self.access == "pread":
-                leaves = [self._read_leaf_rows(i, positions) for i in range(len(self._views))]
+                leaves = [self._read_leaf_rows(i, positions) for i in range(len(placement.layout.leaves))]
             else:
-                leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._views]
+                leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._leaf_views()]
         else:
             # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never
             # a copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
             records = None
             if self._records is not None:
                 records = self._read_records(positions) if self.access == "pread" else self._records.take(positions)
-            leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(len(self._views))]
+            leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(len(placement.layout.leaves))]
         for i in self._bounded:
             self._check_bound(i, leaves[i], positions)
         return leaves
@@ -449,7 +458,7 @@ class Reader:
     def leaves(self) -> list[np.ndarray]:
         """Every leaf of every sample as a read-only view of the map, shape (count, *leaf.shape)."""
         self._require_layout()
-        return list(self._views)
+        return list(self._leaf_views())
 
     def samples(self) -> Any:
         """All samples as one batched pytree of read-only views (no copy)."""
@@ -548,7 +557,7 @@ class Reader:
             self.header, self.file_size, self._map = old
             raise
         if self.placement is not None:
-            self._views = [self._leaf_view(i) for i in range(len(self.placement.layout.leaves))]
+            self._views = None  # rebuilt over the new map on first use
             self._records = self._record_view()
         self._release_map(old[2])  # closes now, or with the last view taken of it
         return header.count
@@ -585,7 +594,7 @@ class Reader:
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._views = []
+        self._views = None
         self._records = None
         if self._file is not None:
             self._file.close()

@@ -339,6 +339,43 @@ def as_bool(values: np.ndarray, where: str) -> np.ndarray:
     return values.view(np.bool_) if values.dtype.itemsize == 1 else values.astype(np.bool_)
 
 
+def saved_values(stored: np.ndarray, form: Form | None, where: str, *, bound: int | None = None,
+                 stored_encoding: Encoding | None = None) -> Any:
+    """A leaf's saved values from its stored elements, as a restore without JAX gives them back:
+    an array in the saved dtype (signed and narrow integers from their patterns, bools, float8
+    values, complex from pairs, float16 from its f32), key data (uint32, as stored), or — ``stored``
+    being one sample's leaf — a Python scalar. ``form`` None (no layout file says more): the
+    stored values, checked against ``bound``. A real leaf the caller stored in another encoding than
+    its dtype's own (``stored_encoding``) gives back the stored values. Refuses (E9004 naming
+    ``where`` and the index) what the form cannot hold (see :func:`from_stored`)."""
+    if form is None:
+        bad = out_of_bound(stored, bound)
+        if bad is not None:
+            raise BadValueError(f"{where} at index {_index_text(stored.shape, bad)}: the stored value "
+                                f"{int(stored.reshape(-1)[bad])} is not below its bound idx[{bound}]")
+        return stored
+    if form.kind == KIND_KEY:
+        return stored
+    if form.kind == KIND_PYTHON:
+        if form.dtype == "float":
+            return float(stored)
+        if form.dtype == "bool":
+            return bool(as_bool(stored, where))
+        return python_int_of(stored)
+    if not restore_dtype(form, stored_encoding):
+        return stored  # stored narrower than its dtype, as the caller asked: the stored values
+    values = from_stored(stored, form, where)
+    saved = dtype_named(form.dtype)
+    if values.dtype != saved:  # a version 1 integer, stored as its value (below its bound, so it fits)
+        values = values.astype(saved)
+    return values
+
+
+def is_narrow_integer(dtype: Any) -> bool:
+    """One of ``ml_dtypes``' narrow integer types (int4, uint2, …), which numpy sees as opaque."""
+    return any(dtype == known for name, known in _NARROW.items() if "int" in name)
+
+
 def restore_dtype(form: Form, stored_encoding: Encoding | None) -> bool:
     """Whether a leaf recorded with ``form`` gives back the form's dtype: always, except for a real
     leaf the caller stored in another encoding than the dtype's own (``encodings=``), which gives
@@ -364,6 +401,7 @@ __all__ = [
     "float32_to_float16",
     "form_of_dtype",
     "from_stored",
+    "is_narrow_integer",
     "key_form",
     "narrow_bits",
     "out_of_bound",
@@ -372,5 +410,6 @@ __all__ = [
     "python_int_of",
     "python_int_pattern",
     "restore_dtype",
+    "saved_values",
     "to_stored",
 ]

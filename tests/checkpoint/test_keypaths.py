@@ -1,4 +1,4 @@
-"""Key paths (pskd_jax.checkpoint.keypaths): parsed back into keys, nested into trees, at most
+"""Key paths (pskd_jax.format.keypaths): parsed back into keys, nested into trees, at most
 MAX_KEY_DEPTH keys deep."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pskd_jax.checkpoint import keypaths
+from pskd_jax.format import keypaths
 from pskd_jax import checkpoint as ck
 from pskd_jax.errors import PskdError
 

@@ -1,4 +1,4 @@
-"""Layout files beside checkpoints (pskd_jax.checkpoint.layout_file): they open params files for info
+"""Layout files beside checkpoints (pskd_jax.format.layout_file): they open params files for info
 and export, and a hostile one is E9001 naming it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def test_layout_file_opens_params_checkpoints_for_info_and_export(tmp_path):
     ck.save(tmp_path / "m.psk.d", tree, name="Mini")
     layout = ck.find_layout(tmp_path / "m.psk.d")
     assert [leaf.path for leaf in layout.leaves] == ["['emb']", "['layers'][0]['w']", "['count']"]
-    lines = info_lines(str(tmp_path / "m.psk.d"), layout=layout)
+    lines = info_lines(str(tmp_path / "m.psk.d"), layout=layout, values=True)
     assert lines[0] == "type    params Mini"
     assert lines[-1] == "[0] {'emb': [[0.0, 1.0], [2.0, 3.0]], 'layers': [{'w': 0.5}], 'count': 9}"
     export_json(str(tmp_path / "m.psk.d"), str(tmp_path / "m.json"), layout=layout)

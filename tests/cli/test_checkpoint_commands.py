@@ -110,7 +110,7 @@ def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
     pskd_jax.save(a, tree)
     pskd_jax.save(b, {"w": tree["w"] + 1, "step": np.int32(8)})
     run = pskd
-    info = run("info", a)
+    info = run("info", a, "--values")  # (a checkpoint lists its leaves; values on request)
     assert info.returncode == 0, info.stderr
     assert "[0] {'w': [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], 'step': 7}" in info.stdout
     diff = run("diff", a, b)

@@ -1,0 +1,101 @@
+"""A step's layout file must be its own: a manager adopting step files without an index, and
+``verify_directory`` (``pskd verify DIR``), prove it by the header digest, the size and the whole
+file's xxh3_128 the layout file records — a layout of leaves of other shapes with the same leaf
+count, encodings and byte total is refused, naming both files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from pskd_jax import checkpoint as ck
+from pskd_jax._os.names import step_file, step_layout
+from pskd_jax.checkpoint.manager import INDEX, CheckpointManager, verify_directory
+from tests.helpers import pskd, raises
+
+
+def other_shapes_layout(tmp_path, directory, step: int, *, digest="xxh3_128") -> None:
+    """Puts beside step ``step`` the layout file of a save of {"w": (4, 2)}, where the step holds
+    {"w": (2, 4)}: the same type, leaf count, encodings and size."""
+    other = tmp_path / "other"
+    with CheckpointManager(other, digest=digest) as manager:
+        manager.save(step, {"w": np.arange(8, dtype=np.float32).reshape(4, 2) + 100})
+    shutil.copyfile(other / step_layout(step), directory / step_layout(step))
+
+
+def saved(directory, steps, *, digest="xxh3_128"):
+    with CheckpointManager(directory, digest=digest) as manager:
+        for step in steps:
+            manager.save(step, {"w": np.arange(8, dtype=np.float32).reshape(2, 4) + step})
+
+
+@pytest.mark.parametrize("digest", ["xxh3_128", "sha256"])
+def test_a_layout_of_other_shapes_is_not_adopted(tmp_path, digest):
+    # (a sha256 manager's step is hashed with sha256; its layout file records the xxh3_128 it
+    # must match only when the save computed one: the default manager's saves do, the other
+    # layout here is the default's)
+    directory = tmp_path / "run"
+    saved(directory, [1, 2], digest=digest)
+    other_shapes_layout(tmp_path, directory, 2)
+    (directory / INDEX).unlink()
+    before = sorted(os.listdir(directory))
+    with raises("E9014", "cannot be adopted", step_layout(2), "xxh3_128", "Nothing was changed") as e:
+        CheckpointManager(directory, digest=digest)
+    assert step_file(1) not in e.value.message.split("adopted:")[1]
+    assert sorted(os.listdir(directory)) == before and not (directory / INDEX).exists()
+
+
+def test_its_own_layout_is_adopted(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1, 2])
+    (directory / INDEX).unlink()
+    with CheckpointManager(directory) as manager:
+        assert manager.all_steps() == [1, 2]
+        assert manager.restore(2, as_numpy=True)["w"].shape == (2, 4)
+
+
+def test_verify_checks_each_steps_layout_file_belongs(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1, 2])
+    assert [e["step"] for e in verify_directory(str(directory))] == [1, 2]
+    other_shapes_layout(tmp_path, directory, 2)
+    with raises("E9005", f"step 2 {directory / step_file(2)}", str(directory / step_layout(2)), "xxh3_128"):
+        verify_directory(str(directory))
+    assert [e["step"] for e in verify_directory(str(directory), step=1)] == [1]
+
+
+def test_verify_names_a_listed_layout_file_that_is_missing_or_damaged(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1])
+    (directory / step_layout(1)).write_text("{")
+    with raises("E9001", str(directory / step_file(1)), str(directory / step_layout(1))):
+        verify_directory(str(directory))
+    (directory / step_layout(1)).unlink()
+    with raises("E9001", str(directory / step_file(1)), str(directory / step_layout(1))):
+        verify_directory(str(directory))
+
+
+def test_verify_checks_a_layout_of_another_header(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1])
+    ck.save(tmp_path / "x.psk.d", {"w": np.zeros(4, np.float64)})  # other encodings, same size
+    shutil.copyfile(tmp_path / "x.layout.json", directory / step_layout(1))
+    with raises("E9005", "another header"):
+        verify_directory(str(directory))
+
+
+@pytest.mark.subprocess
+def test_pskd_verify_refuses_a_layout_of_another_save(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1, 2])
+    other_shapes_layout(tmp_path, directory, 1)
+    result = pskd("verify", directory)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("pskd: E9005: step 1 ") and str(directory / step_layout(1)) in result.stderr
+    assert "Traceback" not in result.stderr
+    content = json.loads((directory / INDEX).read_text())
+    assert [e["step"] for e in content["checkpoints"]] == [1, 2]  # nothing changed

@@ -1,0 +1,90 @@
+"""pskd info of a checkpoint lists its leaves (values with --values or --samples N); the data
+commands' --layout FILE is used only when it belongs to the file it reads (E9005 naming both)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pskd_jax import checkpoint as ck
+from pskd_jax.format import write
+from tests.helpers import pskd, pskd_fails, pskd_ok
+
+pytestmark = pytest.mark.subprocess
+
+
+def test_info_lists_a_checkpoints_leaves_and_shows_values_on_request(tmp_path):
+    tree = {"w": np.linspace(-1, 1, 4000, dtype=np.float32).reshape(40, 100), "step": np.int32(-1),
+            "q": np.array([-3, 4], np.int8)}
+    ck.save(tmp_path / "c.psk.d", tree)
+    plain = pskd_ok("info", tmp_path / "c.psk.d")
+    assert plain[4:] == [f"layout  {tmp_path / 'c.layout.json'}",
+                         "leaves  3: key path, dtype and shape as restored, stored as",
+                         "  ['w']     float32[40, 100]  ℝ[40, 100] f32",
+                         "  ['step']  int32[]           idx[4294967296][], two's complement",
+                         "  ['q']     int8[2]           idx[256][2], two's complement",
+                         "values  not shown (--values shows them)"]
+    shown = pskd_ok("info", tmp_path / "c.psk.d", "--values")
+    assert shown[:-1] == plain[:-1]
+    assert shown[-1].startswith("[0] {'w': [-1.0, ") and shown[-1].endswith("'step': -1, 'q': [-3, 4]}")
+    assert pskd_ok("info", tmp_path / "c.psk.d", "--samples", "1") == shown
+    assert len("\n".join(plain)) < len("\n".join(shown))
+
+
+def test_a_data_files_info_is_as_before(tmp_path):
+    write(tmp_path / "d.psk.d", "(idx[10][2], ℝ[])", (np.array([[1, 2], [3, 4], [5, 6]]), np.array([0.5, 1.5, 2.5])))
+    lines = pskd_ok("info", tmp_path / "d.psk.d")
+    assert lines[-2:] == ["[0] ([1, 2], 0.5)", "[1] ([3, 4], 1.5)"]
+    assert pskd_ok("info", tmp_path / "d.psk.d", "--values") == lines
+    assert pskd_ok("info", tmp_path / "d.psk.d", "--samples", "1")[-1] == "[0] ([1, 2], 0.5)"
+
+
+def test_export_of_a_checkpoint_writes_restored_values(tmp_path):
+    ck.save(tmp_path / "c.psk.d", {"q": np.array([-3, 4], np.int8), "ok": np.array([True])})
+    pskd_ok("export", tmp_path / "c.psk.d", "-o", tmp_path / "c.json")
+    assert json.loads((tmp_path / "c.json").read_text())["samples"] == [{"q": [-3, 4], "ok": [True]}]
+
+
+def other_save(tmp_path):
+    """A checkpoint, and the layout file of a save of another tree (the data file of another
+    type, of the same size)."""
+    ck.save(tmp_path / "c.psk.d", {"w": np.arange(4, dtype=np.float32)})
+    ck.save(tmp_path / "o.psk.d", {"w": np.arange(2, dtype=np.float32), "k": np.arange(2, dtype=np.float32)},
+            name="Other")
+    write(tmp_path / "d.psk.d", "ℝ[4]", np.ones((1, 4)))
+    return tmp_path / "o.layout.json"
+
+
+@pytest.mark.parametrize("command", [
+    ["info", "{c}", "--layout", "{layout}"],
+    ["info", "{d}", "--layout", "{c_layout}"],  # a data file: its closed type read through a checkpoint's leaves
+    ["export", "{c}", "-o", "{out}", "--layout", "{layout}"],
+    ["diff", "{c}", "{c}", "--layout", "{layout}"],
+    ["diff", "{c}", "{c}", "--layout-b", "{layout}"],
+    ["convert", "{c}", "-o", "{out}.safetensors", "--layout", "{layout}"],
+])
+def test_a_layout_option_of_another_file_is_refused_naming_both(tmp_path, command):
+    layout = other_save(tmp_path)
+    names = {"c": tmp_path / "c.psk.d", "d": tmp_path / "d.psk.d", "layout": layout,
+             "c_layout": tmp_path / "c.layout.json", "out": tmp_path / "out.json"}
+    args = [part.format(**names) for part in command]
+    message = pskd_fails("E9005", *args)
+    used = names["c_layout"] if "{c_layout}" in command else layout
+    read = names["d"] if "{d}" in command else names["c"]
+    assert f"{used}: not the layout of {read}" in message
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "out.json.safetensors").exists()
+
+
+def test_diff_layout_for_a_b_without_one_must_belong_to_b_too(tmp_path):
+    ck.save(tmp_path / "a.psk.d", {"w": np.arange(4, dtype=np.float32)})
+    ck.save(tmp_path / "b.psk.d", {"w": np.arange(4, dtype=np.float32) + 1}, layout_file=False)
+    ck.save(tmp_path / "x.psk.d", {"w": np.arange(2, dtype=np.float64)}, layout_file=False)  # other encodings
+    assert pskd_ok("diff", tmp_path / "a.psk.d", tmp_path / "b.psk.d", "--layout", tmp_path / "a.layout.json")[0] \
+        .startswith("‖a − b‖₂ = 2.0")
+    message = pskd_fails("E9005", "diff", tmp_path / "a.psk.d", tmp_path / "x.psk.d", "--layout",
+                         tmp_path / "a.layout.json")
+    assert f"{tmp_path / 'a.layout.json'}: not the layout of {tmp_path / 'x.psk.d'}" in message
+    result = pskd("diff", tmp_path / "a.psk.d", tmp_path / "b.psk.d")  # (B's own: none; never A's found beside)
+    assert result.returncode != 0
