@@ -531,7 +531,7 @@ def results(tmp_path_factory) -> dict:
     scratch = str(tmp_path_factory.mktemp("faults"))
     try:
         run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=ENV,
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=3600)  # (a guard: the run takes seconds)
     finally:
         subprocess.run(["chmod", "-R", "u+w", scratch], check=False)
         shutil.rmtree(scratch, ignore_errors=True)

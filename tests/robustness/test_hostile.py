@@ -8,7 +8,9 @@ Each case runs in a process of its own, forked from a worker that has imported t
   toolkit allocate out of all proportion fails instead of swapping the machine;
 - a proportionality check on the API side: the peak of Python and numpy allocations
   (``tracemalloc``) stays within ``64 × the input's size + 16 MiB``;
-- a time limit (``SIGALRM``, 20 s): no input may hang.
+- a CPU time limit (``RLIMIT_CPU``, 20 s: work out of proportion to the input ends in SIGXCPU),
+  which a loaded machine does not make any shorter, and a wall-clock guard (``SIGALRM``, 120 s)
+  for an input that blocks (a hang uses no CPU).
 
 Through the API the only exception allowed is ``PskdError`` with the recorded code; through the
 command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no traceback, and no output
@@ -60,7 +62,8 @@ HOSTILE = ROOT / "testdata" / "hostile"
 MANIFEST = json.loads((HOSTILE / "manifest.json").read_text(encoding="utf-8"))
 CASES = MANIFEST["cases"]
 MEMORY_HEADROOM = 512 << 20
-TIME_LIMIT_S = 20
+CPU_LIMIT_S = 20  # seconds of CPU a case may use (its own work, whatever the machine's load)
+HANG_GUARD_S = 120  # seconds of wall time before a case that blocks is called a hang
 PEAK_FACTOR, PEAK_SLACK = 64, 16 << 20
 
 FIXTURES = HOSTILE / "_fixtures"
@@ -180,7 +183,9 @@ def _in_child(body, result_fd: int) -> None:
     """Runs ``body`` in the forked child under the limits and sends its outcome; never returns."""
     status = 0
     try:
-        signal.alarm(TIME_LIMIT_S)  # default action: the child dies of SIGALRM
+        signal.alarm(HANG_GUARD_S)  # default action: the child dies of SIGALRM
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, resource.RLIM_INFINITY))  # then SIGXCPU
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _limit_memory()
         outcome = body()
     except SystemExit as e:  # sys.exit(None) is a success, sys.exit("text") a failure
@@ -304,7 +309,7 @@ def worker(scratch: str) -> None:
 def outcomes(tmp_path_factory) -> dict:
     scratch = tmp_path_factory.mktemp("hostile")
     run = subprocess.run([sys.executable, __file__, "--worker", str(scratch)], cwd=scratch, env=ENV,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=3600)  # (a guard: the run takes seconds)
     assert run.returncode == 0, run.stderr[-4000:]
     results = {}
     for line in run.stdout.splitlines():
@@ -333,7 +338,7 @@ def _needs_packages(case) -> None:
 def test_api(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "api"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     outcome = record["outcome"]
     assert outcome is not None and outcome["status"] != "crash", outcome and outcome.get("traceback")
     if case["code"] is None:
@@ -357,7 +362,7 @@ def test_api(outcomes, case):
 def test_cli(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "cli"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] is None:
@@ -382,7 +387,7 @@ MANIFEST_CASES = [case for case in CASES if case["kind"] == "manifest"]
 def test_cli_corpus_info(outcomes, case):
     """``pskd corpus info`` reads the manifest alone: E9016 where the manifest is bad, else its lines."""
     record = outcomes[case["file"], "cli-info"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] != "E9016":
