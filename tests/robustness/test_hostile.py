@@ -29,6 +29,7 @@ only the lock and journal it keeps to resume.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -99,11 +100,13 @@ def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> lis
         "safetensors": lambda: ["convert", path, "-o", out + ".psk.d"],
         "export": lambda: ["export", path, "-o", out + ".json"],
         "output": lambda: ["export", str(SMALL), "-o", os.path.join(path, "out.json")],
+        "diff": lambda: ["diff", os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d")],
     }[kind]()
 
 
-def run_api(case: dict, path: str, out_dir: str) -> None:
-    """What a program does with the file (the worker imported everything before forking)."""
+def run_api(case: dict, path: str, out_dir: str) -> dict | None:
+    """What a program does with the file (the worker imported everything before forking); for a
+    ``diff`` case, the distance it gave."""
     kind, args = case["kind"], case.get("args", {})
     out = os.path.join(out_dir, "out")
     if kind == "container":
@@ -136,6 +139,9 @@ def run_api(case: dict, path: str, out_dir: str) -> None:
         inspection.export_json(path, out + ".json")
     elif kind == "output":
         inspection.export_json(str(SMALL), os.path.join(path, "out.json"))
+    elif kind == "diff":
+        d = inspection.diff(os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d"))
+        return {"diff_norm": d.diff_norm, "a_norm": d.a_norm, "relative": d.relative, "elements": d.elements}
     elif kind == "jsonl":
         tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
         built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
@@ -276,8 +282,7 @@ def worker(scratch: str) -> None:
                     result["steps"] = steps
                 else:
                     try:
-                        run_api(case, path, out_dir)
-                        result = {"status": "ok"}
+                        result = {"status": "ok", "value": run_api(case, path, out_dir)}
                     except PskdError as e:
                         result = {"status": "error", "code": e.code, "message": e.message[:2000]}
                 result["peak"] = tracemalloc.get_traced_memory()[1]
@@ -318,6 +323,15 @@ def outcomes(tmp_path_factory) -> dict:
     return results
 
 
+def _same_number(got: float, want: float | str) -> bool:
+    """``want`` as a case records it: a number (equal exactly), or "inf" / "nan"."""
+    if want == "inf":
+        return math.isinf(got) and got > 0
+    if want == "nan":
+        return math.isnan(got)
+    return got == want
+
+
 def _id(case: dict) -> str:
     return case["file"]
 
@@ -343,6 +357,8 @@ def test_api(outcomes, case):
     assert outcome is not None and outcome["status"] != "crash", outcome and outcome.get("traceback")
     if case["code"] is None:
         assert outcome["status"] == "ok", outcome
+        for key, want in case.get("args", {}).get("expect", {}).items():  # a diff case's values
+            assert _same_number(outcome["value"][key], want), (key, outcome["value"], want)
     else:
         assert (outcome["status"], outcome.get("code")) == ("error", case["code"]), outcome
         assert outcome["message"], "an error says what and where"
