@@ -885,6 +885,10 @@ def diffs(c: Collection) -> None:
         + np.array([0x7FC00001, 0x3F800000], np.uint32).tobytes() + bytes.fromhex("c1ff803f")
     add("nan-payloads-f32-bf16", pair(payloads), None, "NaNs with payloads in f32 and bf16 against themselves",
         diff_norm=nan, elements=4)
+    signalling = header("ℝ[2]", 1, version=2, encodings=bytes([1])) + np.array([0x7F800001, 0x3F800000],
+                                                                                  np.uint32).tobytes()
+    add("signalling-nan-f32", pair(signalling), None,
+        "a signalling NaN in f32 against itself: widened to f64 without a numpy warning", diff_norm=nan, elements=2)
     add("zeros-against-ones", pair(reals("ℝ[2]", [0.0, 0.0]), reals("ℝ[2]", [1.0, 1.0])), None,
         "‖a‖₂ = 0 and ‖a − b‖₂ > 0: relative inf", a_norm=0.0, relative=inf)
     add("empty-2-40", pair(header("ℝ[0]", 2**40)), None,

@@ -303,7 +303,8 @@ class _DataFile:
         values = raw.view(placement.disk_dtypes[i])
         if placement.value_dtype(i) != placement.disk_dtypes[i]:
             values = values.view(placement.value_dtype(i))  # bf16 is stored as its u2 bits
-        return values.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a NaN: the NaN rule, not a warning
+            return values.astype(np.float64)
 
     def __enter__(self) -> "_DataFile":
         return self
@@ -401,7 +402,8 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
     with _DataFile(a) as file_a, _DataFile(b) as file_b:
         for start in range(0, sizes[0], step):
             size = min(step, sizes[0] - start)
-            chunks = [f.read(start, size).view(disk).view(value).astype(np.float64) for f in (file_a, file_b)]
+            with np.errstate(invalid="ignore"):  # (a signalling NaN widens to a NaN)
+                chunks = [f.read(start, size).view(disk).view(value).astype(np.float64) for f in (file_a, file_b)]
             first = start // disk.itemsize
             total.add(*chunks, lambda k, first=first: f"element {first + k} of the data")
     return total.distance(without_layout=True)
