@@ -318,6 +318,9 @@ def pack_inputs(c: Collection) -> None:
         type_text="ℝ[1000]")
     add("long-valid-real-among-many", "0." + "1" * 100_000 + "\n" + "0.5\n" * 50_000, None,
         "a valid real of 100000 digits among 50000 short ones", type_text="ℝ[]")
+    add("empty-leaf-axis-beyond-c-int", "6\n", None,
+        "a sample beside an empty leaf of shape [21111110010, 0] (numpy refuses such a record field; a fuzz finding)",
+        type_text="(idx[1][21111110010, 0], ℝ[])")
     add("no-samples", "-- only a comment\n\n", None, "no sample lines: an empty file", type_text="ℝ[]")
     add("open-type", "1\n", "E9001", "a symbolic type", type_text="ℝ[D]")
 
@@ -889,6 +892,9 @@ def diffs(c: Collection) -> None:
                                                                                   np.uint32).tobytes()
     add("signalling-nan-f32", pair(signalling), None,
         "a signalling NaN in f32 against itself: widened to f64 without a numpy warning", diff_norm=nan, elements=2)
+    add("tiny-a-against-huge-b", pair(reals("ℝ[]", [-9.812829121142502e-281]), reals("ℝ[]", [-1e308])), None,
+        "[-9.8e-281] against [-1e308]: ‖a‖₂ scaled by a's own largest value, not flushed to 0 by b's (a fuzz finding)",
+        a_norm=9.812829121142502e-281, diff_norm=1e308, relative=inf)
     add("zeros-against-ones", pair(reals("ℝ[2]", [0.0, 0.0]), reals("ℝ[2]", [1.0, 1.0])), None,
         "‖a‖₂ = 0 and ‖a − b‖₂ > 0: relative inf", a_norm=0.0, relative=inf)
     add("empty-2-40", pair(header("ℝ[0]", 2**40)), None,

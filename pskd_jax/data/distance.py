@@ -155,14 +155,19 @@ class _Accumulator:
         self._add_finite(a[both], b[both], a[finite_a])
 
     def _add_finite(self, a: np.ndarray, b: np.ndarray, a_alone: np.ndarray | None = None) -> None:
-        """Finite pairs, and a's finite values when they are more than its paired ones."""
-        largest = max(_largest(a), _largest(b), 0.0 if a_alone is None else _largest(a_alone))
-        if largest == 0.0:
-            return
-        exponent = _scale_exponent(largest)
-        scaled_a = _scaled(a, exponent)
-        self.diff.add(scaled_a - _scaled(b, exponent), exponent)
-        self.a.add(scaled_a if a_alone is None else _scaled(a_alone, exponent), exponent)
+        """Finite pairs, and a's finite values when they are more than its paired ones.
+
+        Each norm is scaled by its own largest value: a's by a's, a − b's by the larger of a's and
+        b's. A common scale would flush a's values to zero when b's are some 2^1000 larger
+        ([1e-281] against [-1e308]: ‖a‖₂ would come out 0)."""
+        largest_a = _largest(a if a_alone is None else a_alone)
+        largest = max(_largest(a), _largest(b))
+        if largest != 0.0:
+            exponent = _scale_exponent(largest)
+            self.diff.add(_scaled(a, exponent) - _scaled(b, exponent), exponent)
+        if largest_a != 0.0:
+            exponent = _scale_exponent(largest_a)
+            self.a.add(_scaled(a if a_alone is None else a_alone, exponent), exponent)
 
     def _note_non_finite(self, a: np.ndarray, b: np.ndarray, finite_a: np.ndarray, finite_b: np.ndarray,
                          where: Callable[[int], str]) -> None:

@@ -190,7 +190,9 @@ def _in_child(body, result_fd: int) -> None:
     status = 0
     try:
         signal.alarm(HANG_GUARD_S)  # default action: the child dies of SIGALRM
-        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, resource.RLIM_INFINITY))  # then SIGXCPU
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]  # (kept: an ordinary user cannot raise it)
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S if hard == resource.RLIM_INFINITY else min(CPU_LIMIT_S, hard),
+                                                 hard))  # then SIGXCPU
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _limit_memory()
         outcome = body()
