@@ -65,7 +65,7 @@ def section(workdir: str, tests: str | None) -> str:
              "`pskd`, in a process of its own under an address-space limit (its own size + 512 MiB), a CPU "
              "time limit of 20 s and a 120 s guard against blocking; the API's peak allocation must stay "
              "within 64 × the input's size + 16 MiB, an accepted `diff` pair must give the values its case "
-             "records, the command must exit 1 with one `pskd: E9xxx:` line, no traceback, no warning, and "
+             "records, the command must exit 0 without a warning on an accepted input, or 1 with one `pskd: E9xxx:` line, no traceback, and "
              "leave no output behind.",
            "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
            "`python fuzz/run.py TARGET --minutes M`):", "",

@@ -26,7 +26,9 @@ A plan says where the process dies:
 
 A run from a given state does the same steps in the same order (the toolkit's writers are
 deterministic; what a step is does not depend on time), so a step drawn from a recorded run of
-that state is reached for sure, on any machine. Steps on temporary files the process did not
+that state is reached for sure, on any machine (one exception: a corpus build republishes its
+manifest in progress at most every half second, so the count of those steps follows the clock;
+``test_faults`` draws again a kill that such a run ended before). Steps on temporary files the process did not
 make (those killed runs left, which it removes first) are not counted: a run after a kill does
 the same numbered steps as one after none. Only the process that armed counts: a pool worker
 it forks inherits the hook and ignores it.
