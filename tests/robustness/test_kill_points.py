@@ -4,41 +4,41 @@ byte, and a run after a killed one counts the same steps."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
-import traceback
 
 import pytest
 
-from pskd_jax._os.atomic import atomic_output
+from tests.helpers import ENV, ROOT
 from tests.robustness import kill_points
 
 pytestmark = pytest.mark.subprocess
 
 PAYLOAD = bytes(range(256)) * 20  # 5120 bytes
 
-
-def write_output(path: str) -> None:
-    with atomic_output(path) as f:
-        f.write(PAYLOAD)
+CHILD = """
+import json, sys
+from pskd_jax._os.atomic import atomic_output
+from tests.robustness import kill_points
+root, plan = sys.argv[1], json.loads(sys.argv[2])
+kill_points.arm(root, plan)
+with atomic_output(root + "/out.bin") as f:
+    f.write(bytes(range(256)) * 20)
+"""
 
 
 def run(root, plan: dict) -> int:
-    """Runs write_output(root/out.bin) in a forked child armed with ``plan``; its wait status."""
-    pid = os.fork()
-    if pid == 0:
-        status = 0
-        try:
-            kill_points.arm(str(root), plan)
-            write_output(str(root / "out.bin"))
-        except BaseException:  # noqa: BLE001 - shown by the test that fails
-            traceback.print_exc()
-            status = 1
-        finally:
-            sys.stderr.flush()
-            os._exit(status)
-    return os.waitpid(pid, 0)[1]
+    """Writes root/out.bin with atomic_output in a fresh interpreter armed with ``plan`` (a fork of
+    this process, which has JAX's threads, could deadlock); its wait status."""
+    child = subprocess.run([sys.executable, "-c", CHILD, str(root), json.dumps(plan)], env=ENV, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode <= 0, child.stderr
+    if child.returncode < 0:
+        return -child.returncode  # as os.waitpid reports a signal: its number in the low bits
+    return child.returncode << 8
 
 
 def temporaries(root) -> list[str]:
