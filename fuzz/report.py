@@ -40,7 +40,8 @@ def run_fuzzers(minutes: float, workdir: str) -> None:
 
 def run_tests() -> str:
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/robustness",
-                          "tests/os/test_outputs.py", "tests/format/test_refresh.py"],
+                          "tests/os/test_outputs.py", "tests/format/test_refresh.py", "tests/data/test_pack_blocks.py",
+                          "tests/corpus/test_links_at_build_names.py"],
                          cwd=ROOT, capture_output=True, text=True)
     lines = [line for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return lines[-1].strip("= ") if lines else "the tests did not run"
@@ -61,9 +62,11 @@ def section(workdir: str, tests: str | None) -> str:
            f"must produce in `manifest.json`): {len(cases)} — "
            + ", ".join(f"{n} {k}" for k, n in kinds.items())
            + f"; {valid} of them odd but valid (must be accepted). Each is run through the API and through "
-             "`pskd`, in a process of its own under an address-space limit (its own size + 512 MiB) and a "
-             "20 s alarm; the API's peak allocation must stay within 64 × the input's size + 16 MiB, the "
-             "command must exit 1 with one `pskd: E9xxx:` line, no traceback, and leave no output behind.",
+             "`pskd`, in a process of its own under an address-space limit (its own size + 512 MiB), a CPU "
+             "time limit of 20 s and a 120 s guard against blocking; the API's peak allocation must stay "
+             "within 64 × the input's size + 16 MiB, an accepted `diff` pair must give the values its case "
+             "records, the command must exit 0 without a warning on an accepted input, or 1 with one `pskd: E9xxx:` line, no traceback, and "
+             "leave no output behind.",
            "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
            "`python fuzz/run.py TARGET --minutes M`):", "",
            "| target | minutes | inputs run | findings in the last run | regressions kept |",
@@ -83,9 +86,15 @@ def section(workdir: str, tests: str | None) -> str:
                 f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones "
                 f"whose fix belongs to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
                 "collection's cases of open bugs are written by `python tools/make_hostile.py --include-open`.", ""]
-    out += [f"**Faults** (`tests/robustness/test_faults.py`): SIGKILL at random points, {test_faults.KILLS} kills "
+    out += [f"**Faults** (`tests/robustness/test_faults.py`): kills at points each run reaches for sure, whatever "
+            "the machine's speed or load (`tests/robustness/kill_points.py`: a run's file-system steps are counted "
+            "through audit hooks and wrappers of `os.write`, `os.pwrite`, `os.fsync`; half the kills are a SIGKILL "
+            "just before a step drawn in each stretch of a recorded run, half die inside a write at a drawn byte "
+            f"under a file size limit), {test_faults.KILLS} kills "
             f"each of `pskd pack`, `pskd lm-windows`, `pskd encode` and `pskd corpus build`, {test_faults.KILLS // 2} each "
-            "of `checkpoint.save` and `CheckpointManager.save`: the destination held the old content or the new, "
+            "of `checkpoint.save` and `CheckpointManager.save`, every one landing (and in "
+            "`tests/robustness/test_kill.py`, fresh interpreters: saves, and a `corpus build` with two workers killed "
+            "before the journal line of its n-th shard is synced): the destination held the old content or the new, "
             "whole, after every kill (a corpus: its old or new `shards.json` and every shard it lists, or the "
             "manifest of the unfinished build, marked in progress, every shard it lists whole, and its journal); a rerun completed and left no temporary file "
             "(a killed writer's temporary file is removed by the next writer of the same destination, never one a "
@@ -112,11 +121,15 @@ def section(workdir: str, tests: str | None) -> str:
             "the target's directory), a directory, FIFO, device, loop or `/dev/stdout` is E9012 and left as it "
             "was (the collection's `output` cases run on a copy that must not change; the `output_path` fuzz "
             "target), an output that is one of the command's inputs is E9012, `-o -` writes a text output to "
-            "standard output once complete and is refused for binary outputs.", "",
+            "standard output once complete and is refused for binary outputs. The names `corpus build` gives "
+            "inside its directory (shards, `shards.json`, its journal) are its own: a link at one is replaced, "
+            "never written through, its target untouched (`tests/corpus/test_links_at_build_names.py`).", "",
             "**Files that change under a reader**: a file cut short while read is E9003 naming it, never a "
-            "SIGBUS: `info`, `export` and `convert` read with positional reads, a mapped `Reader` checks the "
-            "file's size before each gather (`tests/robustness/test_changing_files.py` cuts files under "
-            "readers and under running commands, in child processes); the toolkit's writers never rewrite a "
+            "SIGBUS: `info`, `export`, `convert` and `diff` read with positional reads (`diff` maps neither "
+            "file), a mapped `Reader` checks the file's size before each gather and mapped `CorpusWindows` the "
+            "size of each shard a gather copies from (`tests/robustness/test_changing_files.py` and "
+            "`test_cut_short_under_diff_and_windows.py` cut files under readers and under running commands, in "
+            "child processes); the toolkit's writers never rewrite a "
             "file in place; `Reader.refresh()` takes in samples another process appends "
             "(`tests/format/test_refresh.py`).", "",
             "**Work in proportion to the bytes present** (`tests/robustness/test_bounded_work.py`, peak "
@@ -124,7 +137,9 @@ def section(workdir: str, tests: str | None) -> str:
             "two), a sample of 1.6 GB (info reads the 64 elements it shows; export streams a sample in "
             "chunks), zero samples of a 2.4 GB type, a batch of 10^9 (indices in parts), a tokens word of "
             "32 MiB (linear time, bounded memory), a sparse tokens file of 100 GiB (no reservation before "
-            "its tokens), decode of long tokens (16 MiB of text at a time)."]
+            "its tokens), decode of long tokens (16 MiB of text at a time); `pack` reads blocks of whole lines "
+            "and writes each before the next (`tests/data/test_pack_blocks.py`: memory follows a block, not the "
+            "input); `diff` of 2^40 empty samples reads nothing."]
     if tests is not None:
         out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
     return "\n".join(out)

@@ -46,7 +46,7 @@ if HERE not in sys.path:
 
 TIMEOUT_S = 10  # one input may take at most this long
 MEMORY_HEADROOM = 1 << 30  # address space above the fuzzing process's own at start
-MAX_LEN = {"container": 16384, "safetensors": 8192, "export": 16384}  # the longest input, by target (default 4096)
+MAX_LEN = {"container": 16384, "safetensors": 8192, "export": 16384, "diff": 16384}  # the longest input, by target (default 4096)
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ Targets (``TARGETS``):
   or refused with the directory left unchanged.
 - ``non_regular``: the first byte picks a non-regular file (FIFO, directory, device link, loop),
   the second one of the toolkit's readers, which must refuse it at once (E9002), never block.
+- ``diff``: two ``.psk.d`` files (byte 0: bit 0 makes b a copy of a, bit 1 makes ``diff`` read in
+  blocks of 64 bytes and chunks of 3 elements; then a's length in two bytes, a, b). An accepted
+  pair must give the distance an exact reference computes (fractions, NaN and ±Inf by diff's
+  rule), and a file against itself 0 unless it holds a NaN.
 
 This module is imported by ``fuzz/run.py`` (and by the regression tests); ``prepare`` makes the
 fixture files a target needs in a scratch directory.
@@ -45,6 +49,7 @@ fixture files a target needs in a scratch directory.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import struct
@@ -64,6 +69,7 @@ from pskd_jax.format import sample_type
 from pskd_jax.format.layout import Layout
 from pskd_jax.data import text
 from pskd_jax.data import tokens as tokens_module
+from pskd_jax.data import distance as distance_module
 from pskd_jax.data import export as export_module
 from pskd_jax._os import atomic
 from pskd_jax.data import windows
@@ -782,6 +788,7 @@ HOSTILE_KINDS = {
     "export": (("export", None), ("container", None)),
     "output_path": (),
     "non_regular": (),
+    "diff": (("diff", "diff"), ("container", "copy")),
 }
 
 
@@ -859,6 +866,8 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [bytes([k, w]) + b"data" for k in range(len(OUTPUT_KINDS)) for w in range(5)]
     if target == "non_regular":
         return [bytes([k, r]) for k in range(len(SPECIAL_INPUTS)) for r in range(14)]
+    if target == "diff":
+        return _diff_seeds(scratch)
     raise KeyError(target)
 
 
@@ -890,6 +899,12 @@ def hostile_inputs(target: str) -> list[bytes]:
             if case["kind"] != kind:
                 continue
             path = os.path.join(HOSTILE, case["file"])
+            if how == "diff":
+                pair = [os.path.join(path, name) for name in ("a.psk.d", "b.psk.d")]
+                if all(os.path.isfile(p) and not os.path.islink(p) for p in pair):
+                    a, b = (_read(p) for p in pair)
+                    out.append(diff_input(a, b))
+                continue
             if os.path.isdir(path) and not os.path.islink(path):
                 path = os.path.join(path, corpus.MANIFEST if kind == "manifest" else manager.INDEX)
             if not os.path.isfile(path):
@@ -904,6 +919,8 @@ def hostile_inputs(target: str) -> list[bytes]:
                 data = _safetensors_input(data)
             elif how == "jsonl":
                 data = _jsonl_input(case, data)
+            elif how == "copy":
+                data = bytes([1]) + data
             elif isinstance(how, bytes):
                 data = how + data
             if data is not None:
@@ -947,3 +964,139 @@ def reset(scratch: Scratch) -> None:
         if name != "fixtures":
             path = scratch.path(name)
             shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+
+
+# --------------------------------------------------------------------------------------------
+# diff
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def diff_input(a: bytes, b: bytes | None, *, small_blocks: bool = False) -> bytes:
+    """Two files as the ``diff`` target's input (b None: b is a copy of a)."""
+    flags = (b is None) | small_blocks << 1
+    if b is None:
+        return bytes([flags]) + a
+    return bytes([flags]) + struct.pack("<H", min(len(a), 65535)) + a[:65535] + b
+
+
+def _diff_seeds(scratch: Scratch) -> list[bytes]:
+    from pskd_jax.format.header import encode_header
+    from pskd_jax.format.encodings import Encoding
+    out = []
+    containers = _container_seeds(scratch)
+    for k, a in enumerate(containers):
+        out.append(diff_input(a, None, small_blocks=k % 2 == 1))
+        out.append(diff_input(a, containers[(k + 1) % len(containers)]))
+    for values_a, values_b in (([1e308], [-1e308]), ([np.inf, 1.0], [np.inf, 2.0]), ([np.nan, 0.0], [0.0, 0.0]),
+                               ([5e-324, 1e-300], [0.0, -1e-300]), ([1.5, -2.5, 3.0], [1.5, 2.5, -3.0])):
+        n = len(values_a)
+        head = encode_header(f"ℝ[{n}]", 1, [Encoding.F64])
+        out.append(diff_input(head + np.array(values_a).tobytes(), head + np.array(values_b).tobytes(),
+                              small_blocks=True))
+    mixed = encode_header("(ℝ[3], idx[5][2], ℝ[2])", 2, [Encoding.F32, Encoding.F64, Encoding.BF16])
+    rows = b"".join(np.array([1, 2, 3], np.float32).tobytes() + bytes([1, 4]) + bytes.fromhex("803f0040")
+                    for _ in range(2))
+    out.append(diff_input(mixed + rows, mixed + rows[::-1], small_blocks=True))
+    return out
+
+
+def t_diff(s: Scratch, data: bytes) -> None:
+    """The bytes are two files (see :func:`diff_input`): ``diff`` answers a PskdError or the exact
+    distance of their real leaves."""
+    if not data:
+        return
+    flags = data[0]
+    if flags & 1:
+        a = b = data[1:]
+    else:
+        if len(data) < 3:
+            return
+        (n,) = struct.unpack("<H", data[1:3])
+        a, b = data[3 : 3 + n], data[3 + n :]
+    path_a, path_b = _write(s.path("a.psk.d"), a), _write(s.path("b.psk.d"), b)
+    saved = distance_module.BLOCK_BYTES, distance_module.CHUNK_ELEMENTS
+    if flags & 2:
+        distance_module.BLOCK_BYTES, distance_module.CHUNK_ELEMENTS = 64, 3
+    try:
+        got = inspection.diff(path_a, path_b)
+    except PskdError:
+        return
+    finally:
+        distance_module.BLOCK_BYTES, distance_module.CHUNK_ELEMENTS = saved
+    for name in ("diff_norm", "a_norm", "relative"):
+        value = getattr(got, name)
+        if not (math.isnan(value) or value >= 0):
+            raise Finding(f"{name} is {value!r}")
+    if a == b and not math.isnan(got.diff_norm) and got.diff_norm != 0.0:
+        raise Finding(f"a file against itself: ‖a − b‖₂ = {got.diff_norm!r}")
+    want = _reference_distance(path_a, path_b)
+    if want is None:
+        return
+    elements, diff_norm, a_norm = want
+    if got.elements != elements:
+        raise Finding(f"{got.elements} elements compared, the files hold {elements} real elements")
+    for name, value, exact in (("‖a − b‖₂", got.diff_norm, diff_norm), ("‖a‖₂", got.a_norm, a_norm)):
+        if not _close(value, exact):
+            raise Finding(f"{name} = {value!r}, exactly {exact!r}")
+
+
+REFERENCE_LIMIT = 4096  # real elements the exact reference computes (a fuzz input is small)
+
+
+def _reference_distance(path_a: str, path_b: str) -> tuple[int, float, float] | None:
+    """(real elements, ‖a − b‖₂, ‖a‖₂) of two closed-type files, computed exactly (fractions) with
+    diff's rule for non-finite values; None where it does not apply (params, too many values)."""
+    try:
+        with Reader(path_a, access="pread") as ra, Reader(path_b, access="pread") as rb:
+            if ra.placement is None or rb.placement is None:
+                return None
+            real = [i for i, leaf in enumerate(ra.placement.layout.leaves) if leaf.is_real]
+            elements = len(ra) * sum(ra.placement.layout.leaves[i].size for i in real)
+            if elements == 0 or elements > REFERENCE_LIMIT:
+                return (elements, None, None) if elements == 0 else None
+            everything = np.arange(len(ra))
+            leaves_a, leaves_b = ra.gather_leaves(everything), rb.gather_leaves(everything)
+    except PskdError:
+        return None  # (a gather checks idx bounds, which diff does not read)
+    with np.errstate(invalid="ignore"):  # (signalling NaNs widen to NaNs)
+        x = np.concatenate([np.asarray(leaves_a[i], dtype=np.float64).ravel() for i in real])
+        y = np.concatenate([np.asarray(leaves_b[i], dtype=np.float64).ravel() for i in real])
+    return elements, _exact_norm(x, y), _exact_norm(x, None)
+
+
+def _exact_norm(x: np.ndarray, y: np.ndarray | None) -> float:
+    """‖x − y‖₂ (or ‖x‖₂) exactly, then rounded; NaN and ±Inf by diff's rule."""
+    from fractions import Fraction
+    other = np.zeros_like(x) if y is None else y
+    if np.isnan(x).any() or (y is not None and np.isnan(y).any()):
+        return math.nan
+    infinite = ~np.isfinite(x) | ~np.isfinite(other)
+    if (infinite & (x != other)).any() or (y is None and infinite.any()):
+        return math.inf
+    total = sum((Fraction(float(p)) - Fraction(float(q))) ** 2 for p, q in zip(x[~infinite], other[~infinite]))
+    if total == 0:
+        return 0.0
+    # sqrt of a fraction, rounded: through its integer square root at a scale past f64's precision
+    shift = max(0, 240 - (total.numerator.bit_length() - total.denominator.bit_length())) // 2 * 2
+    root = math.isqrt(total.numerator * (1 << shift) // total.denominator)
+    try:
+        return math.ldexp(float(root), -shift // 2) if root < (1 << 1000) else float(Fraction(root, 1 << (shift // 2)))
+    except OverflowError:
+        return math.inf
+
+
+def _close(value: float, exact: float | None) -> bool:
+    if exact is None:
+        return True
+    if math.isnan(exact) or math.isnan(value):
+        return math.isnan(exact) and math.isnan(value)
+    if math.isinf(exact) or math.isinf(value):
+        return value == exact
+    return abs(value - exact) <= 1e-12 * exact + 1e-320
+
+
+TARGETS["diff"] = t_diff  # (defined after the seeds it shares with the container targets)

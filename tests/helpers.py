@@ -19,14 +19,16 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from pskd_jax.errors import PskdError
 
 __all__ = [
-    "ENV", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "documents", "free_port", "pskd", "pskd_fails", "pskd_ok",
-    "python", "raises", "run_python", "start_pskd", "train_lm",
+    "ENV", "HANG_GUARD_S", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "documents", "free_port", "pskd", "pskd_fails",
+    "pskd_ok", "python", "raises", "run_python", "start_pskd", "train_lm", "waiting_for_lock", "wait_until",
+    "wait_until_waiting_for_lock",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -40,6 +42,10 @@ ENV = {
     "OMP_NUM_THREADS": "1",
 }
 TIMEOUT_S = 300  # a command that hangs fails its test instead of the whole run
+# How long a test waits for something that must happen (a process reaching a point, a file
+# appearing) before it calls it a hang. A guard against hanging the run, never a measure of
+# speed: no test asserts how long anything took, and a loaded machine only makes waits longer.
+HANG_GUARD_S = 600
 
 
 def _pskd_command(script: bool) -> list[str]:
@@ -159,3 +165,39 @@ def documents(path: pathlib.Path, n: int, seed: int, width: int = 60) -> pathlib
             text = " ".join(rng.choice(words) for _ in range(rng.randint(0, width)))
             f.write(json.dumps({"id": i, "text": text}, ensure_ascii=False) + "\n")
     return path
+
+
+def wait_until(condition, *, alive: subprocess.Popen | None = None, what: str = "the condition") -> None:
+    """Polls ``condition()`` until it holds. Fails at once if the process ``alive`` ends first
+    (with what it printed), and after :data:`HANG_GUARD_S` (a hang, not a slow machine)."""
+    guard = time.monotonic() + HANG_GUARD_S
+    while not condition():
+        if alive is not None and alive.poll() is not None:
+            out, err = alive.communicate()
+            raise AssertionError(f"the process ended (status {alive.returncode}) before {what}: {out}{err}")
+        assert time.monotonic() < guard, f"waited {HANG_GUARD_S} s for {what}: a hang"
+        time.sleep(0.002)
+
+
+def waiting_for_lock(pid: int, path: str | os.PathLike) -> bool:
+    """Whether process ``pid`` is blocked waiting for an ``flock`` on the file ``path`` (Linux
+    lists waiters in /proc/locks, marked ``->``, with their pid and the file's inode)."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "->" and fields[5] == str(pid) \
+                and fields[6].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
+def wait_until_waiting_for_lock(process: subprocess.Popen, path: str | os.PathLike) -> None:
+    """Waits until ``process`` blocks on the lock of ``path`` (it reached the point where it must
+    wait): what a test checks in place of "still running after a head start"."""
+    wait_until(lambda: waiting_for_lock(process.pid, path), alive=process,
+               what=f"process {process.pid} waited for the lock of {path}")

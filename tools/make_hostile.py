@@ -22,6 +22,7 @@ meets it (``tests/robustness/test_hostile.py`` runs each through the API and thr
 | jsonl       | ``build_corpus([FILE], OUT)``, then read back   | ``pskd corpus build FILE -o OUT``       |
 | export      | ``export_json(FILE, OUT.json)``                 | ``pskd export FILE -o OUT.json``        |
 | output      | ``export_json(SMALL, DIR/out.json)``            | ``pskd export SMALL -o DIR/out.json``   |
+| diff        | ``diff(DIR/a.psk.d, DIR/b.psk.d)``              | ``pskd diff DIR/a.psk.d DIR/b.psk.d``   |
 
 ``ROOT`` is this collection's directory: pipeline cases stream files of ``_fixtures/`` and
 ``container/``. ``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input
@@ -35,6 +36,11 @@ steps; each step answers with that code or succeeds (``info`` and ``CorpusWindow
 the shards, so a changed byte is E9017 for ``verify`` alone, and ``info`` reads no shard at all:
 it fails only on E9016 cases). A ``jsonl`` case is a corpus input; its ``args`` may name a
 character vocabulary (``vocab``, relative to this directory) or ask for ``skip_bad``.
+
+A ``diff`` case is a directory holding ``a.psk.d`` and ``b.psk.d`` (either may be a link). Its
+``args`` may hold ``expect``: what an accepted pair must give (``diff_norm``, ``a_norm``,
+``relative``, ``elements``; the strings ``"inf"`` and ``"nan"`` for those values), checked on the
+API side; the command must print no warning.
 
 An ``output`` case is a directory whose ``out.json`` (a link to a device, a descriptor, a
 directory, itself) is the output path a command is given: it is run on a copy of the directory
@@ -110,7 +116,7 @@ class Collection:
         if extension is None:
             extension = {"container": ".psk.d", "pipeline": ".pipeline", "vocab": ".json", "tokens": ".tok",
                          "pack": ".txt", "layout": ".layout.json", "index": "", "safetensors": ".safetensors",
-                         "manifest": "", "jsonl": ".jsonl", "export": ".psk.d", "output": ""}[kind]
+                         "manifest": "", "jsonl": ".jsonl", "export": ".psk.d", "output": "", "diff": ""}[kind]
         relative = f"{kind}/{name}{extension}"
         path = os.path.join(self.directory, relative)
         if isinstance(content, dict):
@@ -305,6 +311,16 @@ def pack_inputs(c: Collection) -> None:
     add("index-5000-digits", "1 " + "9" * 5000 + " 0.5\n", "E9004", "an index of 5000 digits")
     add("long-real-among-many", "1 2 " + "1" * 200000 + "\n" + "1 2 0.5\n" * 20000, "E9004",
         "a real of 200000 digits among 20000 short lines (as fixed-width text: 48 GB)")
+    add("short-lines-120k", "10\n" * 120_000, None,
+        "120000 lines of one short value (as Python objects a line: 120 × the text; read in blocks)", type_text="ℝ[]")
+    add("wide-type-one-value-lines", "10\n" * 100_000, "E9004",
+        "100000 lines of one value for a type of 1000 (refused at the first line, before the rest is held)",
+        type_text="ℝ[1000]")
+    add("long-valid-real-among-many", "0." + "1" * 100_000 + "\n" + "0.5\n" * 50_000, None,
+        "a valid real of 100000 digits among 50000 short ones", type_text="ℝ[]")
+    add("empty-leaf-axis-beyond-c-int", "6\n", None,
+        "a sample beside an empty leaf of shape [21111110010, 0] (numpy refuses such a record field; a fuzz finding)",
+        type_text="(idx[1][21111110010, 0], ℝ[])")
     add("no-samples", "-- only a comment\n\n", None, "no sample lines: an empty file", type_text="ℝ[]")
     add("open-type", "1\n", "E9001", "a symbolic type", type_text="ℝ[D]")
 
@@ -836,6 +852,77 @@ def outputs(c: Collection) -> None:
           "a link to a link to /dev/zero")
 
 
+def diffs(c: Collection) -> None:
+    """``pskd diff`` of pairs written by other tools: numbers at the edge of f64, non-finite
+    values, counts no byte backs, samples larger than the file, structures that differ."""
+    def pair(a: bytes | Link, b: bytes | Link | None = None) -> dict:
+        return {"a.psk.d": a, "b.psk.d": a if b is None else b}
+
+    def reals(type_text: str, values, count: int = 1) -> bytes:
+        return header(type_text, count) + np.asarray(values, dtype="<f8").tobytes()
+
+    def add(name, content, code, what, **expect):
+        c.add("diff", name, content, code, what, **({"expect": expect} if expect else {}))
+
+    inf, nan = "inf", "nan"
+    add("1e308-against-minus-1e308", pair(reals("ℝ[]", [1e308]), reals("ℝ[]", [-1e308])), None,
+        "[1e308] against [-1e308]: ‖a − b‖₂ = 2e308 is beyond f64 (inf), relative exactly 2 (scaled before subtracting)",
+        diff_norm=inf, a_norm=1e308, relative=2.0, elements=1)
+    add("1e200-squares", pair(reals("ℝ[1000]", [1e200] * 1000), reals("ℝ[1000]", [-1e200] * 1000)), None,
+        "a thousand 1e200 against -1e200: squares beyond f64, relative exactly 2", relative=2.0, elements=1000)
+    add("subnormal", pair(reals("ℝ[2]", [5e-324, 0.0]), reals("ℝ[2]", [0.0, 0.0])), None,
+        "the smallest subnormal against 0: scaled, not flushed to zero", diff_norm=5e-324, a_norm=5e-324,
+        relative=1.0)
+    add("inf-against-itself", pair(reals("ℝ[3]", [np.inf, -np.inf, 1.5])), None,
+        "±Inf against the same file: equal infinities differ by 0 (no NaN, no numpy warning)",
+        diff_norm=0.0, a_norm=inf, relative=0.0, elements=3)
+    add("inf-against-finite", pair(reals("ℝ[2]", [1.0, 2.0]), reals("ℝ[2]", [1.0, np.inf])), None,
+        "an infinity in b where a is finite: ‖a − b‖₂ is inf", diff_norm=inf, a_norm=5.0 ** 0.5, relative=inf)
+    add("inf-against-minus-inf", pair(reals("ℝ[]", [np.inf]), reals("ℝ[]", [-np.inf])), None,
+        "+Inf against -Inf: ‖a − b‖₂ is inf", diff_norm=inf, a_norm=inf, relative=nan)
+    add("nan-in-a", pair(reals("ℝ[3]", [np.nan, 1.0, 2.0]), reals("ℝ[3]", [0.0, 1.0, 2.0])), None,
+        "a NaN in a: ‖a − b‖₂ and ‖a‖₂ are nan, said in a note", diff_norm=nan, a_norm=nan, relative=nan)
+    add("nan-against-itself", pair(reals("ℝ[2]", [np.nan, 1.0])), None,
+        "NaN against the same file: nan, not 0 (a NaN equals nothing)", diff_norm=nan, relative=nan)
+    payloads = header("(ℝ[2], ℝ[2])", 1, version=2, encodings=bytes([1, 2])) \
+        + np.array([0x7FC00001, 0x3F800000], np.uint32).tobytes() + bytes.fromhex("c1ff803f")
+    add("nan-payloads-f32-bf16", pair(payloads), None, "NaNs with payloads in f32 and bf16 against themselves",
+        diff_norm=nan, elements=4)
+    signalling = header("ℝ[2]", 1, version=2, encodings=bytes([1])) + np.array([0x7F800001, 0x3F800000],
+                                                                                  np.uint32).tobytes()
+    add("signalling-nan-f32", pair(signalling), None,
+        "a signalling NaN in f32 against itself: widened to f64 without a numpy warning", diff_norm=nan, elements=2)
+    add("tiny-a-against-huge-b", pair(reals("ℝ[]", [-9.812829121142502e-281]), reals("ℝ[]", [-1e308])), None,
+        "[-9.8e-281] against [-1e308]: ‖a‖₂ scaled by a's own largest value, not flushed to 0 by b's (a fuzz finding)",
+        a_norm=9.812829121142502e-281, diff_norm=1e308, relative=inf)
+    add("zeros-against-ones", pair(reals("ℝ[2]", [0.0, 0.0]), reals("ℝ[2]", [1.0, 1.0])), None,
+        "‖a‖₂ = 0 and ‖a − b‖₂ > 0: relative inf", a_norm=0.0, relative=inf)
+    add("empty-2-40", pair(header("ℝ[0]", 2**40)), None,
+        "2^40 samples of an empty type against themselves: nothing to read, nothing to loop over", elements=0,
+        diff_norm=0.0)
+    add("empty-2-40-against-2-39", pair(header("ℝ[0]", 2**40), header("ℝ[0]", 2**39)), "E9005",
+        "2^40 empty samples against 2^39: the counts differ")
+    add("sample-beyond-file", pair(header("ℝ[137438953472]", 1) + bytes(64)), "E9003",
+        "one sample of 2^37 reals (1 TiB) claimed by a file of a hundred bytes")
+    add("no-samples-of-a-huge-type", pair(header("ℝ[1099511627776]", 0)), None,
+        "no samples of a type of 2^40 reals: nothing to read", elements=0)
+    add("count-beyond-data", pair(reals("ℝ[2]", [1.0, 2.0], count=1000)), "E9003",
+        "1000 samples announced, one present")
+    add("b-cut-short", pair(reals("ℝ[2]", [1.0, 2.0, 3.0, 4.0], count=2),
+                            reals("ℝ[2]", [1.0, 2.0, 3.0, 4.0], count=2)[:-5]), "E9003", "b one sample and a bit short")
+    add("types-differ", pair(reals("ℝ[2]", [1.0, 2.0]), reals("ℝ[3]", [1.0, 2.0, 3.0])), "E9005",
+        "ℝ[2] against ℝ[3]")
+    add("counts-differ", pair(reals("ℝ[]", [1.0, 2.0], count=2), reals("ℝ[]", [1.0], count=1)), "E9005",
+        "two samples against one")
+    add("axis-names-differ", pair(reals("ℝ[model: 2]", [1.0, 2.0]), reals("R[2]", [1.0, 3.0])), None,
+        "ℝ[model: 2] against R[2]: one type, axis names aside", diff_norm=1.0, elements=2)
+    add("idx-beside-reals", pair(header("(idx[10][2], ℝ[])", 1) + bytes([3, 4]) + np.array([2.0]).tobytes(),
+                                 header("(idx[10][2], ℝ[])", 1) + bytes([9, 9]) + np.array([3.0]).tobytes()), None,
+        "only real leaves count: the idx leaf is not compared", diff_norm=1.0, elements=1)
+    add("b-link-to-dev-zero", pair(reals("ℝ[]", [1.0]), Link(DEVICE)), "E9002", "b is a link to /dev/zero")
+    add("b-not-pskd", pair(reals("ℝ[]", [1.0]), b"not a psk.d file at all"), "E9002", "b is not a .psk.d file")
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -867,7 +954,7 @@ def generate(directory: str, *, include_open: bool = False) -> list[dict]:
     c = Collection(directory, include_open=include_open)
     for make in (containers, pipelines, vocabularies, token_texts, pack_inputs, layouts, indexes,
                  manager_indexes, safetensors_files, manifests, jsonl_inputs, changing_and_special_files, exports,
-                 outputs):
+                 outputs, diffs):
         make(c)
     manifest = {
         "generator": "tools/make_hostile.py",

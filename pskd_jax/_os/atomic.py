@@ -19,6 +19,12 @@ link stays a link); a directory, a named pipe, a device or a socket is refused (
 replaced (as root, ``-o /dev/null`` would otherwise replace the system's own). ``-`` names the
 standard output, which a file writer cannot replace atomically: it is refused (E9012) here, and
 the commands that write text map it to their standard output themselves.
+
+That is the rule for a path a user names. A file whose name a writer chooses itself inside a
+directory it owns (a corpus's ``shards.json`` and journal, as its shards) is written with
+``links="replace"``: a link standing at that name is replaced by the file, never written
+through, and its target is left untouched (the user did not name the target, and what such a
+file says holds only in its own directory).
 """
 
 from __future__ import annotations
@@ -47,13 +53,17 @@ def _kind_of(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def destination_for(path: str | os.PathLike) -> str:
+LINK_RULES = ("follow", "replace")  # what an output does with a link at its path (see the module docstring)
+
+
+def destination_for(path: str | os.PathLike, *, links: str = "follow") -> str:
     """The file an output to ``path`` replaces, decided once, before anything is written.
 
     ``path`` itself when nothing or a regular file stands there; the final target of a symbolic
     link (followed link by link, then made absolute with the real directories), whether it exists
     or not; E9012 naming the path for ``-`` (the standard output), a directory, a named pipe, a
     device, a socket, a loop of links, or a link into a process's descriptors (``/dev/stdout``).
+    With ``links="replace"``, a link at ``path`` is the destination itself (replaced, not followed).
     """
     name = os.fspath(path)
     if name == names.STANDARD_STREAM:
@@ -74,6 +84,8 @@ def destination_for(path: str | os.PathLike) -> str:
         kind = _kind_of(mode)
         if kind is None:
             return current if current == name else os.path.realpath(current)
+        if kind == "a symbolic link" and links == "replace":
+            return current
         if kind != "a symbolic link":
             shown = name if current == name else f"{name} (a link to {current})"
             raise UsageError(f"{shown}: {kind} stands there; an output replaces only a regular file: "
@@ -86,15 +98,16 @@ def destination_for(path: str | os.PathLike) -> str:
     raise UsageError(f"{name}: more than {_MAX_LINKS} symbolic links (a loop?); give a file's name")
 
 
-def check_destination(destination: str) -> None:
-    """Refuses (E9012) a destination that became something other than a regular file (or nothing)
-    since :func:`destination_for` chose it: checked again just before the rename."""
+def check_destination(destination: str, *, links: str = "follow") -> None:
+    """Refuses (E9012) a destination that became something other than a regular file (or nothing,
+    or with ``links="replace"`` a link) since :func:`destination_for` chose it: checked again just
+    before the rename."""
     try:
         mode = os.lstat(destination).st_mode
     except OSError:
         return
     kind = _kind_of(mode)
-    if kind is not None:
+    if kind is not None and not (kind == "a symbolic link" and links == "replace"):
         raise UsageError(f"{destination}: {kind} stands there now; an output replaces only a regular file")
 
 
@@ -213,22 +226,23 @@ def unlocked_temporary_for(path: str, mode: int = 0o644) -> str:
     return temporary
 
 
-def commit(fd_file: BinaryIO, temporary: str, path: str, *, durable: bool) -> None:
+def commit(fd_file: BinaryIO, temporary: str, path: str, *, durable: bool, links: str = "follow") -> None:
     """Puts a finished temporary file in place of ``path``: flush, sync, rename (while its lock is
     still held), sync the directory."""
     fd_file.flush()
     if durable:
         os.fsync(fd_file.fileno())
-    check_destination(path)
+    check_destination(path, links=links)
     os.replace(temporary, path)
 
 
 @contextlib.contextmanager
-def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
+def atomic_output(path: str, *, durable: bool = True, links: str = "follow") -> Iterator[BinaryIO]:
     """Yields a binary file open for writing; on a clean exit it replaces ``path`` whole.
 
-    ``path`` is resolved once by :func:`destination_for` (a link is written through; a directory,
-    FIFO, device or ``-`` is refused with E9012 before anything is written).
+    ``path`` is resolved once by :func:`destination_for` (a link is written through, or with
+    ``links="replace"`` replaced; a directory, FIFO, device or ``-`` is refused with E9012 before
+    anything is written).
 
     >>> import os, tempfile
     >>> d = tempfile.mkdtemp()
@@ -237,12 +251,12 @@ def atomic_output(path: str, *, durable: bool = True) -> Iterator[BinaryIO]:
     >>> open(os.path.join(d, "x.bin"), "rb").read()
     b'abc'
     """
-    path = destination_for(path)
+    path = destination_for(path, links=links)
     fd, tmp = temporary_path_for(path)
     try:
         with os.fdopen(fd, "w+b") as f:
             yield f
-            commit(f, tmp, path, durable=durable)
+            commit(f, tmp, path, durable=durable, links=links)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -283,5 +297,5 @@ def text_output(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Bi
             raise TruncatedError(f"-: cannot write the standard output: {e.strerror or e}") from e
 
 
-__all__ = ["atomic_output", "check_destination", "commit", "destination_for", "fsync_directory",
+__all__ = ["LINK_RULES", "atomic_output", "check_destination", "commit", "destination_for", "fsync_directory",
            "remove_stale_temporaries", "temporary_path_for", "text_output", "unlocked_temporary_for"]

@@ -199,7 +199,7 @@ def _finish(results: list[tuple[int, ShardResult]], directory: str, tokenizer: T
         problem = shard_problem(os.path.join(directory, entry.path), entry, tokenizer, digest=False)
         if problem is not None:
             raise ShardMismatchError(f"{directory}: shard {entry.path}: {problem}")
-    manifest = write_manifest(os.path.join(directory, MANIFEST), tokenizer, entries, options)
+    manifest = write_manifest(os.path.join(directory, MANIFEST), tokenizer, entries, options, links="replace")
     remove_stale_shards(directory, {s.path for s in manifest.shards})
     for shard in manifest.shards:
         remove_stale_temporaries(os.path.join(directory, shard.path))  # of killed attempts

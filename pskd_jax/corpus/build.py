@@ -45,8 +45,20 @@ entry (in the journal or a previous ``shards.json``, finished or in progress) na
 others. The result is the same bytes as an uninterrupted build's. Once the complete
 ``shards.json`` is written, the shard files of an earlier build that it does not list
 (``shard-NNNNN.psk.d`` names only: a build of fewer inputs) are removed, with what killed writers
-left beside shards. A shard name that is a symbolic link is replaced by the shard, never written
-through. ``DIR/.pskd-corpus.lock`` stays after the build (see :func:`directory_lock` for why).
+left beside shards. ``DIR/.pskd-corpus.lock`` stays after the build (see :func:`directory_lock` for why).
+
+Links at the build's own names
+------------------------------
+The names a build writes in its directory are its own: the shards, ``shards.json`` and the
+journal (the user names the directory, not them), and what each holds is true only there (a
+manifest lists its shards relative to its own directory; a shard is written in place chunk by
+chunk). A symbolic link standing at one of them is therefore replaced by the build's file, never
+written through, and its target is never touched: written through, a link would make the build
+write JSON over a file it was never given, or a manifest elsewhere that names shards not beside
+it, or chunks into a shard another corpus lists. That is the one exception to the toolkit's
+output rule (a link at a path the user names, ``-o FILE``, is written through to its target,
+which ``corpus merge -o`` follows). A directory, a FIFO or a device at ``shards.json`` or at a
+shard's name is refused (E9012), never removed.
 """
 
 from __future__ import annotations
@@ -259,12 +271,14 @@ class _Journal:
         return entries
 
     def start(self, entries: Sequence[Shard]) -> None:
-        """A fresh journal holding ``entries``, then opened for appending."""
-        with atomic_output(self.path) as f:
+        """A fresh journal holding ``entries`` (a link at its name replaced, never written
+        through), then opened for appending: the file just renamed into place, never a link."""
+        with atomic_output(self.path, links="replace") as f:
             f.write(self._line(self.header))
             for shard in entries:
                 f.write(self._line(shard.to_json()))
-        self._file = open(self.path, "ab")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        self._file = open(fd, "ab")
 
     def add(self, shard: Shard) -> None:
         self._file.write(self._line(shard.to_json()))
@@ -338,17 +352,18 @@ class ManifestPublisher:
 
     def finish(self, results: Sequence[ShardResult]) -> Manifest:
         """The complete manifest (atomically, durably)."""
-        return write_manifest(self.path, self.tokenizer, [r.entry for r in results], self.options)
+        return write_manifest(self.path, self.tokenizer, [r.entry for r in results], self.options, links="replace")
 
     def _write(self, results: Sequence[ShardResult | None], listed: int) -> None:
         write_manifest(self.path, self.tokenizer, [r.entry for r in results[:listed]], self.options,
-                       planned_shards=self.planned, durable=self.durable)
+                       planned_shards=self.planned, durable=self.durable, links="replace")
         self.listed, self._last = listed, time.monotonic()
 
 
 def _check_manifest_name(path: str) -> None:
     """Refuses (E9012) a build whose ``shards.json`` name holds a directory, a FIFO or a device: the
-    build replaces a manifest (a file or a link), never removes what a user put there."""
+    build replaces a manifest (a file, or a link: not followed, see the module docstring), never
+    removes what a user put there."""
     try:
         mode = os.lstat(path).st_mode
     except OSError:

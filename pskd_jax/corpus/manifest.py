@@ -255,18 +255,20 @@ def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[st
 
 def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequence[Shard],
                    build: dict[str, Any] | None = None, *, planned_shards: int | None = None,
-                   durable: bool = True) -> Manifest:
+                   durable: bool = True, links: str = "follow") -> Manifest:
     """Writes ``shards.json`` atomically (the old file or the new one, never a torn one).
 
     ``planned_shards`` marks the manifest of a build in progress (see the module docstring).
     What a reader would refuse is refused here first (E9016): the bytes are parsed back and every
-    shard path checked before anything is written."""
+    shard path checked before anything is written. A link at ``path`` is written through (a path
+    a user names, as ``corpus merge -o``), or with ``links="replace"`` replaced (a build's own
+    ``DIR/shards.json``, see :mod:`pskd_jax.corpus.build`)."""
     path = os.fspath(path)
     data = manifest_bytes(tokenizer, shards, build, planned_shards=planned_shards)
     manifest = parse_manifest(decode_manifest(data, path), path)
     for i in range(len(manifest.shards)):
         manifest.shard_path(i)
-    with atomic_output(path, durable=durable) as f:
+    with atomic_output(path, durable=durable, links=links) as f:
         f.write(data)
     return manifest
 

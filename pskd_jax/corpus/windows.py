@@ -82,6 +82,7 @@ class _Snapshot:
     shift: np.ndarray
     fds: list[int]
     data_offsets: np.ndarray
+    needed_list: list[int]  # each shard's size when whole: its data offset and its tokens
 
 
 class CorpusWindows:
@@ -110,8 +111,11 @@ class CorpusWindows:
 
     ``access="pread"`` reads each window's T + 1 tokens with one ``preadv`` instead (pieces for a
     window across shards), as ``Reader(access="pread")`` does: slower per window, but the shards'
-    pages never join the process's resident set, and a shard cut short under the reader by another
-    program is E9003 rather than a SIGBUS (the corpus's own builds never shorten a file).
+    pages never join the process's resident set. A shard cut short under the windows by another
+    program (the corpus's own builds never shorten a file) is E9003 naming it: under ``"pread"``
+    always; under ``"mmap"`` each gather first checks the size of every shard it copies from (one
+    ``fstat`` a shard the batch touches), and only a shard cut short between that check and the
+    copy still kills the process with SIGBUS, as any memory map does.
 
     Reading while a build runs: the windows keep the corpus they opened (its files stay open
     even when a rebuild renames new shards over them) until :meth:`refresh` takes up the manifest
@@ -253,10 +257,11 @@ class CorpusWindows:
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         total = int(offsets[-1])
         inputs, targets, shift = self._address_views([s.tokens for s in shards], offsets)
+        data_offsets = np.array([s.header.data_offset for s in shards], dtype=np.int64)
         return _Snapshot(raw, manifest, shards, counts, offsets, offsets[1:-1], offsets[:-1] + counts - self.seq,
                          total, lm_window_count(total, self.seq, self.stride), inputs, targets, shift,
-                         [s.file.fileno() for s in shards],
-                         np.array([s.header.data_offset for s in shards], dtype=np.int64))
+                         [s.file.fileno() for s in shards], data_offsets,
+                         (data_offsets + counts * np.dtype(manifest.tokenizer.dtype).itemsize).tolist())
 
     def _address_views(self, tokens: list[np.ndarray], offsets: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -360,10 +365,29 @@ class CorpusWindows:
                 if self.access == "pread":
                     self._read_tokens(state, k, local, out[at - start : at - start + take])
                 else:
+                    self._check_still_whole(state, (k,))
                     out[at - start : at - start + take] = state.shards[k].tokens[local : local + take]
                 at += take
             k += 1
         return out
+
+    def _check_still_whole(self, state: _Snapshot, shards: Sequence[int]) -> None:
+        """Refuses to copy out of the maps of ``shards`` (indices) when one was cut short since it
+        was opened (E9003 naming it): touching a page past the end of a mapped file kills the
+        process with SIGBUS. One ``fstat`` a shard. As for a mapped Reader, a shard cut short
+        between this check and the copy still kills the process (only another program rewriting
+        a shard in place does that: the corpus's builds never shorten a file); ``access="pread"``
+        turns even that into E9003."""
+        fds, needed = state.fds, state.needed_list
+        try:
+            sizes = [status.st_size for status in map(os.fstat, [fds[k] for k in shards])]
+        except OSError as e:
+            raise TruncatedError(f"{self.path}: cannot read a shard: {e.strerror or e}") from None
+        for k, size in zip(shards, sizes):
+            if size < needed[k]:
+                shard = state.shards[k]
+                raise TruncatedError(f"{self.path}: shard {k} {shard.path}: truncated since it was opened: {size} "
+                                     f"bytes now, {needed[k]} needed for its {shard.entry.tokens} tokens")
 
     def _read_tokens(self, state: _Snapshot, shard: int, local: int, out: np.ndarray) -> None:
         """Tokens ``local ..`` of a shard into ``out`` with one ``preadv`` (``access="pread"``)."""
@@ -430,6 +454,9 @@ class CorpusWindows:
         starts = position.copy() if len(crossing) else None
         position += state.shift.take(shard)  # now a record index of the views
         if len(state.inputs) and len(crossing) < n:
+            touched = shard[inside]  # the shards copied from, each checked once
+            distinct = np.flatnonzero(np.bincount(touched)) if len(state.shards) <= 8 * n else np.unique(touched)
+            self._check_still_whole(state, distinct.tolist())
             if len(crossing):
                 position[crossing] = position[np.argmax(inside)]  # any record inside: those rows are redone
             inputs = state.inputs[position].view(dtype).reshape(n, seq)
@@ -495,7 +522,7 @@ class CorpusWindows:
     def _closed_state(self, state: _Snapshot) -> _Snapshot:
         """What a closed source keeps: the manifest and the lengths, no file."""
         empty = np.zeros(0, np.uint8)
-        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, fds=[])
+        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, fds=[], needed_list=[])
 
     def __enter__(self) -> "CorpusWindows":
         return self

@@ -13,23 +13,21 @@ same sign at the same place) differ by 0; an infinity against anything else make
 ``inf``; a NaN in either file makes it ``nan``; ‖a‖₂ is ``inf`` or ``nan`` likewise. Each case is
 stated in :attr:`Distance.notes` with its first place, and no numpy warning is raised.
 
-Work and memory follow the bytes present: the files are read with positional reads (a file cut
-short while it is read is E9003, never a crash) in blocks of whole samples, or in chunks inside a
-sample when one sample is larger than a block, so memory stays bounded whatever the sample size;
-samples that hold no real element cost nothing however many the header counts.
+Work and memory follow the bytes present: each file is opened once, never mapped, and read with
+positional reads of that one descriptor (:meth:`Reader.read_data`; a file cut short while it is
+read is E9003 naming it, never a SIGBUS) in blocks of whole samples, or in chunks inside a sample
+when one sample is larger than a block, so memory stays bounded whatever the sample size; samples
+that hold no real element cost nothing however many the header counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from pskd_jax._os.files import open_fd
-from pskd_jax._os.positional import read_into
 from pskd_jax.errors import MismatchError, NotClosedError
 from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding
 from pskd_jax.format.layout import Layout
@@ -157,14 +155,19 @@ class _Accumulator:
         self._add_finite(a[both], b[both], a[finite_a])
 
     def _add_finite(self, a: np.ndarray, b: np.ndarray, a_alone: np.ndarray | None = None) -> None:
-        """Finite pairs, and a's finite values when they are more than its paired ones."""
-        largest = max(_largest(a), _largest(b), 0.0 if a_alone is None else _largest(a_alone))
-        if largest == 0.0:
-            return
-        exponent = _scale_exponent(largest)
-        scaled_a = _scaled(a, exponent)
-        self.diff.add(scaled_a - _scaled(b, exponent), exponent)
-        self.a.add(scaled_a if a_alone is None else _scaled(a_alone, exponent), exponent)
+        """Finite pairs, and a's finite values when they are more than its paired ones.
+
+        Each norm is scaled by its own largest value: a's by a's, a − b's by the larger of a's and
+        b's. A common scale would flush a's values to zero when b's are some 2^1000 larger
+        ([1e-281] against [-1e308]: ‖a‖₂ would come out 0)."""
+        largest_a = _largest(a if a_alone is None else a_alone)
+        largest = max(_largest(a), _largest(b))
+        if largest != 0.0:
+            exponent = _scale_exponent(largest)
+            self.diff.add(_scaled(a, exponent) - _scaled(b, exponent), exponent)
+        if largest_a != 0.0:
+            exponent = _scale_exponent(largest_a)
+            self.a.add(_scaled(a if a_alone is None else a_alone, exponent), exponent)
 
     def _note_non_finite(self, a: np.ndarray, b: np.ndarray, finite_a: np.ndarray, finite_b: np.ndarray,
                          where: Callable[[int], str]) -> None:
@@ -217,7 +220,7 @@ def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, 
     """
     layout_a = layout if layout_a is None else layout_a
     layout_b = layout if layout_b is None else layout_b
-    with Reader(path_a, layout=layout_a) as a, Reader(path_b, layout=layout_b) as b:
+    with Reader(path_a, layout=layout_a, access="pread") as a, Reader(path_b, layout=layout_b, access="pread") as b:
         _check_types(a, b)
         if len(a) != len(b):
             raise MismatchError(f"{a.path} has {len(a)} samples, {b.path} has {len(b)}")
@@ -287,21 +290,17 @@ def _describe(leaf) -> str:
 
 
 class _DataFile:
-    """A file's samples read with positional reads: its own descriptor, its header's data offset
-    and its placement."""
+    """A file's samples read with positional reads of its reader's descriptor (the file whose
+    header was read, whatever its name leads to now): its placement and its data region."""
 
     def __init__(self, reader: Reader):
         self.path = reader.path
-        self.data_offset = reader.header.data_offset
+        self.reader = reader
         self.placement: Placement | None = reader.placement
-        self.fd = open_fd(self.path)
 
     def read(self, offset: int, size: int) -> np.ndarray:
         """``size`` bytes of the data region from ``offset`` (E9003 when the file ends first)."""
-        out = np.empty(size, dtype=np.uint8)
-        if size:
-            read_into(self.fd, memoryview(out), self.data_offset + offset, self.path)
-        return out
+        return self.reader.read_data(offset, offset + size)
 
     def values(self, raw: np.ndarray, i: int) -> np.ndarray:
         """Raw bytes of leaf ``i``'s elements (whole elements) as f64."""
@@ -309,13 +308,14 @@ class _DataFile:
         values = raw.view(placement.disk_dtypes[i])
         if placement.value_dtype(i) != placement.disk_dtypes[i]:
             values = values.view(placement.value_dtype(i))  # bf16 is stored as its u2 bits
-        return values.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN widens to a NaN: the NaN rule, not a warning
+            return values.astype(np.float64)
 
     def __enter__(self) -> "_DataFile":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        os.close(self.fd)
+        pass  # (the reader owns the descriptor)
 
 
 ChunkPair = tuple[np.ndarray, np.ndarray, Callable[[int], str]]
@@ -407,7 +407,8 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
     with _DataFile(a) as file_a, _DataFile(b) as file_b:
         for start in range(0, sizes[0], step):
             size = min(step, sizes[0] - start)
-            chunks = [f.read(start, size).view(disk).view(value).astype(np.float64) for f in (file_a, file_b)]
+            with np.errstate(invalid="ignore"):  # (a signalling NaN widens to a NaN)
+                chunks = [f.read(start, size).view(disk).view(value).astype(np.float64) for f in (file_a, file_b)]
             first = start // disk.itemsize
             total.add(*chunks, lambda k, first=first: f"element {first + k} of the data")
     return total.distance(without_layout=True)

@@ -4,45 +4,108 @@ One sample a line, its values separated by whitespace in leaf order (row-major w
 indices as non-negative decimal integers (ASCII digits, leading zeros allowed, up to 2^64 - 1 and
 below the leaf's bound: the rule of a tokens text), reals as decimals (ASCII digits with an
 optional sign, point and exponent, correctly rounded to f64 once, then held to the leaf's
-encoding). Empty lines and lines starting with ``--`` are skipped.
+encoding). Empty lines and lines starting with ``--`` are skipped. Lines end as Python's
+``str.splitlines`` ends them.
+
+The input is read in blocks of whole lines (:data:`BLOCK_BYTES`, or one line when a line is
+longer), each parsed leaf by leaf with numpy and appended to the output before the next is read:
+memory follows a block, never the whole input, whatever its lines hold (one very long value among
+short ones, many lines of a wide type). An error names the file, the line and the value; it is
+the first of the first block that holds one (within a block: text that is not UTF-8 or holds a
+NUL, then a line with too few or too many values, then a bad value, leaf by leaf). The output is
+written whole or not at all.
 """
 
 from __future__ import annotations
 
+import array
 import math
 import re
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from pskd_jax.format.writer import WriteResult, Writer
 from pskd_jax.format.encodings import Encoding
-from pskd_jax._os.files import read_whole
+from pskd_jax._os.files import open_regular, read_some
 from pskd_jax.errors import BadValueError, UsageError
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.sample_type import header_text
 
-__all__ = ["pack_file", "parse_encodings", "read_value_lines"]
+__all__ = ["BLOCK_BYTES", "pack_file", "parse_encodings"]
+
+BLOCK_BYTES = 1 << 16  # input text parsed and written at a time (whole lines)
 
 
-def read_value_lines(path: str) -> tuple[list[list[str]], list[int]]:
-    """The value tokens of each sample line and its 1-based line number."""
-    raw = read_whole(path, BadValueError)  # a regular file only: a FIFO is refused (E9002), never waited on
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    del raw
-    if "\0" in text:  # never part of a value, and numpy's text arrays would drop it silently
-        number = text.count("\n", 0, text.index("\0")) + 1
-        raise BadValueError(f"{path}:{number}: a NUL character; values are decimal text")
-    rows, numbers = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("--"):
-            rows.append(stripped.split())
-            numbers.append(number)
-    return rows, numbers
+def _line_blocks(path: str) -> Iterator[tuple[bytes, int]]:
+    """The file's bytes in blocks of whole lines (each ending at a line feed, but the last), and
+    the offset of each block's first byte. A regular file only: a FIFO is refused (E9002), never
+    waited on; a file cut short while read is E9003. A line longer than a block is gathered in
+    pieces and joined once (never copied again per piece)."""
+    with open_regular(path, BadValueError, buffering=0) as f:
+        pieces: list[bytes] = []
+        offset = 0
+        while True:
+            data = read_some(f, path, BLOCK_BYTES, BadValueError)
+            end = data.rfind(b"\n") + 1 if data else 0
+            if data and end == 0:
+                pieces.append(data)  # inside one long line: read on
+                continue
+            block = b"".join([*pieces, data[:end]]) if data else b"".join(pieces)
+            pieces = [data[end:]] if data and end < len(data) else []
+            if block:
+                yield block, offset
+                offset += len(block)
+            if not data:
+                return
+
+
+def _value_blocks(path: str, width: int, sample_type: str) -> Iterator[tuple[list[str], np.ndarray]]:
+    """The value tokens of the sample lines, a block of lines at a time: all of a block's tokens
+    in one flat list (``width`` a line, checked here: E9004 naming the line otherwise) and each
+    sample line's 1-based number (lines counted as ``str.splitlines`` counts them)."""
+    line = 1
+    for raw, offset in _line_blocks(path):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadValueError(f"{path}: not UTF-8 text (byte {offset + e.start})") from None
+        del raw
+        if "\0" in text:  # never part of a value, and numpy's text arrays would drop it silently
+            number = line + len((text[: text.index("\0")] + "x").splitlines()) - 1
+            raise BadValueError(f"{path}:{number}: a NUL character; values are decimal text")
+        lines = text.splitlines()
+        del text
+        tokens: list[str] = []
+        numbers = array.array("q")
+        for number, content in enumerate(lines, start=line):
+            stripped = content.strip()
+            if stripped and not stripped.startswith("--"):
+                parts = stripped.split()
+                if len(parts) != width:
+                    side = "few" if len(parts) < width else "many"
+                    raise BadValueError(f"{path}:{number}: too {side} values: {len(parts)} for a sample of {width} "
+                                        f"elements of type {header_text(sample_type)}")
+                tokens += parts
+                numbers.append(number)
+        line += len(lines)
+        del lines
+        if numbers:
+            yield tokens, np.frombuffer(numbers, dtype=np.int64)
+        tokens = numbers = None  # (not held while the next block is parsed)
+
+
+class _LineNames:
+    """``FILE:LINE`` of each sample of a block, made only for the one an error names."""
+
+    def __init__(self, path: str, numbers: np.ndarray):
+        self.path, self.numbers = path, numbers
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __getitem__(self, row: int) -> str:
+        return f"{self.path}:{int(self.numbers[row])}"
 
 
 def parse_encodings(spec: str | None, layout: Layout) -> list[Encoding]:
@@ -75,42 +138,54 @@ def pack_file(
     round_to_encoding: bool = False,
 ) -> WriteResult:
     """Packs the value lines of ``input_path`` into ``output_path`` (replaced whole, or untouched
-    on an error)."""
+    on an error), a block of lines at a time."""
     layout = Layout.of_type(sample_type)
-    rows, numbers = read_value_lines(input_path)
-    width = layout.sample_elements
-    for row, number in zip(rows, numbers):
-        if len(row) != width:
-            side = "few" if len(row) < width else "many"
-            raise BadValueError(f"{input_path}:{number}: too {side} values: {len(row)} for a sample of {width} "
-                f"elements of type {header_text(sample_type)}",
-            )
-    table = _value_table(rows, width)
-    columns, start = [], 0
-    for leaf in layout.leaves:
-        column = table[:, start : start + leaf.size].reshape(len(rows), *leaf.shape)
-        columns.append(_leaf_column(column, leaf.bound, input_path, numbers, start))
-        start += leaf.size
-    batch = layout.unflatten(columns)
     if encodings is None:
         encodings = [Encoding.F64] * len(layout.leaves)
+    width = layout.sample_elements
+    blocks = _value_blocks(input_path, width, sample_type)
+    first = next(blocks, None)  # the input opened and its first block read before the output is made
     with Writer(output_path, sample_type, encodings=encodings, round_to_encoding=round_to_encoding) as writer:
-        writer.append(batch, row_names=[f"{input_path}:{n}" for n in numbers])
+        for tokens, numbers in _chained(first, blocks):
+            batch = _batch(layout, tokens, numbers, input_path)
+            del tokens  # (the batch holds what it needs)
+            writer.append(batch, row_names=_LineNames(input_path, numbers))
+            del batch, numbers
+        first = None
     return writer.result
 
 
-def _value_table(rows: list[list[str]], width: int) -> np.ndarray:
+def _chained(first, rest: Iterator) -> Iterator:
+    if first is not None:
+        yield first
+        del first
+        yield from rest
+
+
+def _batch(layout: Layout, tokens: list[str], numbers: np.ndarray, path: str):
+    """One block's value tokens (whole sample lines) → the batch of its samples, each leaf's text
+    converted on its own."""
+    rows, width = len(numbers), layout.sample_elements
+    table = _value_table(tokens, rows, width)
+    columns, start = [], 0
+    for leaf in layout.leaves:
+        column = table[:, start : start + leaf.size].reshape(rows, *leaf.shape)
+        columns.append(_leaf_column(column, leaf.bound, path, numbers, start))
+        start += leaf.size
+    return layout.unflatten(columns)
+
+
+def _value_table(tokens: list[str], rows: int, width: int) -> np.ndarray:
     """The value tokens as an array of shape (rows, width): fixed-width text (fast to convert)
     unless one long token would make that table far larger than the text itself (a hostile line
     of a megabyte among a million short values), then Python strings."""
-    longest = max((len(token) for row in rows for token in row), default=0)
-    characters = sum(len(token) for row in rows for token in row)
-    if len(rows) * width * longest > 8 * characters + (1 << 20):
-        table = np.empty((len(rows), width), dtype=object)
-        for i, row in enumerate(rows):
-            table[i] = row
-        return table
-    return np.array(rows, dtype=str).reshape(len(rows), width)
+    longest = max(map(len, tokens), default=0)
+    characters = sum(map(len, tokens))
+    if rows * width * longest > 8 * characters + (1 << 20):
+        table = np.empty(len(tokens), dtype=object)
+        table[:] = tokens
+        return table.reshape(rows, width)
+    return np.array(tokens, dtype=str).reshape(rows, width)
 
 
 #: An index is ASCII decimal digits, leading zeros allowed (as a tokens text's tokens are).
@@ -138,7 +213,7 @@ def _all_match(flat: np.ndarray, characters: str, ok) -> bool:
     tokens, passes ``ok``.
 
     A text table is checked on its code points: a fixed-width ``<U`` array is UTF-32 with NUL
-    padding (and no token holds a NUL: :func:`read_value_lines` refuses it), so one table lookup
+    padding (and no token holds a NUL: :func:`_value_blocks` refuses it), so one table lookup
     per code point answers for every token at once.
     """
     if flat.dtype == object:
@@ -149,7 +224,7 @@ def _all_match(flat: np.ndarray, characters: str, ok) -> bool:
     return bool(allowed.take(points, mode="clip").all() and (points < 128).all())
 
 
-def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: list[int], first: int) -> np.ndarray:
+def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: np.ndarray, first: int) -> np.ndarray:
     """Text of one leaf for every sample → numbers; a bad token names its line and value."""
     flat = column.reshape(len(column), math.prod(column.shape[1:]))  # (-1 fails when there are no rows)
     if bound is None:
@@ -170,7 +245,7 @@ def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: list
     )
 
 
-def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: list[int], first: int) -> np.ndarray:
+def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: np.ndarray, first: int) -> np.ndarray:
     """Digit tokens → uint64: at once when every token has at most 19 digits, else the long ones
     one by one, exactly (leading zeros allowed, values up to 2^64 - 1)."""
     lengths = np.char.str_len(flat.astype(str)) if flat.dtype == object else np.char.str_len(flat)
@@ -205,4 +280,3 @@ def _first_bad(flat: np.ndarray, ok) -> tuple[int, int]:
     raise AssertionError("no bad value found")  # the caller saw one
 
 
-__all__ = ["pack_file", "parse_encodings", "read_value_lines"]

@@ -61,9 +61,10 @@ class Reader:
       toward the file's size as training visits it (clean page cache the kernel can drop, but
       counted in RSS).
     - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
-      batch, slower per record, and the resident set stays that of the batches in flight
-      whatever the file's size (samples over 2 GiB: one ``preadv`` a leaf and sample).
-      :meth:`leaves`, :meth:`samples` and :meth:`raw_data` (views, by design) still use the map.
+      batch, ~4× slower per record, and the resident set stays that of the batches in flight
+      whatever the file's size (samples over 2 GiB: one ``preadv`` a leaf and sample). The file
+      is not mapped at all until :meth:`leaves`, :meth:`samples` or :meth:`raw_data` (views, by
+      design) asks for a map.
 
     A file cut short while a reader holds it (rewritten in place by another program): under
     ``"pread"`` a gather raises E9003 naming the file. Under ``"mmap"`` each gather first checks
@@ -104,7 +105,7 @@ class Reader:
                 self.header, self.file_size = self._read_header()
             except OSError as e:
                 raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from None
-            self._map = self._open_map() if self.file_size else None
+            self._map = self._open_map() if self.file_size and access == "mmap" else None
             if self.header.count > MAX_COUNT:
                 raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
                 )
@@ -113,8 +114,9 @@ class Reader:
             raise
         self.layout: Layout | None = None
         self.placement: Placement | None = None
-        self._views: list[np.ndarray] | None = None  # built on first use (_leaf_views)
-        self._records: np.ndarray | None = None
+        self._views: list[np.ndarray] | None = None  # made when first needed (see _leaf_views)
+        self._records: np.ndarray | None = None  # made when first needed (see _record_array)
+        self._record: np.dtype | None = None  # a whole sample as one opaque record, if numpy holds one
         self._bounded: list[int] = []
         try:
             try:
@@ -165,8 +167,8 @@ class Reader:
         self._check_addressable(placement)
         self._check_params_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
-        self._views = None  # (a restore reads leaves positionally and never needs them)
-        self._records = self._record_view()
+        self._views, self._records = None, None
+        self._record = self._record_dtype()
         # idx leaves whose dtype holds values at or above the bound (idx[10] in u8): gathered
         # values are checked. A bound that fills its dtype (idx[256] in u8) needs no check.
         self._bounded = [i for i, (leaf, disk) in enumerate(zip(layout.leaves, placement.disk_dtypes))
@@ -235,10 +237,17 @@ class Reader:
             )
         return self.placement
 
+    def _mapped(self) -> mmap.mmap | None:
+        """The map of the file, made now if this reader had none yet (``access="pread"`` maps only
+        for the views asked of it); None for an empty file."""
+        if self._map is None and self._fd is not None and self.file_size:
+            self._map = self._open_map()
+        return self._map
+
     def _map_bytes(self) -> np.ndarray:
         """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
         lives, closing the map fails (and is deferred) instead of leaving the view dangling."""
-        return np.frombuffer(self._map, dtype=np.uint8)
+        return np.frombuffer(self._mapped(), dtype=np.uint8)
 
     def _leaf_views(self) -> list[np.ndarray]:
         """Every leaf's view over the map (:meth:`_leaf_view`), built on first use and kept: a
@@ -255,7 +264,7 @@ class Reader:
         leaf = placement.layout.leaves[i]
         disk = placement.disk_dtypes[i]
         count = self.header.count
-        if self._map is None or count == 0 or placement.sample_bytes == 0:
+        if self._mapped() is None or count == 0 or placement.sample_bytes == 0:
             empty = np.zeros((count, *leaf.shape), dtype=placement.value_dtype(i))
             empty.flags.writeable = False  # read-only like a view of the map
             return empty
@@ -329,21 +338,23 @@ class Reader:
     def _gathered_leaves(self, positions: np.ndarray) -> list[np.ndarray]:
         """Each leaf of the samples at ``positions`` (valid, non-negative), bounds checked."""
         placement = self.placement
-        if self.access == "mmap" and self._map is not None and len(positions):
+        leaf_count = len(placement.layout.leaves)
+        if self.access == "mmap" and len(positions):
             self._check_still_whole()
-        if self._records is None and self._map is not None and placement.sample_bytes and len(positions):
+        if self._record is None and placement.sample_bytes and len(positions):
             # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
             if self.access == "pread":
-                leaves = [self._read_leaf_rows(i, positions) for i in range(len(placement.layout.leaves))]
+                leaves = [self._read_leaf_rows(i, positions) for i in range(leaf_count)]
             else:
                 leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._leaf_views()]
         else:
             # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never
             # a copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
             records = None
-            if self._records is not None:
-                records = self._read_records(positions) if self.access == "pread" else self._records.take(positions)
-            leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(len(placement.layout.leaves))]
+            if self._record is not None and len(positions):
+                records = self._read_records(positions) if self.access == "pread" else \
+                    self._record_array().take(positions)
+            leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(leaf_count)]
         for i in self._bounded:
             self._check_bound(i, leaves[i], positions)
         return leaves
@@ -397,6 +408,19 @@ class Reader:
             self._check_bound(i, values.reshape(1, -1), np.array([position]))
         return values
 
+    def read_data(self, start: int, stop: int) -> np.ndarray:
+        """Bytes ``start`` to ``stop`` of the data region (what follows the header) as a fresh
+        ``uint8`` array, read with a positional read of the reader's own descriptor, never through
+        a map: a file cut short meanwhile is E9003 naming it. For a reader of whole files in
+        bounded pieces (``diff``), with or without a layout."""
+        start, stop = max(0, int(start)), max(0, int(stop))
+        out = np.empty(max(0, stop - start), dtype=np.uint8)
+        if out.size:
+            if self._fd is None:
+                raise UsageError(f"{self.path}: the reader is closed")
+            read_into(self._fd, memoryview(out), self.header.data_offset + start, self.path)
+        return out
+
     def _check_bound(self, i: int, values: np.ndarray, positions: np.ndarray) -> None:
         """Refuses stored idx values at or above the leaf's bound (only a damaged or hand-made file
         holds one: every writer refuses them)."""
@@ -413,8 +437,8 @@ class Reader:
     def _read_records(self, positions: np.ndarray) -> np.ndarray:
         """The records at ``positions`` read with ``preadv``: one call per run of consecutive
         records, straight into the batch (``access="pread"``)."""
-        size = self._records.itemsize
-        out = np.empty(len(positions), dtype=self._records.dtype)
+        size = self._record.itemsize
+        out = np.empty(len(positions), dtype=self._record)
         if not len(positions):
             return out
         flat = memoryview(out.view(np.uint8))
@@ -426,14 +450,20 @@ class Reader:
         pread_spans(self._fd, spans, offsets, self.path)
         return out
 
-    def _record_view(self) -> np.ndarray | None:
-        """Every sample as one opaque record, or None when there is none or a sample is larger
-        than the 2^31 - 1 bytes a numpy record holds (a checkpoint of several GiB)."""
+    def _record_dtype(self) -> np.dtype | None:
+        """A sample as one opaque record, or None when samples are empty or larger than the
+        2^31 - 1 bytes a numpy record holds (a checkpoint of several GiB)."""
         sample_bytes = self.placement.sample_bytes
-        if self._map is None or sample_bytes == 0 or sample_bytes > MAX_RECORD_BYTES:
+        if sample_bytes == 0 or sample_bytes > MAX_RECORD_BYTES:
             return None
-        record = np.dtype((np.void, sample_bytes))
-        return np.frombuffer(self._map, dtype=record, count=self.header.count, offset=self.header.data_offset)
+        return np.dtype((np.void, sample_bytes))
+
+    def _record_array(self) -> np.ndarray:
+        """Every sample as one opaque record, a view of the map (``access="mmap"``)."""
+        if self._records is None:
+            self._records = np.frombuffer(self._mapped(), dtype=self._record, count=self.header.count,
+                                          offset=self.header.data_offset)
+        return self._records
 
     def _leaf_of_records(self, records: np.ndarray | None, i: int, n: int) -> np.ndarray:
         """Leaf i of gathered records: a view when it is the whole record, else a contiguous copy."""
@@ -466,7 +496,7 @@ class Reader:
 
     def raw_data(self) -> memoryview:
         """The bytes of the ``count`` samples (whole data region if the layout is unknown)."""
-        if self._map is None:
+        if self._mapped() is None:
             return memoryview(b"")
         end = self.file_size
         if self.placement is not None:
@@ -552,13 +582,11 @@ class Reader:
                 self._check_size(self.placement.sample_bytes)
                 self._check_addressable(self.placement)
                 self._check_params_size(self.placement.sample_bytes)
-            self._map = self._open_map() if size else None
+            self._map = self._open_map() if size and (self.access == "mmap" or old[2] is not None) else None
         except BaseException:
             self.header, self.file_size, self._map = old
             raise
-        if self.placement is not None:
-            self._views = None  # rebuilt over the new map on first use
-            self._records = self._record_view()
+        self._views, self._records = None, None  # made again over the new map when asked for
         self._release_map(old[2])  # closes now, or with the last view taken of it
         return header.count
 

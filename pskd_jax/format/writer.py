@@ -86,10 +86,13 @@ class Writer:
             for row in range(n):
                 for column in columns:
                     self._write(column[row])
-        else:
-            records = np.empty(n, dtype=_record_dtype(placement))
-            for i, column in enumerate(columns):
-                records[f"f{i}"] = column
+        elif placement.sample_bytes:
+            # Leaves of no element hold no byte and are left out of the record (numpy refuses a
+            # field whose empty shape has an axis beyond a C int, as idx[2][0, 3000000000]).
+            present = [i for i, leaf in enumerate(placement.layout.leaves) if leaf.size]
+            records = np.empty(n, dtype=_record_dtype(placement, present))
+            for i in present:
+                records[f"f{i}"] = columns[i]
             self._write(records)
         self.count += n
 
@@ -203,13 +206,14 @@ class Writer:
         else:
             self.abort()
 
-def _record_dtype(placement: Placement) -> np.dtype:
+def _record_dtype(placement: Placement, leaves: Sequence[int]) -> np.dtype:
+    """A sample as a numpy record of the given leaves (by index), each at its offset."""
+    disk, layout = placement.disk_dtypes, placement.layout.leaves
     return np.dtype(
         {
-            "names": [f"f{i}" for i in range(len(placement.disk_dtypes))],
-            "formats": [(d, leaf.shape) if leaf.shape else d
-                        for d, leaf in zip(placement.disk_dtypes, placement.layout.leaves)],
-            "offsets": list(placement.offsets),
+            "names": [f"f{i}" for i in leaves],
+            "formats": [(disk[i], layout[i].shape) if layout[i].shape else disk[i] for i in leaves],
+            "offsets": [placement.offsets[i] for i in leaves],
             "itemsize": placement.sample_bytes,
         }
     )

@@ -8,7 +8,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.names import save_lock
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
-from tests.helpers import pskd, python
+from tests.helpers import pskd, python, wait_until, wait_until_waiting_for_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
@@ -85,16 +84,20 @@ RACER = """
     from pskd_jax.errors import PskdError
     from pskd_jax.checkpoint import CheckpointManager
     directory, go, me = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    print("ready", flush=True)  # imported: both try at once once told
     while not os.path.exists(go):
         time.sleep(0.001)
     try:
         manager = CheckpointManager(directory, keep=3, durable=False)
     except PskdError as e:
+        open(f"{go}.refused", "w").close()
         print(e.code, e.message)
         sys.exit(0)
     for i in range(12):
         manager.save(me * 100 + i, {"w": np.full(256, i, np.float32), "who": np.int32(me)}, extra={"me": me})
-    time.sleep(0.5)  # still open while the other one tries
+    guard = time.monotonic() + 600
+    while not os.path.exists(f"{go}.refused") and time.monotonic() < guard:
+        time.sleep(0.001)  # still open until the other one has tried
     manager.close()
     print("saved")
 """
@@ -104,7 +107,7 @@ def test_two_processes_opening_one_directory_at_once(tmp_path):
     directory, go = tmp_path / "run", tmp_path / "go"
     directory.mkdir()
     racers = [python(RACER, directory, go, me) for me in (1, 2)]
-    time.sleep(1.0)  # both imported and waiting
+    assert [racer.stdout.readline().strip() for racer in racers] == ["ready", "ready"]
     go.write_text("")
     outcomes = [finish(racer) for racer in racers]
     assert sorted(o.split(" ")[0].strip() for o in outcomes) == ["E9014", "saved"], outcomes
@@ -121,6 +124,7 @@ SAVER = """
     import os, sys, time, numpy as np
     from pskd_jax import checkpoint as ck
     path, go, stop, me = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
     i = 0
@@ -149,17 +153,20 @@ def test_plain_saves_of_one_destination_take_turns(tmp_path):
     path, go, stop = tmp_path / "c.psk.d", tmp_path / "go", tmp_path / "stop"
     savers = [python(SAVER, path, go, stop, me) for me in (1, 2)]
     try:
-        time.sleep(1.0)
+        assert [saver.stdout.readline().strip() for saver in savers] == ["ready", "ready"]
         go.write_text("")
         seen: set = set()  # (the tree's keys, the file's mtime): the saves looked at
-        started = time.monotonic()
-        while time.monotonic() - started < 30 and not (len(seen) >= 40 and len({k for k, _ in seen}) == 2):
+
+        def looked_enough() -> bool:
             # between two saves (holding the lock they take), the pair on disk is always one save's
             with destination_lock(path):
                 if path.exists():
                     check_pair(path)
                     seen.add((tuple(ck.restore(path, as_numpy=True)), os.stat(path).st_mtime_ns))
-            time.sleep(0.01)
+            return len(seen) >= 40 and len({k for k, _ in seen}) == 2
+
+        for saver in savers:  # (both keep saving until told to stop)
+            wait_until(looked_enough, alive=saver, what="40 saves of both savers looked at")
     finally:
         stop.write_text("")
     assert [finish(saver).split()[0] for saver in savers] == ["saved", "saved"]
@@ -181,8 +188,8 @@ def test_a_save_waits_for_another_save_of_its_destination(tmp_path):
         with destination_lock(path, wait=False) as again:  # (another holder, even in this process)
             assert not again
         child = python(code, path)
-        time.sleep(1.5)
-        assert child.poll() is None and not path.exists(), "the save did not wait for the lock"
+        wait_until_waiting_for_lock(child, save_lock(path))  # the save reached the lock and waits
+        assert not path.exists(), "the save did not wait for the lock"
     assert finish(child).strip() == "saved"
     assert ck.restore(path, as_numpy=True)["w"].tolist() == [0, 1, 2, 3, 4]
     assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]  # the lock file went with the save

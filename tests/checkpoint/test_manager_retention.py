@@ -19,6 +19,7 @@ from pskd_jax._os.names import step_file
 from pskd_jax.checkpoint import manager as manager_module
 from pskd_jax.checkpoint.manager import INDEX, CheckpointManager, read_index
 from pskd_jax.errors import PskdError
+from tests.helpers import HANG_GUARD_S, wait_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -262,20 +263,29 @@ def test_a_take_over_waits_for_the_background_save(tmp_path, monkeypatch):
 
     def slow_save(path, tree, **options):
         started.set()
-        go.wait(30)
+        go.wait(HANG_GUARD_S)
         return real(path, tree, **options)
 
     monkeypatch.setattr(manager_module, "save", slow_save)
     first = CheckpointManager(tmp_path)
     first.save_async(1, params(1))
-    started.wait(30)
+    assert started.wait(HANG_GUARD_S)
     made = []
     maker = threading.Thread(target=lambda: made.append(CheckpointManager(tmp_path)))
     maker.start()
-    maker.join(0.5)
-    assert maker.is_alive(), "the new manager did not wait for the old one's save"
+
+    def joining() -> bool:  # the maker waits for a thread to end (the old manager's save)
+        frame = sys._current_frames().get(maker.ident)
+        while frame is not None:
+            if frame.f_code.co_name == "join" and frame.f_code.co_filename == threading.__file__:
+                return True
+            frame = frame.f_back
+        assert maker.is_alive() and not made, "the new manager did not wait for the old one's save"
+        return False
+
+    wait_until(joining, what="the new manager waiting for the old one's save")
     go.set()
-    maker.join(30)
+    maker.join(HANG_GUARD_S)
     [second] = made
     assert second.all_steps() == [1]  # the old manager's save completed, and is listed
     first.wait()

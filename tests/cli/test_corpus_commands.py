@@ -7,14 +7,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
 from pskd_jax import corpus
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import PskdError
-from tests.helpers import ENV, ROOT, SCRIPT, documents, pskd, start_pskd
+from tests.helpers import ENV, ROOT, SCRIPT, documents, pskd, start_pskd, wait_until
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 
@@ -183,10 +182,8 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
                               str(slow), "-o", str(out)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not (out / ".shards.journal").exists():  # written once the lock is held
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.01)
+        wait_until(lambda: (out / ".shards.journal").exists(), alive=first,  # written once the lock is held
+                   what="the first build's journal")
         err = fails("E9016", "corpus", "build", "a.jsonl", "-o", "c", cwd=tmp_path)
         assert err == ("pskd: E9016: c: another corpus build is running in this directory (it holds "
                        "c/.pskd-corpus.lock); wait for it to finish or build into another directory\n")

@@ -24,6 +24,7 @@ from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PskdError
 from pskd_jax._os.digests import file_sha256
+from tests.helpers import HANG_GUARD_S, wait_until, wait_until_waiting_for_lock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 B = 256  # the byte tokenizer's boundary
@@ -149,8 +150,7 @@ def test_two_writers_of_one_shard_take_turns(tmp_path):
     second = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
-        time.sleep(0.5)  # a head start: the second writer must still be waiting after it
-        assert second.poll() is None
+        wait_until_waiting_for_lock(second, path)  # it reached the shard and waits for the first
         first.close()
         assert second.stdout.readline() == "opened\n" and second.wait(timeout=60) == 0
     finally:
@@ -301,13 +301,36 @@ def test_a_killed_writers_temporary_file_is_removed_by_the_next_build(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     import numpy as np
     from pskd_jax.corpus import build as corpus_build
     corpus_build.PUBLISH_SECONDS = 0.0
     work, out, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rng = np.random.default_rng(7)
     version = 0
+
+    def pause(token):
+        # Waits until the reader has read the corpus as it is now (it answers ack-TOKEN): each
+        # round's finished corpus and one manifest in progress a round are seen, however the two
+        # processes are scheduled.
+        with open(os.path.join(work, "waiting.tmp"), "w") as f:
+            f.write(token)
+        os.replace(os.path.join(work, "waiting.tmp"), os.path.join(work, "waiting"))
+        guard = time.monotonic() + 600
+        while not os.path.exists(os.path.join(work, "ack-" + token)):
+            if time.monotonic() > guard:
+                sys.exit("the reader never answered " + token)
+            time.sleep(0.001)
+
+    publish, paused = corpus_build.ManifestPublisher._write, set()
+
+    def publish_then_pause(self, results, listed):
+        publish(self, results, listed)
+        if round_number not in paused:  # the first manifest in progress of the round
+            paused.add(round_number)
+            pause(f"progress-{round_number}")
+
+    corpus_build.ManifestPublisher._write = publish_then_pause
 
     def new_input(i):
         global version
@@ -320,9 +343,10 @@ WRITER = textwrap.dedent(
         return path
 
     inputs = [new_input(i) for i in range(4)]
-    for r in range(rounds):
-        corpus_build.build_corpus(inputs, out, chunk_tokens=512, durable=False, workers=1 + r % 2)
-        change = r % 3
+    for round_number in range(rounds):
+        corpus_build.build_corpus(inputs, out, chunk_tokens=512, durable=False, workers=1 + round_number % 2)
+        pause(f"round-{round_number}")
+        change = round_number % 3
         if change == 0:
             inputs[int(rng.integers(0, len(inputs)))] = new_input(0)  # a rebuilt shard
         elif change == 1:
@@ -334,13 +358,19 @@ WRITER = textwrap.dedent(
     """
 )
 
+ROUNDS = 8
+
 
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of_each_moment(tmp_path):
+    """The writer pauses at points (once a round with a manifest in progress, and after each
+    round) until the reader has read the corpus there; in between both run freely. What the test
+    counts (manifests seen, reads of a build in progress, readers held across rebuilds) then does
+    not depend on how the processes are scheduled."""
     work, out = tmp_path / "work", tmp_path / "corpus"
     work.mkdir()
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(work), str(out), "8"],
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(work), str(out), str(ROUNDS)],
                               env=dict(os.environ, PYTHONPATH=str(ROOT)), stderr=subprocess.PIPE, text=True)
     cache: dict[str, np.ndarray] = {}
 
@@ -353,18 +383,25 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
             pieces.append(cache[source])
         return np.concatenate(pieces) if pieces else np.zeros(0, np.uint16)
 
+    def waiting() -> str | None:
+        """The point the writer is paused at, if it is paused (the token of its ack)."""
+        try:
+            token = (work / "waiting").read_text()
+        except FileNotFoundError:
+            return None
+        return None if (work / f"ack-{token}").exists() else token
+
     rng = np.random.default_rng(0)
     seen, in_progress, checks = set(), 0, 0
     readers: list[CorpusWindows] = []
-    held: list[tuple[CorpusWindows, np.ndarray]] = []  # refreshed rarely: old views across rebuilds
+    held: list[tuple[CorpusWindows, np.ndarray]] = []  # refreshed never: old views across rebuilds
     try:
-        deadline = time.monotonic() + 300
-        while not (out / "shards.json").exists():
-            assert writer.poll() is None and time.monotonic() < deadline, writer.communicate()
-            time.sleep(0.001)
+        wait_until(lambda: (out / "shards.json").exists(), alive=writer, what="the first manifest")
         readers = [CorpusWindows(out / "shards.json", seq=16, stride=5, access=a) for a in ("mmap", "pread")]
+        guard = time.monotonic() + HANG_GUARD_S
         while True:
             done = (work / "done").exists()
+            paused = waiting()  # read before the refresh: the writer waits there until answered
             for windows in readers:
                 windows.refresh()
                 stream = stream_of(windows.manifest)
@@ -378,18 +415,20 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
                     np.testing.assert_array_equal(got[0], want[0])
                     np.testing.assert_array_equal(got[1], want[1])
                     checks += 1
-            if checks % 25 == 1 or done:
+            if (paused or "").startswith("round-") or done:
                 snapshot = CorpusWindows(out / "shards.json", seq=16, stride=5, access="pread")
                 held.append((snapshot, stream_of(snapshot.manifest)))
             for old, stream in held:  # each still reads the corpus it opened, whatever was rebuilt since
                 if len(old):
                     idx = rng.integers(0, len(old), 16)
                     np.testing.assert_array_equal(old.gather(idx)[0], expected_windows(stream, 16, 5, idx)[0])
+            if paused is not None:
+                (work / f"ack-{paused}").write_text("")
             if done:
                 break
             assert writer.poll() is None or (work / "done").exists(), writer.communicate()
-            assert time.monotonic() < deadline
-        writer.wait(timeout=120)
+            assert time.monotonic() < guard, "a hang"
+        writer.wait(timeout=HANG_GUARD_S)
     finally:
         if writer.poll() is None:
             writer.kill()
@@ -398,8 +437,8 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
             windows.close()
     assert writer.returncode == 0, stderr
     assert all(w.complete for w in readers)
-    assert len(seen) >= 3 and in_progress >= 1, (len(seen), in_progress)
-    assert len(held) >= 2
+    assert len(seen) >= ROUNDS and in_progress >= 2 * ROUNDS, (len(seen), in_progress)  # (two readers)
+    assert len(held) == ROUNDS + 1
     print(f"{len(seen)} manifests seen, {in_progress} reads of a build in progress, {checks} batches checked, "
           f"{len(held)} readers held across rebuilds")
 

@@ -48,17 +48,32 @@ def test_shard_bytes_do_not_depend_on_the_chunk(tmp_path, chunk):
 
 WRITER = textwrap.dedent(
     """
-    import sys
+    import os, sys, time
     from pskd_jax.corpus import Tokenizer
     from pskd_jax.corpus import build_shard
+    from pskd_jax.corpus import shard_writer
+    source, shard, chunk, pauses = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(p) for p in sys.argv[4].split(",")]
+    commit = shard_writer.ShardWriter._commit
+
+    def commit_then_pause(self, tokens):
+        commit(self, tokens)
+        if self.count in pauses:  # holds still until the reader has seen this count
+            guard = time.monotonic() + 600
+            while not os.path.exists(f"{shard}.seen{self.count}") and time.monotonic() < guard:
+                time.sleep(0.001)
+
+    shard_writer.ShardWriter._commit = commit_then_pause
     print("start", flush=True)
-    build_shard(sys.argv[1], sys.argv[2], tokenizer=Tokenizer.bytes(), chunk_tokens=int(sys.argv[3]))
+    build_shard(source, shard, tokenizer=Tokenizer.bytes(), chunk_tokens=chunk)
     """
 )
 
 
 @pytest.mark.subprocess
 def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
+    """The writer holds still after a few chunks until the reader has seen them (in between both
+    run freely), so the reader sees shards in the middle of being written however the two
+    processes are scheduled."""
     chunk = 997
     source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)
     reference = tmp_path / "ref.psk.d"
@@ -67,8 +82,10 @@ def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
         expected = np.array(r.leaves()[0])
     header = len(Tokenizer.bytes().header(0))
     shard = tmp_path / "s.psk.d"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(shard), str(chunk)], env=ENV,
-                              stdout=subprocess.PIPE)
+    pauses = [chunk * k for k in (2, 5, 9)]
+    assert pauses[-1] < len(expected)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source), str(shard), str(chunk),
+                               ",".join(map(str, pauses))], env=ENV, stdout=subprocess.PIPE)
     assert writer.stdout.readline().strip() == b"start"
     seen = set()
     while True:
@@ -79,7 +96,9 @@ def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
                 assert n % chunk == 0 or n == len(expected), n
                 np.testing.assert_array_equal(r.leaves()[0], expected[:n])
                 seen.add(n)
+                if n in pauses:
+                    (tmp_path / f"s.psk.d.seen{n}").touch()
         if done:
             break
     assert writer.returncode == 0
-    assert max(seen) == len(expected) and len([n for n in seen if 0 < n < len(expected)]) >= 3, sorted(seen)
+    assert max(seen) == len(expected) and set(pauses) <= seen, sorted(seen)

@@ -5,6 +5,7 @@ opened (E9003 / E9002 naming it)."""
 from __future__ import annotations
 
 import os
+import pathlib
 import struct
 import subprocess
 import sys
@@ -160,10 +161,13 @@ APPENDER = textwrap.dedent("""
     import os, struct, sys, time
     sys.path.insert(0, sys.argv[3])
     from test_refresh import append
-    path, total = sys.argv[1], int(sys.argv[2])
+    path, total, pauses = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[4].split(",")]
     for first in range(1, total):
         append(path, first, 1)
-        time.sleep(0.001)
+        if first + 1 in pauses:  # holds still until the reader has seen this count
+            guard = time.monotonic() + 600
+            while not os.path.exists(f"{path}.seen{first + 1}") and time.monotonic() < guard:
+                time.sleep(0.001)
 """)
 
 
@@ -171,12 +175,13 @@ APPENDER = textwrap.dedent("""
 @pytest.mark.parametrize("access", ["mmap", "pread"])
 def test_refresh_while_another_process_appends(tmp_path, access):
     """Another process appends one sample at a time; each refresh sees a count that never goes
-    down and samples that are all whole."""
+    down and samples that are all whole. The appender holds still at a few counts until the
+    reader has seen them, so the reader sees the file grow however the two are scheduled."""
     path = tmp_path / "grow.psk.d"
     start_file(path, 1)
-    total = 300
+    total, pauses = 300, (60, 150, 240)
     appender = subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(total),
-                                 os.path.dirname(__file__)])
+                                 os.path.dirname(__file__), ",".join(map(str, pauses))])
     seen = [1]
     with Reader(path, access=access) as reader:
         while seen[-1] < total:
@@ -184,9 +189,11 @@ def test_refresh_while_another_process_appends(tmp_path, access):
             assert count >= seen[-1]
             check_samples(reader, count)
             seen.append(count)
+            if count in pauses:
+                pathlib.Path(f"{path}.seen{count}").touch()
             if appender.poll() is not None and count == seen[-2]:
                 count = reader.refresh()
                 assert count == total, appender.returncode
                 seen.append(count)
     assert appender.wait(timeout=60) == 0
-    assert seen[-1] == total and len(set(seen)) > 2  # it saw the file grow, not only its end
+    assert seen[-1] == total and set(pauses) <= set(seen)  # it saw the file grow, not only its end

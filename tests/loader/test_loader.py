@@ -7,7 +7,6 @@ import pathlib
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import pskd_jax
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.parse import parse_pipeline
-from tests.helpers import ENV, ROOT, free_port, run_python
+from tests.helpers import ENV, ROOT, free_port, run_python, wait_until
 
 jax = pytest.importorskip("jax")
 from pskd_jax.loader import Loader  # noqa: E402  (after the JAX check)
@@ -105,14 +104,27 @@ def test_f64_leaves_are_refused_while_x64_is_disabled(tmp_path):
 
 
 def test_the_loader_keeps_ahead_of_a_slow_step(windows):
+    """While the step runs, the loader gathers and places the next batches, up to ``prefetch``
+    ahead: each time the loop asks, a batch is waiting. The "training step" here lasts until the
+    loader has filled its queue (or has no batch left), however fast the machine is; nothing is
+    timed."""
     pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
     with pskd_jax.Reader(windows) as reader:
         loader = Loader(reader, pipeline, epochs=3, prefetch=2)
         iterator = iter(loader)
         next(iterator)
-        for _ in iterator:
-            time.sleep(0.02)  # the "training step"
-    assert loader.waited_seconds < 0.05 * 17
+        waiting, batches = [], 1
+        while True:
+            queue, producer = loader._queue, loader._thread
+            wait_until(lambda: queue.full() or not producer.is_alive(), what="the loader filling its queue")
+            waiting.append(queue.qsize())
+            try:
+                next(iterator)
+            except StopIteration:
+                break
+            batches += 1
+        assert batches == 3 * pipeline.batches_per_epoch(len(reader))
+    assert min(waiting) >= 1 and max(waiting) == 2, waiting  # one ready each time; two ahead at most
 
 
 SHARDED = r"""

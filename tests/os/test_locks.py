@@ -13,7 +13,7 @@ import pytest
 
 from pskd_jax._os import locks, names
 from pskd_jax.errors import CheckpointDirectoryError, TruncatedError
-from tests.helpers import python, raises
+from tests.helpers import HANG_GUARD_S, python, raises, wait_until, waiting_for_lock
 
 
 def test_acquire_and_release_keep_or_remove_the_file(tmp_path):
@@ -103,11 +103,11 @@ def test_a_waiter_never_shares_a_lock_file_its_holder_removed(tmp_path, monkeypa
     got = []
     waiter = threading.Thread(target=lambda: got.append(locks.acquire(path, wait=True)))
     waiter.start()
-    assert waiting.wait(30)
-    waiter.join(0.1)
-    assert waiter.is_alive()  # blocked on the holder's lock
+    assert waiting.wait(HANG_GUARD_S)
+    wait_until(lambda: waiting_for_lock(os.getpid(), path), what="the waiter blocked on the holder's lock")
+    assert waiter.is_alive()
     locks.release(first, path)
-    waiter.join(30)
+    waiter.join(HANG_GUARD_S)
     assert not waiter.is_alive() and got[0] is not None
     try:
         assert os.fstat(got[0]).st_ino == os.stat(path).st_ino  # the file under the name now

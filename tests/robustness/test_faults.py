@@ -1,19 +1,24 @@
-"""Writers under faults: killed at random points, a full disk, a read-only directory, a missing parent.
+"""Writers under faults: killed at points drawn over their run, a full disk, a read-only directory, a missing parent.
 
 The writers are the ``pskd`` commands ``pack``, ``lm-windows``, ``encode`` and ``corpus build``, and
 the checkpoint ``save`` and ``CheckpointManager.save``. Each run happens in a process forked from a worker that
 imported the toolkit once, so a kill costs the time the writer ran, not an interpreter start:
 
-- SIGKILL after a random delay drawn over the whole length of a run (so kills fall before the
-  output is opened, while it is written, and around the rename): the destination then holds the
-  old content or the new, whole (compared byte for byte with reference runs); after the kills a
-  rerun completes, writes the new content, and leaves no temporary file in the directory (a killed
-  writer's temporary file is removed by the next writer of the same destination);
+- killed at points each run reaches for sure, whatever the machine's speed or load (see
+  :mod:`tests.robustness.kill_points`): a reference run records its file-system steps, then half
+  the kills land just before a step drawn in each stretch of that run (before the output is
+  opened, between chunks, between the sync and the rename, after it) and half inside a write, at a
+  byte drawn in each stretch of the output's size. Every planned kill must land. The destination
+  then holds the old content or the new, whole (compared byte for byte with reference runs);
+  after the kills a rerun completes, writes the new content, and leaves no temporary file in the
+  directory (a killed writer's temporary file is removed by the next writer of the same
+  destination);
 - for ``corpus build`` the destination is a directory: after a kill it holds the old corpus or the
   new one, whole (``shards.json`` and every shard it lists, byte for byte), or the manifest of the
   unfinished build, marked in progress, every shard it lists whole, and its journal (a build never
-  removes the manifest, and leaves a shard out of it before replacing it); the kills of one series resume each other's work, and a rerun finishes the build: the
-  directory then equals a reference build's, file for file and byte for byte (stale shards of the
+  removes the manifest, and leaves a shard out of it before replacing it); the kills of one
+  series resume each other's work (each drawn over the steps of a run from the state the last one
+  left, recorded on a copy of the directory), and a rerun finishes the build: the directory then equals a reference build's, file for file and byte for byte (stale shards of the
   old, bigger corpus, the journal and temporary files gone);
 - a full disk (``RLIMIT_FSIZE`` below the output's size: writes fail with EFBIG), a read-only
   directory, a missing parent directory: exit status 1, one ``pskd: E9003: …`` line naming the
@@ -27,12 +32,12 @@ import hashlib
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import traceback
 
 import numpy as np
@@ -45,6 +50,7 @@ from pskd_jax.format.writer import Writer, write
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax.checkpoint.manager import CheckpointManager
 from tests.helpers import ENV, ROOT, run_python
+from tests.robustness import kill_points
 KILLS = 12  # per writer
 SEED = 20261129
 
@@ -101,9 +107,11 @@ def _inputs(directory: str) -> dict[str, dict]:
     }
 
 
-def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = None) -> tuple[int | None, int | None, str]:
-    """Runs ``body`` in a forked child (after ``prepare``); kills it with SIGKILL after ``delay``
-    seconds when given. Returns (exit status, killing signal, stderr)."""
+def _fork(body, *, prepare=None, log: str | None = None, plan: dict | None = None,
+          root: str | None = None) -> tuple[int | None, int | None, str]:
+    """Runs ``body`` in a forked child (after ``prepare``), armed with a kill ``plan`` counting the
+    steps under ``root`` when given (see :mod:`tests.robustness.kill_points`). Returns (exit
+    status, killing signal, stderr)."""
     pid = os.fork()
     if pid == 0:
         status = 0
@@ -114,6 +122,8 @@ def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = N
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
             if prepare is not None:
                 prepare()
+            if plan is not None:
+                kill_points.arm(root, plan)
             body()
         except SystemExit as e:
             status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
@@ -123,16 +133,7 @@ def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = N
         finally:
             sys.stderr.flush()
             os._exit(status)
-    done, wait_status = 0, 0
-    if delay is not None:
-        deadline = time.monotonic() + delay
-        while not done and time.monotonic() < deadline:
-            done, wait_status = os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.002)
-        if not done:
-            os.kill(pid, signal.SIGKILL)
-    if not done:
-        _, wait_status = os.waitpid(pid, 0)
+    _, wait_status = os.waitpid(pid, 0)
     stderr = ""
     if log is not None:
         with open(log, encoding="utf-8", errors="replace") as f:
@@ -140,6 +141,15 @@ def _fork(body, *, delay: float | None = None, prepare=None, log: str | None = N
     if os.WIFSIGNALED(wait_status):
         return None, os.WTERMSIG(wait_status), stderr
     return os.WEXITSTATUS(wait_status), None, stderr
+
+
+def _record(body, root: str, record: str, log: str) -> list[tuple[str, str]]:
+    """The steps of a run of ``body`` (which must succeed), as :mod:`kill_points` counts them."""
+    if os.path.exists(record):
+        os.unlink(record)
+    status, _, stderr = _fork(body, log=log, plan={"record": record}, root=root)
+    assert status == 0, stderr
+    return kill_points.recorded(record) if os.path.exists(record) else []
 
 
 def _cli(argv: list[str]):
@@ -183,28 +193,38 @@ def bound_by_permissions() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
+def _plans(steps: int, size: int, count: int, rng: random.Random) -> list[dict]:
+    """Half the kills at steps spread over the run, half inside the writes of a file of ``size``
+    bytes (see :mod:`kill_points`): every one a point the writer reaches for sure."""
+    return kill_points.step_plans(steps, count // 2, rng) + kill_points.byte_plans(size, count - count // 2, rng)
+
+
 def kill_cli_writers(directory: str, rng: random.Random) -> list[dict]:
     results = []
-    log = os.path.join(directory, "stderr.log")
+    scratch = os.path.dirname(directory)
+    log = os.path.join(scratch, "stderr.log")
     for writer, spec in _inputs(directory).items():
         dest = spec["dest"]
         out_dir = os.path.dirname(dest)
         # Reference runs: the new content, then the old one left in place.
-        started = time.monotonic()
         status, _, stderr = _fork(_cli(spec["new"]), log=log)
-        duration = time.monotonic() - started
         assert status == 0, stderr
         with open(dest, "rb") as f:
-            new_digest = hashlib.sha256(f.read()).hexdigest()
+            new_bytes = f.read()
+        new_digest = hashlib.sha256(new_bytes).hexdigest()
         status, _, stderr = _fork(_cli(spec["old"]), log=log)
         assert status == 0, stderr
         with open(dest, "rb") as f:
             old_bytes = f.read()
         old_digest = hashlib.sha256(old_bytes).hexdigest()
+        # The steps of a run over the old content: each kill run does them all (and more where a
+        # killed run left a temporary file to remove), so each planned kill lands.
+        steps = _record(_cli(spec["new"]), directory, os.path.join(scratch, f"{writer}.steps"), log)
+        _restore_old(dest, old_bytes)
         states, killed, left_temporary = [], 0, 0
-        for _ in range(KILLS):
-            status, signal_number, _ = _fork(_cli(spec["new"]), delay=rng.uniform(0.0, duration), log=log)
-            killed += signal_number == signal.SIGKILL
+        for plan in _plans(len(steps), len(new_bytes), KILLS, rng):
+            status, signal_number, _ = _fork(_cli(spec["new"]), log=log, plan=plan, root=directory)
+            killed += signal_number in kill_points.KILLED
             digest = _digest(dest)
             states.append("old" if digest == old_digest else "new" if digest == new_digest else "torn")
             left_temporary += bool(_temporaries(out_dir))
@@ -212,11 +232,10 @@ def kill_cli_writers(directory: str, rng: random.Random) -> list[dict]:
                 _restore_old(dest, old_bytes)
         leftovers_before_rerun = _temporaries(out_dir)
         status, _, stderr = _fork(_cli(spec["new"]), log=log)
-        results.append({"scenario": f"kill {writer}", "states": states, "killed": killed,
+        results.append({"scenario": f"kill {writer}", "states": states, "killed": killed, "steps": len(steps),
                         "kills_leaving_a_temporary": left_temporary, "before_rerun": leftovers_before_rerun,
                         "rerun_status": status, "rerun_stderr": stderr,
-                        "rerun_new": _digest(dest) == new_digest, "after_rerun": _temporaries(out_dir),
-                        "duration": duration})
+                        "rerun_new": _digest(dest) == new_digest, "after_rerun": _temporaries(out_dir)})
     return results
 
 
@@ -272,28 +291,31 @@ def kill_corpus_build(directory: str, rng: random.Random) -> dict:
     old = [jsonl(f"old{i}.jsonl", 200) for i in range(5)]
     new = [jsonl(f"new{i}.jsonl", 2500 + 500 * i) for i in range(3)]
     argv = lambda paths, out: ["corpus", "build", *paths, "-o", out, "--chunk-tokens", "4000"]  # noqa: E731
-    log = os.path.join(directory, "stderr.log")
+    scratch = os.path.dirname(directory)
+    log = os.path.join(scratch, "stderr.log")
     reference, dest = os.path.join(directory, "corpus-reference"), os.path.join(directory, "corpus")
-    durations = []
-    for out in (os.path.join(directory, "corpus-timing"), reference):  # the faster of two: a busy spell
-        started = time.monotonic()                                    # would put the kills past the end
-        status, _, stderr = _fork(_cli(argv(new, out)), log=log)
-        durations.append(time.monotonic() - started)
-        assert status == 0, stderr
-    duration = min(durations)
+    status, _, stderr = _fork(_cli(argv(new, reference)), log=log)
+    assert status == 0, stderr
     new_files = _tree(reference)
     status, _, stderr = _fork(_cli(argv(old, dest)), log=log)
     assert status == 0, stderr
     old_files = _tree(dest)
-    states, killed = [], 0
-    for _ in range(KILLS):
-        # A run that resumes a killed build has only the rest of it to do: its kill is drawn over
-        # less time, or most resumed runs would end before their kill.
-        resuming = bool(states) and states[-1] == "building"
-        delay = rng.uniform(0.0, duration / 2 if resuming else duration)
-        _, signal_number, _ = _fork(_cli(argv(new, dest)), delay=delay, log=log)
-        killed += signal_number == signal.SIGKILL
-        states.append(_corpus_state(dest, old_files, new_files))
+    states, killed, attempts = [], 0, 0
+    while killed < KILLS and attempts < 3 * KILLS:
+        # Each kill resumes what the last one left: the steps of a run from that state are those
+        # of a run on a copy of the directory (the build does the same work in the same order;
+        # only how often it republishes its manifest in progress follows the clock, so a kill
+        # drawn near the end may miss, and is drawn again).
+        plan = _corpus_plan(_corpus_steps(argv(new, os.path.join(directory, "probe")), dest, directory, log),
+                            new_files, (killed + rng.random()) / KILLS, killed % 2 == 1)
+        attempts += 1
+        _, signal_number, _ = _fork(_cli(argv(new, dest)), log=log, plan=plan, root=directory)
+        if signal_number not in kill_points.KILLED:
+            states.append(_corpus_state(dest, old_files, new_files))
+            assert states[-1] == "new", states  # a run that was not killed finished
+        else:
+            killed += 1
+            states.append(_corpus_state(dest, old_files, new_files))
         if states[-1] == "new":  # back to the old corpus, whole
             shutil.rmtree(dest)
             os.makedirs(dest)
@@ -303,11 +325,37 @@ def kill_corpus_build(directory: str, rng: random.Random) -> dict:
     before_rerun = sorted(set(os.listdir(dest)) - set(new_files))
     status, _, stderr = _fork(_cli(argv(new, dest)), log=log)
     after = _tree(dest)
-    return {"scenario": "kill corpus build", "states": states, "killed": killed, "before_rerun": before_rerun,
-            "rerun_status": status, "rerun_stderr": stderr, "rerun_new": after == new_files,
-            "after_rerun": sorted(set(after) - set(new_files)),
-            "missing_after_rerun": sorted(set(new_files) - set(after)),
-            "duration": duration}
+    return {"scenario": "kill corpus build", "states": states, "killed": killed, "attempts": attempts,
+            "before_rerun": before_rerun, "rerun_status": status, "rerun_stderr": stderr,
+            "rerun_new": after == new_files, "after_rerun": sorted(set(after) - set(new_files)),
+            "missing_after_rerun": sorted(set(new_files) - set(after))}
+
+
+def _corpus_steps(argv: list[str], dest: str, root: str, log: str) -> list[tuple[str, str]]:
+    """The steps of a build from the state ``dest`` is in, run on a copy of it (``argv`` builds
+    into the copy), named as they would be in ``dest``."""
+    probe = argv[argv.index("-o") + 1]
+    shutil.rmtree(probe, ignore_errors=True)
+    shutil.copytree(dest, probe, symlinks=True)
+    steps = _record(_cli(argv), root, os.path.join(os.path.dirname(root), "corpus.steps"), log)
+    shutil.rmtree(probe)
+    here, there = os.path.basename(probe), os.path.basename(dest)
+    return [(kind, there + name[len(here):] if name.startswith(here) else name) for kind, name in steps]
+
+
+def _corpus_plan(steps: list[tuple[str, str]], new_files: dict[str, bytes], where: float, inside: bool) -> dict:
+    """A kill at the fraction ``where`` of a build's steps: just before that step, or (``inside``)
+    inside the writes of the first shard the build starts writing from there on (a shard's writer
+    starts by truncating its file), at a byte of it drawn with the same fraction."""
+    at = min(len(steps) - 1, int(where * len(steps)))
+    if inside:
+        for k in range(at, len(steps)):
+            kind, name = steps[k]
+            shard = re.fullmatch(r"\.?(shard-\d+\.psk\.d)(\.\w+\.tmp)?", os.path.basename(name))
+            if kind == "os.truncate" and shard and shard[1] in new_files:
+                size = len(new_files[shard[1]])
+                return {"step": k, "bytes": max(1, min(size - 1, int(where * size)))}
+    return {"step": at}
 
 
 def _checkpoint_tree(k: int):
@@ -316,15 +364,19 @@ def _checkpoint_tree(k: int):
 
 def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
     results = []
+    scratch = os.path.dirname(directory)
+    log = os.path.join(scratch, "stderr.log")
     path = os.path.join(directory, "ck", "c.psk.d")
     os.makedirs(os.path.dirname(path))
     checkpoint.save(path, _checkpoint_tree(0))
-    started = time.monotonic()
-    _fork(lambda: checkpoint.save(path, _checkpoint_tree(0)))  # as long as a killed run would take
-    duration = time.monotonic() - started
-    states, left_temporary = [], 0
-    for i in range(1, KILLS // 2 + 1):
-        _fork(lambda i=i: checkpoint.save(path, _checkpoint_tree(i)), delay=rng.uniform(0.0, duration * 1.2))
+    steps = _record(lambda: checkpoint.save(path, _checkpoint_tree(0)), directory,
+                    os.path.join(scratch, "save.steps"), log)
+    states, left_temporary, killed = [], 0, 0
+    plans = _plans(len(steps), os.path.getsize(path), KILLS // 2, rng)
+    for i, plan in enumerate(plans, start=1):
+        _, signal_number, _ = _fork(lambda i=i: checkpoint.save(path, _checkpoint_tree(i)), log=log, plan=plan,
+                                    root=directory)
+        killed += signal_number in kill_points.KILLED
         try:
             back = checkpoint.restore(path, _checkpoint_tree(0), as_numpy=True)
             k = int(back["k"])
@@ -335,21 +387,25 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
         left_temporary += bool(_temporaries(os.path.dirname(path)))
     status, _, _ = _fork(lambda: checkpoint.save(path, _checkpoint_tree(99)))
     results.append({"scenario": "kill checkpoint.save", "states": states, "kills_leaving_a_temporary": left_temporary,
-                    "rerun_status": status, "after_rerun": _temporaries(os.path.dirname(path))})
+                    "killed": killed, "kills": len(plans), "rerun_status": status,
+                    "after_rerun": _temporaries(os.path.dirname(path))})
 
     run = os.path.join(directory, "run")
 
-    def save(i: int) -> None:
-        with CheckpointManager(run, keep=2) as m:
+    def save(i: int, where: str = run) -> None:
+        with CheckpointManager(where, keep=2) as m:
             m.save(i, _checkpoint_tree(i))
 
     save(0)
-    started = time.monotonic()
-    _fork(lambda: save(0))
-    duration = time.monotonic() - started
-    states, left_temporary = [], 0
-    for i in range(1, KILLS // 2 + 1):
-        _fork(lambda i=i: save(i), delay=rng.uniform(0.0, duration * 1.2))
+    probe = os.path.join(directory, "run-probe")
+    shutil.copytree(run, probe)
+    steps = _record(lambda: save(1, probe), directory, os.path.join(scratch, "manager.steps"), log)
+    shutil.rmtree(probe)
+    states, left_temporary, killed = [], 0, 0
+    plans = _plans(len(steps), os.path.getsize(os.path.join(run, "step-00000000.psk.d")), KILLS // 2, rng)
+    for i, plan in enumerate(plans, start=1):
+        _, signal_number, _ = _fork(lambda i=i: save(i), log=log, plan=plan, root=directory)
+        killed += signal_number in kill_points.KILLED
         try:
             with CheckpointManager(run, keep=2) as manager:
                 step = manager.latest_step()
@@ -364,8 +420,8 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
         with CheckpointManager(run, keep=2) as m:
             m.save(100, _checkpoint_tree(100))
     status, _, _ = _fork(final)
-    results.append({"scenario": "kill CheckpointManager.save", "states": states,
-                    "kills_leaving_a_temporary": left_temporary, "rerun_status": status,
+    results.append({"scenario": "kill CheckpointManager.save", "states": states, "killed": killed,
+                    "kills": len(plans), "kills_leaving_a_temporary": left_temporary, "rerun_status": status,
                     "after_rerun": _temporaries(run)})
     return results
 
@@ -475,7 +531,7 @@ def results(tmp_path_factory) -> dict:
     scratch = str(tmp_path_factory.mktemp("faults"))
     try:
         run = subprocess.run([sys.executable, __file__, "--worker", scratch], cwd=scratch, env=ENV,
-                             capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=3600)  # (a guard: the run takes seconds)
     finally:
         subprocess.run(["chmod", "-R", "u+w", scratch], check=False)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -489,7 +545,7 @@ def results(tmp_path_factory) -> dict:
 def test_a_killed_command_leaves_the_old_or_the_new_file_and_a_rerun_cleans_up(results, writer):
     r = results[f"kill {writer}"]
     assert "torn" not in r["states"], r["states"]
-    assert r["killed"] >= KILLS // 3, f"only {r['killed']} of {KILLS} runs were killed before they ended"
+    assert r["killed"] == KILLS, f"{r['killed']} of {KILLS} planned kills landed (of {r['steps']} steps)"
     assert (r["rerun_status"], r["rerun_new"]) == (0, True), r["rerun_stderr"]
     assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
 
@@ -500,7 +556,7 @@ def test_a_killed_corpus_build_leaves_a_whole_corpus_or_its_journal_and_a_rerun_
     r = results["kill corpus build"]
     assert not [s for s in r["states"] if s.startswith("torn")], r["states"]
     assert set(r["states"]) <= {"old", "new", "building"}, r["states"]
-    assert r["killed"] >= KILLS // 3, f"only {r['killed']} of {KILLS} runs were killed before they ended"
+    assert r["killed"] == KILLS, f"{r['killed']} of {KILLS} kills landed in {r['attempts']} runs"
     assert r["states"].count("building") >= 2, r["states"]  # kills did land mid-build (and the next run resumed)
     assert (r["rerun_status"], r["rerun_new"]) == (0, True), r["rerun_stderr"]
     assert (r["after_rerun"], r["missing_after_rerun"]) == ([], []), "not the reference build's files"
@@ -512,6 +568,7 @@ def test_a_killed_corpus_build_leaves_a_whole_corpus_or_its_journal_and_a_rerun_
 def test_a_killed_checkpoint_save_leaves_a_whole_checkpoint_and_a_rerun_cleans_up(results, scenario):
     r = results[scenario]
     assert not [s for s in r["states"] if s.startswith("torn")], r["states"]
+    assert r["killed"] == r["kills"] == KILLS // 2, f"{r['killed']} of {r['kills']} planned kills landed"
     assert r["rerun_status"] == 0
     assert r["after_rerun"] == [], f"left behind after the rerun: {r['after_rerun']}"
 

@@ -8,7 +8,9 @@ Each case runs in a process of its own, forked from a worker that has imported t
   toolkit allocate out of all proportion fails instead of swapping the machine;
 - a proportionality check on the API side: the peak of Python and numpy allocations
   (``tracemalloc``) stays within ``64 × the input's size + 16 MiB``;
-- a time limit (``SIGALRM``, 20 s): no input may hang.
+- a CPU time limit (``RLIMIT_CPU``, 20 s: work out of proportion to the input ends in SIGXCPU),
+  which a loaded machine does not make any shorter, and a wall-clock guard (``SIGALRM``, 120 s)
+  for an input that blocks (a hang uses no CPU).
 
 Through the API the only exception allowed is ``PskdError`` with the recorded code; through the
 command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no traceback, and no output
@@ -27,6 +29,7 @@ only the lock and journal it keeps to resume.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -60,7 +63,8 @@ HOSTILE = ROOT / "testdata" / "hostile"
 MANIFEST = json.loads((HOSTILE / "manifest.json").read_text(encoding="utf-8"))
 CASES = MANIFEST["cases"]
 MEMORY_HEADROOM = 512 << 20
-TIME_LIMIT_S = 20
+CPU_LIMIT_S = 20  # seconds of CPU a case may use (its own work, whatever the machine's load)
+HANG_GUARD_S = 120  # seconds of wall time before a case that blocks is called a hang
 PEAK_FACTOR, PEAK_SLACK = 64, 16 << 20
 
 FIXTURES = HOSTILE / "_fixtures"
@@ -96,11 +100,13 @@ def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> lis
         "safetensors": lambda: ["convert", path, "-o", out + ".psk.d"],
         "export": lambda: ["export", path, "-o", out + ".json"],
         "output": lambda: ["export", str(SMALL), "-o", os.path.join(path, "out.json")],
+        "diff": lambda: ["diff", os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d")],
     }[kind]()
 
 
-def run_api(case: dict, path: str, out_dir: str) -> None:
-    """What a program does with the file (the worker imported everything before forking)."""
+def run_api(case: dict, path: str, out_dir: str) -> dict | None:
+    """What a program does with the file (the worker imported everything before forking); for a
+    ``diff`` case, the distance it gave."""
     kind, args = case["kind"], case.get("args", {})
     out = os.path.join(out_dir, "out")
     if kind == "container":
@@ -133,6 +139,9 @@ def run_api(case: dict, path: str, out_dir: str) -> None:
         inspection.export_json(path, out + ".json")
     elif kind == "output":
         inspection.export_json(str(SMALL), os.path.join(path, "out.json"))
+    elif kind == "diff":
+        d = inspection.diff(os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d"))
+        return {"diff_norm": d.diff_norm, "a_norm": d.a_norm, "relative": d.relative, "elements": d.elements}
     elif kind == "jsonl":
         tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
         built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
@@ -180,7 +189,11 @@ def _in_child(body, result_fd: int) -> None:
     """Runs ``body`` in the forked child under the limits and sends its outcome; never returns."""
     status = 0
     try:
-        signal.alarm(TIME_LIMIT_S)  # default action: the child dies of SIGALRM
+        signal.alarm(HANG_GUARD_S)  # default action: the child dies of SIGALRM
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]  # (kept: an ordinary user cannot raise it)
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S if hard == resource.RLIM_INFINITY else min(CPU_LIMIT_S, hard),
+                                                 hard))  # then SIGXCPU
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _limit_memory()
         outcome = body()
     except SystemExit as e:  # sys.exit(None) is a success, sys.exit("text") a failure
@@ -271,8 +284,7 @@ def worker(scratch: str) -> None:
                     result["steps"] = steps
                 else:
                     try:
-                        run_api(case, path, out_dir)
-                        result = {"status": "ok"}
+                        result = {"status": "ok", "value": run_api(case, path, out_dir)}
                     except PskdError as e:
                         result = {"status": "error", "code": e.code, "message": e.message[:2000]}
                 result["peak"] = tracemalloc.get_traced_memory()[1]
@@ -304,13 +316,22 @@ def worker(scratch: str) -> None:
 def outcomes(tmp_path_factory) -> dict:
     scratch = tmp_path_factory.mktemp("hostile")
     run = subprocess.run([sys.executable, __file__, "--worker", str(scratch)], cwd=scratch, env=ENV,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=3600)  # (a guard: the run takes seconds)
     assert run.returncode == 0, run.stderr[-4000:]
     results = {}
     for line in run.stdout.splitlines():
         record = json.loads(line)
         results[record["file"], record["side"]] = record
     return results
+
+
+def _same_number(got: float, want: float | str) -> bool:
+    """``want`` as a case records it: a number (equal exactly), or "inf" / "nan"."""
+    if want == "inf":
+        return math.isinf(got) and got > 0
+    if want == "nan":
+        return math.isnan(got)
+    return got == want
 
 
 def _id(case: dict) -> str:
@@ -333,11 +354,13 @@ def _needs_packages(case) -> None:
 def test_api(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "api"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     outcome = record["outcome"]
     assert outcome is not None and outcome["status"] != "crash", outcome and outcome.get("traceback")
     if case["code"] is None:
         assert outcome["status"] == "ok", outcome
+        for key, want in case.get("args", {}).get("expect", {}).items():  # a diff case's values
+            assert _same_number(outcome["value"][key], want), (key, outcome["value"], want)
     else:
         assert (outcome["status"], outcome.get("code")) == ("error", case["code"]), outcome
         assert outcome["message"], "an error says what and where"
@@ -357,7 +380,7 @@ def test_api(outcomes, case):
 def test_cli(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "cli"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] is None:
@@ -382,7 +405,7 @@ MANIFEST_CASES = [case for case in CASES if case["kind"] == "manifest"]
 def test_cli_corpus_info(outcomes, case):
     """``pskd corpus info`` reads the manifest alone: E9016 where the manifest is bad, else its lines."""
     record = outcomes[case["file"], "cli-info"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (time or memory limit)"
+    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] != "E9016":

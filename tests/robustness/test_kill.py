@@ -1,9 +1,12 @@
-"""Processes killed with SIGKILL at random points. A process saving checkpoints: the path then holds
-the old checkpoint or the new one, whole; a manager's latest step is complete and verifies. A
-``pskd corpus build``: run again, it finishes a corpus byte-identical to an uninterrupted build."""
+"""Processes killed at points they reach for sure (see :mod:`tests.robustness.kill_points`), each a
+fresh interpreter. A process saving a checkpoint: the path then holds the old checkpoint or the
+new one, whole; a manager's latest step is complete and verifies. A ``pskd corpus build`` with a
+pool of workers, killed once some shards are journaled: run again, it finishes a corpus
+byte-identical to an uninterrupted build."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
@@ -11,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +21,8 @@ import pytest
 from pskd_jax import checkpoint as ck
 from pskd_jax import corpus
 from pskd_jax.checkpoint.manager import CheckpointManager
-from tests.helpers import ENV, documents, start_pskd
+from tests.helpers import ENV, ROOT, documents
+from tests.robustness import kill_points
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
@@ -27,25 +30,22 @@ KILLS = 4
 
 CHILD = textwrap.dedent(
     """
-    import sys, numpy as np
+    import json, sys, numpy as np
     from pskd_jax import checkpoint as ck
     from pskd_jax.checkpoint import CheckpointManager
+    from tests.robustness import kill_points
 
     def tree(k):
         return {"w": np.full((256, 1024), k, np.float32), "b": np.full(4096, k, np.float64),
                 "k": np.int64(k)}
 
-    mode, path = sys.argv[1], sys.argv[2]
-    manager = CheckpointManager(path, keep=2) if mode == "manager" else None
-    k = 0
-    while k < 100000:
-        if manager is None:
-            ck.save(path, tree(k))
-        else:
+    mode, path, k, root, plan = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5])
+    kill_points.arm(root, plan)
+    if mode == "file":
+        ck.save(path, tree(k))
+    else:
+        with CheckpointManager(path, keep=2) as manager:
             manager.save(k, tree(k), extra={"k": k})
-        if k == 0:
-            print("ready", flush=True)
-        k += 1
     """
 )
 
@@ -54,37 +54,48 @@ def expected(k: int) -> dict:
     return {"w": np.full((256, 1024), k, np.float32), "b": np.full(4096, k, np.float64), "k": np.int64(k)}
 
 
-def run_and_kill(mode: str, path: pathlib.Path, rng: random.Random) -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(path)], stdout=subprocess.PIPE, env=ENV)
-    try:
-        assert child.stdout.readline().strip() == b"ready"
-        time.sleep(rng.uniform(0.0, 0.25))
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+def save_in_child(mode: str, path: pathlib.Path, k: int, root: pathlib.Path, plan: dict) -> int:
+    """Saves ``expected(k)`` at ``path`` in a fresh interpreter armed with ``plan``; its return code."""
+    child = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(k), str(root), json.dumps(plan)],
+                           env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert child.returncode <= 0, child.stderr
+    return child.returncode
+
+
+def plans(mode: str, path: pathlib.Path, root: pathlib.Path, rng: random.Random, size) -> list[dict]:
+    """Kills spread over a save's steps and inside its writes, from a recorded save (step 1 over 0)."""
+    record = root.parent / f"{mode}.steps"
+    assert save_in_child(mode, path, 0, root, {"step": -1}) == 0  # (a plan that never fires)
+    assert save_in_child(mode, path, 1, root, {"record": str(record)}) == 0
+    steps = len(kill_points.recorded(record))
+    return kill_points.step_plans(steps, KILLS // 2, rng) + kill_points.byte_plans(size(), KILLS - KILLS // 2, rng)
 
 
 def test_a_killed_save_leaves_the_old_or_the_new_checkpoint_whole(tmp_path):
     rng = random.Random(7)
-    path = tmp_path / "c.psk.d"
-    size = None
-    for _ in range(KILLS):
-        run_and_kill("file", path, rng)
+    root = tmp_path / "root"
+    root.mkdir()
+    path = root / "c.psk.d"
+    for k, plan in enumerate(plans("file", path, root, rng, lambda: path.stat().st_size), start=2):
+        assert save_in_child("file", path, k, root, plan) in (-signal.SIGKILL, -signal.SIGXFSZ), plan
         back = ck.restore(path, expected(0))
-        k = int(back["k"])
-        for key, value in expected(k).items():
+        got = int(back["k"])
+        assert got <= k, (got, k)
+        for key, value in expected(got).items():
             np.testing.assert_array_equal(back[key], value)
-        size = size or path.stat().st_size
-        assert path.stat().st_size == size
         assert ck.read_layout(ck.layout_path_for(path)).leaves[0].path == "['w']"
+    assert save_in_child("file", path, 99, root, {"step": -1}) == 0
+    assert sorted(os.listdir(root)) == ["c.layout.json", "c.psk.d"]  # the killed saves' leftovers removed
 
 
 def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
     rng = random.Random(11)
-    directory = tmp_path / "run"
-    for _ in range(KILLS):
-        run_and_kill("manager", directory, rng)
+    root = tmp_path / "root"
+    root.mkdir()
+    directory = root / "run"
+    step_file = lambda: (directory / "step-00000000.psk.d").stat().st_size  # noqa: E731
+    for k, plan in enumerate(plans("manager", directory, root, rng, step_file), start=2):
+        assert save_in_child("manager", directory, k, root, plan) in (-signal.SIGKILL, -signal.SIGXFSZ), plan
         with CheckpointManager(directory, keep=2) as manager:  # (closed: the next child opens the directory)
             latest = manager.latest_step()
             assert latest is not None
@@ -98,20 +109,20 @@ def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
             assert {f"step-{s:08d}.psk.d" for s in manager.all_steps()} == {n for n in names if n.endswith(".psk.d")}
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 # ---------------------------------------------------------------------------------------------
 # ``pskd corpus build`` killed and resumed
 
 
 CORPUS_KILLS = 3
+JOURNAL_SYNC = "os.fsync"  # one a finished shard, once its journal line is written
 
 
-def start_build(inputs, out, workers) -> subprocess.Popen:
-    return start_pskd("corpus", "build", *inputs, "-o", out, "--workers", workers, "--chunk-tokens", "1000",
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def build(inputs, out, workers, plan: dict | None = None, root=None) -> subprocess.CompletedProcess:
+    """``pskd corpus build`` in a fresh interpreter, armed with ``plan`` when given."""
+    args = ["corpus", "build", *map(str, inputs), "-o", str(out), "--workers", str(workers), "--chunk-tokens", "1000"]
+    command = [sys.executable, "-m", "pskd_jax.apps.pskd", *args] if plan is None else \
+        [sys.executable, "-m", "tests.robustness.kill_points", json.dumps(plan), str(root), "--", *args]
+    return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
 def finished_shards(out: pathlib.Path) -> int:
@@ -125,26 +136,26 @@ def finished_shards(out: pathlib.Path) -> int:
 @pytest.mark.parametrize("workers", [2])  # one worker: the kill series of tests/robustness/test_faults.py
 def test_a_killed_build_finishes_byte_identical(tmp_path, workers):
     inputs = [documents(tmp_path / f"in{i}.jsonl", 1500 + 300 * i, i, width=40) for i in range(5)]
-    assert start_build(inputs, tmp_path / "ref", workers).wait(timeout=120) == 0
+    assert build(inputs, tmp_path / "ref", workers).returncode == 0
     out = tmp_path / "out"
     rng = random.Random(workers)
-    running = []
-    # Killed at random points: once 0..4 shards are done (in increasing order, since a rerun keeps
-    # what is done), plus a random delay that lands in start-up, a shard's chunks, or the journal.
+    # Killed once 0..4 shards are journaled (in increasing order, since a rerun keeps what is done):
+    # just before the journal line of the next one is synced, the pool's workers mid-shard.
     for target in sorted(rng.sample(range(len(inputs)), CORPUS_KILLS)):
-        child = start_build(inputs, out, workers)
-        deadline = time.monotonic() + 60
-        while child.poll() is None and finished_shards(out) < target and time.monotonic() < deadline:
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0.0, 0.15))
-        running.append(child.poll() is None)
-        child.send_signal(signal.SIGKILL)  # a no-op when poll() above already reaped it
-        child.wait()
-    assert any(running)
-    child = start_build(inputs, out, workers)
-    assert child.wait(timeout=120) == 0
+        done = finished_shards(out)
+        if done > target:
+            continue  # (the last kill left more journaled than this one aims at)
+        plan = {"at": [JOURNAL_SYNC, "out/.shards.journal"], "occurrence": target - done + 1}
+        killed = build(inputs, out, workers, plan, tmp_path)
+        assert killed.returncode == -signal.SIGKILL, (plan, killed.stderr)
+        assert finished_shards(out) >= target
+    assert build(inputs, out, workers).returncode == 0
     names = sorted(os.listdir(tmp_path / "ref"))
     assert sorted(os.listdir(out)) == names
     for name in names:
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
     corpus.verify_corpus(out / "shards.json")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

@@ -25,7 +25,7 @@ def alarm():
     def expired(signum, frame):
         raise TimeoutError("blocked on a non-regular file")
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(10)
+    signal.alarm(120)  # a guard against a hang: these reads fail at once, whatever the load
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)

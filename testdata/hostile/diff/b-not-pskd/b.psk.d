@@ -1,0 +1,1 @@
+not a psk.d file at all
