@@ -16,9 +16,10 @@ from typing import NoReturn, Sequence
 from absl import app, flags
 from absl.flags import argparse_flags
 
-from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
 from pskd_jax import checkpoint
 from pskd_jax.errors import PskdError, UsageError
+
+from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
 
 __all__ = ["CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run", "usage_error"]
 

@@ -10,17 +10,24 @@ and without a target: :mod:`pskd_jax.checkpoint.restoring`; the table of stored 
 JAX is imported only when a restore makes device arrays.
 """
 
-from pskd_jax.checkpoint.distributed import save_distributed
-from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
 from pskd_jax._os.digests import DIGESTS, file_digest, file_sha256
 from pskd_jax._os.names import layout_path_for
-from pskd_jax.format.keypaths import nest, path_keys
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout, find_layout_file, read_layout, read_layout_file
+from pskd_jax.checkpoint.distributed import save_distributed
+from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
 from pskd_jax.checkpoint.manager import CheckpointManager, entry_digests, read_index, recorded_digests, verify_directory
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.restoring import restore
 from pskd_jax.checkpoint.safetensors import convert, pskd_to_safetensors, safetensors_to_pskd
 from pskd_jax.checkpoint.saving import save
+from pskd_jax.format.keypaths import nest, path_keys
+from pskd_jax.format.layout_file import (
+    LayoutFile,
+    check_belongs,
+    find_layout,
+    find_layout_file,
+    read_layout,
+    read_layout_file,
+)
 
 __all__ = [
     "CHECKPOINT_DIGEST",

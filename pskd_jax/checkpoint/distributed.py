@@ -8,12 +8,13 @@ import importlib
 import os
 import stat
 from typing import Any
+
 import numpy as np
-from pskd_jax.format.encodings import Encoding, Rounding
-from pskd_jax.errors import PskdError, TruncatedError, UsageError
+
+from pskd_jax._os import names
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory
-from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax._os.digests import file_digest
+from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.integrity import digest_algorithm
@@ -21,8 +22,9 @@ from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
 from pskd_jax.checkpoint.layout_file import write_layout
 from pskd_jax.checkpoint.planning import SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
-from pskd_jax._os import names
-from pskd_jax._os.locks import destination_lock
+from pskd_jax.errors import PskdError, TruncatedError, UsageError
+from pskd_jax.format.encodings import Encoding, Rounding
+from pskd_jax.format.sample_type import ParamsType, parse_type
 
 
 def _agree(multihost_utils: Any, tag: str, error: BaseException | None) -> None:
@@ -36,6 +38,7 @@ def _agree(multihost_utils: Any, tag: str, error: BaseException | None) -> None:
         k, c = failed[0]
         raise PskdError(f"E{c}", f"{tag}: process {k} refused the save (E{c}, its own error says where); "
                                  "nothing was committed")
+
 
 def _open_temporary(temporary: str, *, create: bool) -> int:
     """The save's temporary file opened for writing, never blocking (``O_NONBLOCK``: a FIFO there

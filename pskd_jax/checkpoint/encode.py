@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
 import numpy as np
+
 from pskd_jax.checkpoint.planning import SavePlan, leaf_name
 from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.encodings import (REAL_DTYPES, Encoding, Rounding, Site, check_finite_encoded, narrow, to_f64,
-                                       to_index)
-
+from pskd_jax.format.encodings import (
+    REAL_DTYPES,
+    Encoding,
+    Rounding,
+    Site,
+    check_finite_encoded,
+    narrow,
+    to_f64,
+    to_index,
+)
 
 CHUNK_BYTES = 8 << 20  # a conversion or a check works on at most this much at a time
+
 
 @dataclasses.dataclass(frozen=True)
 class _ChunkSite(Site):
@@ -27,6 +37,7 @@ class _ChunkSite(Site):
         if self.origin:
             position = tuple(p + o for p, o in zip(position, self.origin))
         return f"{self.leaf} at index {[int(i) for i in position]}"
+
 
 def _flat_chunks(array: np.ndarray, max_bytes: int):
     """(start, flat contiguous chunk) pieces of an array, each at most ``max_bytes`` (or one row)."""
@@ -44,6 +55,7 @@ def _flat_chunks(array: np.ndarray, max_bytes: int):
     rows = max(1, max_bytes // max(1, row * itemsize))
     for r in range(0, array.shape[0], rows):
         yield r * row, np.ascontiguousarray(array[r : r + rows]).reshape(-1)
+
 
 def _native_real(array: np.ndarray, encoding: Encoding) -> np.ndarray | None:
     """The array in its encoding's own dtype without any conversion (a byte-swapped float32 is

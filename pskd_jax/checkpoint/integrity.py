@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import os
-from pskd_jax.errors import DigestMismatchError, UsageError
-from pskd_jax._os.digests import DIGESTS, file_digest
 
+from pskd_jax._os.digests import DIGESTS, file_digest
+from pskd_jax.errors import DigestMismatchError, UsageError
 
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
+
 
 def digest_algorithm(digest: bool | str) -> str | None:
     """``save``'s ``digest``: False (none), True (sha256, as ``sha256sum`` prints it), or an
@@ -20,6 +21,7 @@ def digest_algorithm(digest: bool | str) -> str | None:
     if digest not in DIGESTS:
         raise UsageError(f"digest={digest!r}: expected one of {sorted(DIGESTS)}, True (sha256) or False")
     return digest
+
 
 def expected_digests(path: str, expected: dict[str, str | None]) -> dict[str, str]:
     """The digests a restore or a check was given, by algorithm, as lowercase hex."""
@@ -34,11 +36,13 @@ def expected_digests(path: str, expected: dict[str, str | None]) -> dict[str, st
         out[name] = value.lower()
     return out
 
+
 def check_digest(path: str, algorithm: str, found: str, expected: str) -> None:
     if found != expected.lower():
         raise DigestMismatchError(f"{path}: checkpoint digest mismatch: {algorithm} {found}, expected {expected.lower()} "
             "(the file was changed or damaged after the digest was recorded)",
         )
+
 
 def verify_file(path: str | os.PathLike, sha256: str | None = None, *, xxh3_128: str | None = None) -> str:
     """Checks a whole file against its recorded digest, ``xxh3_128`` or ``sha256`` (hex; each

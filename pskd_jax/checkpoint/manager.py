@@ -124,21 +124,28 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.reader import Reader
-from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError, TruncatedError, UsageError
 from pskd_jax._os import locks, names
-from pskd_jax._os.names import layout_path_for
 from pskd_jax._os.atomic import remove_stale_temporaries
 from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_kind, read_strict, write_json
 from pskd_jax._os.locks import destination_lock
+from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST, verify_file
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_key_array, key_data, key_impl_of, wrap_keys
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, read_layout_file
 from pskd_jax.checkpoint.planning import SaveResult, plan
 from pskd_jax.checkpoint.restoring import restore
 from pskd_jax.checkpoint.saving import save
+from pskd_jax.errors import (
+    CheckpointDirectoryError,
+    MismatchError,
+    NotClosedError,
+    PskdError,
+    TruncatedError,
+    UsageError,
+)
+from pskd_jax.format import tree as tree_lib
+from pskd_jax.format.layout_file import LayoutFile, check_belongs, read_layout_file
+from pskd_jax.format.reader import Reader
 
 INDEX = names.CHECKPOINT_INDEX
 INDEX_FORMAT = "pskd-checkpoints"
@@ -601,7 +608,7 @@ class CheckpointManager:
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as e:
-            raise CheckpointDirectoryError(f"{self.directory}: cannot create the directory: {e.strerror}") from None
+            raise CheckpointDirectoryError(f"{self.directory}: cannot create the directory: {e.strerror}") from e
         except ValueError:  # a NUL in the path
             raise CheckpointDirectoryError(f"{self.directory!r}: not a directory name (it holds a NUL)") from None
         key = _directory_key(self.directory)

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import math
+
 import numpy as np
-from pskd_jax.errors import MismatchError
+
 from pskd_jax._os.positional import read_into
+from pskd_jax.errors import MismatchError
 
 
 def region_runs(shape: tuple[int, ...], index: tuple) -> tuple[tuple[int, ...], list[int], int]:
@@ -34,6 +36,7 @@ def region_runs(shape: tuple[int, ...], index: tuple) -> tuple[tuple[int, ...], 
     for position in np.ndindex(*[len(r) for r in outer]) if outer else [()]:
         offsets.append(base + sum((starts[k] + p) * strides[k] for k, p in enumerate(position)))
     return tuple(sizes), offsets, run
+
 
 def read_region(fd: int, path: str, offset: int, shape: tuple[int, ...], disk: np.dtype,
                 value: np.dtype, index: tuple) -> np.ndarray:

@@ -38,12 +38,20 @@ import ml_dtypes
 import numpy as np
 
 from pskd_jax._os.digests import DIGESTS
-from pskd_jax._os.names import layout_path_for
 from pskd_jax._os.files import open_fd
+from pskd_jax._os.names import layout_path_for
 from pskd_jax._os.positional import read_into
 from pskd_jax.checkpoint.integrity import check_digest, expected_digests
-from pskd_jax.checkpoint.jax_arrays import (is_array_like, is_key_array, jax_module, key_impl_of, sharding_of,
-                                            single_device, wants_jax, wrap_keys)
+from pskd_jax.checkpoint.jax_arrays import (
+    is_array_like,
+    is_key_array,
+    jax_module,
+    key_impl_of,
+    sharding_of,
+    single_device,
+    wants_jax,
+    wrap_keys,
+)
 from pskd_jax.checkpoint.planning import leaf_name
 from pskd_jax.checkpoint.regions import read_region
 from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, PskdError, TruncatedError, UsageError

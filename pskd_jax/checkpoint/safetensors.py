@@ -42,7 +42,6 @@ import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import open_regular, read_whole
-from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
@@ -50,6 +49,7 @@ from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdErro
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import bfloat16
 from pskd_jax.format.header import read_header
+from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them)
 SAFETENSORS_DTYPES = {

@@ -62,20 +62,21 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.encodings import Encoding, Rounding
+
 from pskd_jax._os.atomic import atomic_output
-from pskd_jax._os.locks import destination_lock
-from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax._os.digests import Hasher
+from pskd_jax._os.locks import destination_lock
+from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.integrity import digest_algorithm
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.layout_file import write_layout
 from pskd_jax.checkpoint.planning import SaveResult, leaf_name, plan
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError
+from pskd_jax.format import tree as tree_lib
+from pskd_jax.format.encodings import Encoding, Rounding
+from pskd_jax.format.sample_type import ParamsType, parse_type
 
 
 def save(

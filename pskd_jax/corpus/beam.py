@@ -50,7 +50,14 @@ from typing import Any, Iterator, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, unlocked_temporary_for
-from pskd_jax.corpus.build import BuildResult, ShardResult, build_options, build_shard, check_build_counts, remove_stale_shards
+from pskd_jax.corpus.build import (
+    BuildResult,
+    ShardResult,
+    build_options,
+    build_shard,
+    check_build_counts,
+    remove_stale_shards,
+)
 from pskd_jax.corpus.extras import beam_module
 from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, source_of
 from pskd_jax.corpus.lock import directory_lock
@@ -135,7 +142,7 @@ def _readable(source: str) -> Iterator[tuple[str, dict[str, Any]]]:
     except PskdError as e:  # name the input, not its copy
         raise type(e)(e.message.replace(local, source) if local else e.message) from None
     except (OSError, IndexError, StopIteration) as e:
-        raise CorpusInputError(f"{source}: cannot read: {e}") from None
+        raise CorpusInputError(f"{source}: cannot read: {e}") from e
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +300,7 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike], out_dir: str | os.Pat
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from None
+        raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
     # Workers may start elsewhere (another directory, another machine): a local input is read by its
     # absolute path, and recorded as given, as the local build records it.
     readable = [s if is_url(s) else os.path.abspath(s) for s in sources]

@@ -74,25 +74,24 @@ import sys
 import threading
 import time
 from typing import Any, Callable, Sequence
-from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, parse_manifest, write_manifest
-from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.corpus.maintain import shard_problem
+
+from pskd_jax._os import names
+from pskd_jax._os.atomic import atomic_output, fsync_directory, remove_stale_temporaries
 from pskd_jax._os.digests import file_sha256
 from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import json_text, read_strict
 from pskd_jax.corpus.inputs import EXAMPLES, BadInput, ResetShard, find_inputs, iter_tokens, source_of
-from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, PskdError, TruncatedError, UsageError
-from pskd_jax._os.atomic import atomic_output, fsync_directory, remove_stale_temporaries
 from pskd_jax.corpus.lock import directory_lock
-from pskd_jax._os import names
+from pskd_jax.corpus.maintain import shard_problem
+from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, parse_manifest, write_manifest
 from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
-
-
-
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, PskdError, TruncatedError, UsageError
 
 JOURNAL_FORMAT = "pskd-corpus-journal"
 
 PUBLISH_SECONDS = 0.5  # the least time between two rewrites of shards.json during a build
+
 
 @dataclasses.dataclass(frozen=True)
 class ShardResult:
@@ -103,6 +102,7 @@ class ShardResult:
     kept: bool = False  # reused from an earlier build rather than written
     input_bytes: int = 0
 
+
 def build_options(*, max_document_tokens: int | None = None, text_key: str = "text", skip_bad: bool = False
                   ) -> dict[str, Any]:
     """The options that decide a shard's bytes (``chunk_tokens`` does not), as the manifest records them."""
@@ -111,6 +111,7 @@ def build_options(*, max_document_tokens: int | None = None, text_key: str = "te
     if not isinstance(text_key, str) or not text_key:
         raise UsageError(f"--text-key must be a non-empty string, got {text_key!r}")
     return {"text_key": text_key, "max_document_tokens": max_document_tokens, "skip_bad": bool(skip_bad)}
+
 
 def build_shard(source: str, shard_path: str, *, tokenizer: Tokenizer, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                 max_document_tokens: int | None = None, text_key: str = "text", skip_bad: bool = False,
@@ -145,6 +146,7 @@ def build_shard(source: str, shard_path: str, *, tokenizer: Tokenizer, chunk_tok
     entry = Shard(os.path.basename(shard_path), count, documents, file_sha256(shard_path), bad.count, identity)
     return ShardResult(entry, tuple(bad.examples), False, identity["size"])
 
+
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
     """What :func:`build_corpus` did: the manifest written, shards built and kept, bad documents
@@ -158,6 +160,7 @@ class BuildResult:
     input_bytes: int
     seconds: float
 
+
 @dataclasses.dataclass(frozen=True)
 class _Task:
     index: int
@@ -169,10 +172,12 @@ class _Task:
     options: dict[str, Any]
     durable: bool
 
+
 # Set in each pool worker by _init_worker: the shared progress counter and the parent's pid.
 _PROGRESS: Any = None
 
 _PARENT: int | None = None
+
 
 def _init_worker(progress: Any, parent: int, inherited: Sequence[int]) -> None:
     """A pool worker's set-up: the progress counter, a watchdog that ends the worker as soon as
@@ -188,10 +193,12 @@ def _init_worker(progress: Any, parent: int, inherited: Sequence[int]) -> None:
             os.close(fd)
     threading.Thread(target=_watch_parent, args=(parent,), name="pskd-corpus-watchdog", daemon=True).start()
 
+
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(0.05)
     os._exit(1)
+
 
 def pool_context(start_method: str | None = None) -> multiprocessing.context.BaseContext:
     """The multiprocessing context of the build's pool: ``start_method`` if given; else ``fork``
@@ -202,17 +209,20 @@ def pool_context(start_method: str | None = None) -> multiprocessing.context.Bas
         start_method = "spawn" if threads or "fork" not in multiprocessing.get_all_start_methods() else "fork"
     return multiprocessing.get_context(start_method)
 
+
 def _worker_bytes(n: int) -> None:
     """Progress from a pool worker."""
     if _PROGRESS is not None:
         with _PROGRESS.get_lock():
             _PROGRESS.value += n
 
+
 def _keeps(task: _Task) -> bool:
     """Whether the shard recorded for the task (same input, same options) is intact and kept. A
     symbolic link at the shard's name is never kept: it is replaced."""
     return task.recorded is not None and not os.path.islink(task.shard_path) \
         and shard_problem(task.shard_path, task.recorded, task.tokenizer) is None
+
 
 def _kept_shards(tasks: Sequence[_Task], workers: int) -> list[ShardResult | None]:
     """The result of each task whose recorded shard is kept, None for those to build; the
@@ -229,6 +239,7 @@ def _kept_shards(tasks: Sequence[_Task], workers: int) -> list[ShardResult | Non
             results[task.index] = ShardResult(task.recorded, (), True, 0)
     return results
 
+
 def _run_task(task: _Task, on_bytes: Callable[[int], None] | None = None) -> ShardResult:
     """Builds the task's shard."""
     on_bytes = on_bytes or _worker_bytes
@@ -241,6 +252,7 @@ def _run_task(task: _Task, on_bytes: Callable[[int], None] | None = None) -> Sha
 
     return build_shard(task.source, task.shard_path, tokenizer=task.tokenizer, chunk_tokens=task.chunk_tokens,
                        durable=task.durable, on_bytes=progress, **task.options)
+
 
 class _Journal:
     """``DIR/.shards.journal``: the finished shards of the build in progress, one JSON line each."""
@@ -297,6 +309,7 @@ class _Journal:
     def _line(data: Any) -> bytes:
         return (json_text(data) + "\n").encode("utf-8")  # a file name that is not UTF-8 included
 
+
 def _recorded(directory: str, journal: _Journal, tokenizer: Tokenizer, options: dict[str, Any]) -> dict[str, Shard]:
     """Shards finished by earlier builds with the same tokenizer and options: the journal's, and
     those of a ``shards.json`` left by a finished build."""
@@ -318,6 +331,7 @@ def finished_prefix(results: Sequence[ShardResult | None]) -> int:
         if result is None:
             return i
     return len(results)
+
 
 class ManifestPublisher:
     """Keeps ``DIR/shards.json`` listing the finished shards of the build in progress (see the
@@ -400,6 +414,7 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
             pass
     return removed
 
+
 def check_build_counts(*, workers: Any, chunk_tokens: Any) -> None:
     """Refuses (E9012) a number of workers or a chunk size below 1, or one that is not an integer."""
     for flag, value in (("--workers", workers), ("--chunk-tokens", chunk_tokens)):
@@ -430,7 +445,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
-        raise CorpusDirectoryError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from None
+        raise CorpusDirectoryError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
     with directory_lock(directory) as lock_fd:
         _check_manifest_name(os.path.join(directory, MANIFEST))
         journal = _Journal(directory, tokenizer, options)
@@ -463,6 +478,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike
     return BuildResult(manifest, sum(not r.kept for r in results), sum(r.kept for r in results),
                        sum(r.entry.skipped for r in results), examples, sum(r.input_bytes for r in results),
                        time.perf_counter() - started)
+
 
 def _run_tasks(tasks: list[_Task], results: list[ShardResult | None], workers: int, journal: _Journal,
                progress: Callable[[int, int, int, int], None] | None, start_method: str | None,

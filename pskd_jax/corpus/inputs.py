@@ -42,10 +42,10 @@ from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
-from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
-from pskd_jax.data.text import iter_text_blocks
 from pskd_jax._os.files import open_fd
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.data.text import iter_text_blocks
+from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
 BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
@@ -89,7 +89,7 @@ def source_of(path: str) -> dict[str, Any]:
     try:
         st = os.stat(path)
     except OSError as e:
-        raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from e
     return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
@@ -231,7 +231,7 @@ def _line_blocks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         try:
             data = f.read(BLOCK_BYTES)
         except (OSError, EOFError, zlib.error) as e:
-            raise CorpusInputError(f"{path}: cannot read past line {line}: {e}") from None
+            raise CorpusInputError(f"{path}: cannot read past line {line}: {e}") from e
         if not data:
             if carry:
                 yield line, b"".join(carry)

@@ -14,14 +14,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pskd_jax.format.header import VERSION_F64, Header, read_header
-from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
 from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax._os.positional import read_into
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest, write_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
+from pskd_jax.format.header import VERSION_F64, Header, read_header
 
 
 class ShardProblem(Exception):
@@ -35,7 +35,7 @@ def open_shard(path: str) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         what = "missing" if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else "unreadable"
-        raise ShardProblem(f"{what} ({e.strerror or e})") from None
+        raise ShardProblem(f"{what} ({e.strerror or e})") from e
     except ValueError:  # a NUL byte (the manifest refuses one; a caller's path may hold it)
         raise ShardProblem("unreadable (a path holds no NUL byte)") from None
     try:
@@ -53,7 +53,7 @@ def shard_header(fd: int, size: int, path: str) -> Header:
     try:
         return read_header(io.FileIO(fd, "rb", closefd=False), path, size)
     except OSError as e:
-        raise ShardProblem(f"unreadable ({e.strerror or e})") from None
+        raise ShardProblem(f"unreadable ({e.strerror or e})") from e
     except PskdError as e:
         raise ShardProblem(f"not a shard ({e.message})") from None
 
@@ -166,6 +166,7 @@ class VerifyResult:
     tokens: int
     bytes: int
 
+
 def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike | None) -> None:
     """Refuses (E9016, naming both) a corpus built with another tokenizer than ``expected``: a
     :class:`Tokenizer`, or the path of a ``tokenizer.json`` or character vocabulary. The same
@@ -178,7 +179,6 @@ def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike 
     if not manifest.tokenizer.matches(expected):
         raise CorpusDirectoryError(f"{manifest.path}: built with another tokenizer ({manifest.tokenizer.describe()}) "
                                    f"than the one given ({expected.describe()}); its ids mean other tokens")
-
 
 
 def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None,
@@ -196,6 +196,7 @@ def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = Non
     header = len(manifest.tokenizer.header(0))
     size = sum(header + s.tokens * manifest.tokenizer.dtype.itemsize for s in manifest.shards)
     return VerifyResult(manifest, len(paths), manifest.tokens, size)
+
 
 def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> list[str]:
     """``pskd corpus info``: shards, tokens, documents, the boundary's share, tokens per document.
@@ -227,6 +228,7 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
         lines += [f"[{i}] {s.path}  {s.tokens} tokens  {s.documents} documents  sha256 {s.sha256[:16]}…"
                   for i, s in enumerate(m.shards)]
     return lines
+
 
 def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.PathLike) -> Manifest:
     """One manifest listing the shards of several, in the order given, written to ``output``.
@@ -276,6 +278,7 @@ def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.Pat
             shards.append(dataclasses.replace(shard, path=relative.replace(os.sep, "/")))
     with directory_lock(root):
         return write_manifest(output, first.tokenizer, shards, first.build)
+
 
 def _file_identity(path: str) -> tuple:
     """What tells one file from another: its device and inode (hard links and symbolic links to

@@ -52,13 +52,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from typing import Any, Iterable, Sequence
-from pskd_jax.errors import CorpusDirectoryError, PskdError
-from pskd_jax._os.atomic import atomic_output
+
 from pskd_jax._os import names
+from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
-
+from pskd_jax.errors import CorpusDirectoryError, PskdError
 
 FORMAT = "pskd-corpus"
 
@@ -67,6 +67,7 @@ VERSION = 1
 MANIFEST = names.CORPUS_MANIFEST
 
 IN_PROGRESS = "in_progress"  # the key that marks the manifest of a build still running
+
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -106,17 +107,20 @@ class Shard:
             _check_source(source, where)
         return cls(path, tokens, documents, digest, skipped, source)
 
+
 PATH_MAX = 4096  # Linux's limit on a path: longer is refused before the system is asked
 
 MAX_COUNT = (1 << 63) - 1  # a .psk.d count, and any count a manifest records, fits in a signed 64-bit integer
 
 BUILD_KEYS = ("text_key", "max_document_tokens", "skip_bad")
 
+
 def _count(value: Any, what: str) -> int:
     """An integer 0 <= value <= MAX_COUNT (not a bool, not a real such as 1.0), else E9016."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise CorpusDirectoryError(f"{what} must be an integer from 0 to 2**63 - 1, got {json_kind(value)}")
     return value
+
 
 def _check_source(source: Any, where: str) -> None:
     """``source``: ``{"path": str, "size": int >= 0, "mtime_ns": int}`` as a build records it."""
@@ -130,6 +134,7 @@ def _check_source(source: Any, where: str) -> None:
     mtime = source["mtime_ns"]
     if isinstance(mtime, bool) or not isinstance(mtime, int) or not -MAX_COUNT <= mtime <= MAX_COUNT:
         raise CorpusDirectoryError(f"{where}: 'source' 'mtime_ns' must be a 64-bit integer, got {json_kind(mtime)}")
+
 
 def check_build(build: Any, where: str) -> dict[str, Any]:
     """The ``build`` object: any of ``text_key`` (a non-empty string), ``max_document_tokens``
@@ -151,6 +156,7 @@ def check_build(build: Any, where: str) -> dict[str, Any]:
         raise CorpusDirectoryError(f"{where}: 'build' 'skip_bad' must be true or false, got "
                         f"{json_kind(build['skip_bad'])}")
     return build
+
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
@@ -194,6 +200,7 @@ class Manifest:
     def to_bytes(self) -> bytes:
         return manifest_bytes(self.tokenizer, self.shards, self.build, planned_shards=self.planned_shards)
 
+
 def safe_path(directory: str, relative: str, where: str) -> str:
     """``directory/relative`` when it stays inside ``directory`` (symlinks resolved), else E9016.
 
@@ -230,6 +237,7 @@ def safe_path(directory: str, relative: str, where: str) -> str:
                         f"directory {root} (through a symlink)")
     return path
 
+
 def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
                   planned_shards: int | None = None) -> dict[str, Any]:
     """The manifest as a JSON-ready dict, keys in their documented order."""
@@ -242,6 +250,7 @@ def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str
     data["shards"] = [s.to_json() for s in shards]
     return data
 
+
 def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
                    planned_shards: int | None = None) -> bytes:
     """The manifest's bytes: one top-level key a line, one shard a line (diffable, deterministic)."""
@@ -252,6 +261,7 @@ def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[st
     body = ",\n".join(f"    {dump(e)}" for e in entries)
     text = "{\n" + "\n".join(lines) + '\n  "shards": [' + (f"\n{body}\n  " if entries else "") + "]\n}\n"
     return text.encode("utf-8")
+
 
 def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequence[Shard],
                    build: dict[str, Any] | None = None, *, planned_shards: int | None = None,
@@ -271,6 +281,7 @@ def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequen
     with atomic_output(path, durable=durable, links=links) as f:
         f.write(data)
     return manifest
+
 
 def parse_manifest(data: Any, path: str) -> Manifest:
     """Checks a decoded manifest (E9016 naming the field) and returns it."""
@@ -294,6 +305,7 @@ def parse_manifest(data: Any, path: str) -> Manifest:
     return Manifest(path, tokenizer, tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards)),
                     build, planned)
 
+
 def _planned_shards(value: Any, listed: int, path: str) -> int:
     """``in_progress``: exactly ``{"planned_shards": N}`` with N at least the shards listed (E9016)."""
     if not isinstance(value, dict) or set(value) != {"planned_shards"}:
@@ -304,11 +316,13 @@ def _planned_shards(value: Any, listed: int, path: str) -> int:
         raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} plans {planned} shards but {listed} are listed")
     return planned
 
+
 def decode_manifest(raw: bytes, path: str) -> Any:
     """The JSON value of a manifest's bytes, E9016 for anything but strict JSON: not UTF-8, not
     JSON, NaN or Infinity, a key twice in one object, nesting too deep for the parser, an integer
     of more digits than Python converts."""
     return loads_strict(raw, path, CorpusDirectoryError, kind="a JSON manifest")
+
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
     """Reads and checks ``shards.json`` (E9016 if malformed or if a shard path leaves its directory)."""
@@ -318,6 +332,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     for i in range(len(manifest.shards)):
         manifest.shard_path(i)
     return manifest
+
 
 def is_manifest(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a corpus manifest: a regular file holding a JSON object whose format is

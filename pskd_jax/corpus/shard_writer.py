@@ -37,12 +37,12 @@ import stat
 
 import numpy as np
 
-from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import TruncatedError, UsageError
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, temporary_path_for
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax._os.locks import flock
 from pskd_jax._os.positional import write_at
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.errors import TruncatedError, UsageError
 
 DEFAULT_CHUNK_TOKENS = 1 << 22  # 4 Mi tokens (8 MiB of u16) between header updates
 
@@ -103,7 +103,7 @@ class ShardWriter:
                     return
                 continue  # gone again: try to create it
             except OSError as e:
-                raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from None
+                raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from e
             flock(self._fd, wait=True)  # a new file: only a writer that opened it since could hold it
             self._created = os.fstat(self._fd).st_ino
             return
@@ -118,7 +118,7 @@ class ShardWriter:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: cannot write: {e.strerror or e}") from e
         if stat.S_ISLNK(info.st_mode):
             return True
         if not stat.S_ISREG(info.st_mode):
@@ -196,7 +196,7 @@ class ShardWriter:
             try:
                 os.replace(self._temporary, self.path)  # while both locks are held
             except OSError as e:
-                raise TruncatedError(f"{self.path}: cannot put the shard in place: {e.strerror or e}") from None
+                raise TruncatedError(f"{self.path}: cannot put the shard in place: {e.strerror or e}") from e
             self._temporary = None
             if self.durable:
                 fsync_directory(os.path.dirname(os.path.abspath(self.path)))

@@ -16,18 +16,24 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pskd_jax.format.reader import ACCESS_MODES
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES
 from pskd_jax._os.positional import pread_spans
-from pskd_jax.errors import BadValueError, CorpusDirectoryError, ShardMismatchError, TruncatedError, UsageError
-from pskd_jax.data.windows import lm_window_count
-from pskd_jax.data.windows import window_type
-from pskd_jax.corpus.maintain import (ShardProblem, check_shards, check_tokenizer, content_problem, header_problem,
-                                      open_shard, shard_header)
-from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.maintain import (
+    ShardProblem,
+    check_shards,
+    check_tokenizer,
+    content_problem,
+    header_problem,
+    open_shard,
+    shard_header,
+)
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_manifest
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.data.windows import lm_window_count, window_type
+from pskd_jax.errors import BadValueError, CorpusDirectoryError, ShardMismatchError, TruncatedError, UsageError
+from pskd_jax.format.reader import ACCESS_MODES
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
 
@@ -250,7 +256,7 @@ class CorpusWindows:
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
         except (OSError, ValueError) as e:  # mmap of a file cut short meanwhile
             file.close()
-            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})") from None
+            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})") from e
 
     def _snapshot(self, raw: bytes, manifest: Manifest, shards: list[_OpenShard]) -> _Snapshot:
         counts = np.array([s.entry.tokens for s in shards], dtype=np.int64)
@@ -382,7 +388,7 @@ class CorpusWindows:
         try:
             sizes = [status.st_size for status in map(os.fstat, [fds[k] for k in shards])]
         except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot read a shard: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: cannot read a shard: {e.strerror or e}") from e
         for k, size in zip(shards, sizes):
             if size < needed[k]:
                 shard = state.shards[k]

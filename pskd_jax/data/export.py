@@ -21,13 +21,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any, Iterator
+
 import numpy as np
-from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.reader import Reader
-from pskd_jax.format.encodings import REAL_DTYPES, Encoding
-from pskd_jax.format.layout_file import LayoutFile, check_belongs
+
 from pskd_jax._os.atomic import text_output
 from pskd_jax.errors import BadValueError, TruncatedError
+from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.encodings import REAL_DTYPES, Encoding
+from pskd_jax.format.layout_file import LayoutFile, check_belongs
+from pskd_jax.format.reader import Reader
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
 

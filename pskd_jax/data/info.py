@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from typing import Any, Iterator
+
 import numpy as np
+
+from pskd_jax.data.export import ShownLeaves, layout_and_forms, plain
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.layout_file import LayoutFile
 from pskd_jax.format.reader import Reader
-from pskd_jax.data.export import ShownLeaves, layout_and_forms, plain
-
 
 INFO_ELEMENTS = 64  # a leaf larger than this is shown in part by info
 
@@ -24,6 +25,7 @@ INFO_DEPTH = 32  # containers nested deeper than this are shown as … by info
 INFO_SAMPLES = 2  # the samples shown when values are shown and no count is given
 
 PATH_WIDTH = 60  # key paths are padded to the longest, up to this many characters
+
 
 class _Head:
     """The first INFO_ELEMENTS elements of a leaf too large to show whole, and its shape: all of it
@@ -67,6 +69,7 @@ def _short(value: Any, depth: int = 0) -> str:
         return "[" + ", ".join(_short(v, depth + 1) for v in value) + "]"
     return _text(plain(value))
 
+
 def _text(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
@@ -74,10 +77,12 @@ def _text(value: Any) -> str:
         return "[" + ", ".join(_text(v) for v in value) + "]"
     return str(value)
 
+
 def info_lines(path: str, *, samples: int | None = None, layout: Any = None, values: bool | None = None) -> list[str]:
     """What ``pskd info`` prints: the header, then a data file's encodings and first samples, or a
     checkpoint's leaves (see :func:`iter_info_lines`)."""
     return list(iter_info_lines(path, samples=samples, layout=layout, values=values))
+
 
 def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None,
                     values: bool | None = None) -> Iterator[str]:
@@ -128,6 +133,7 @@ def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None
         for k in range(min(INFO_SAMPLES if samples is None else samples, len(reader))):
             yield f"[{k}] {_short(_sample(reader, k, shown))}"
 
+
 def _leaf_lines(placement, forms: list[sd.Form | None] | None) -> list[str]:
     """One line a leaf: its key path, the dtype and shape it gives back, and how it is stored."""
     leaves = placement.layout.leaves
@@ -143,6 +149,7 @@ def _leaf_lines(placement, forms: list[sd.Form | None] | None) -> list[str]:
     lines += [f"  {p:<{path_width}}  {d:<{dtype_width}}  {s}" for p, d, s in rows]
     return lines
 
+
 def _restored(leaf, form: sd.Form | None, stored_dtype: np.dtype, encoding) -> str:
     """The dtype and shape a leaf gives back: ``int32[]``, ``key<fry>[4]``, ``int (Python)``."""
     if form is None:
@@ -152,6 +159,7 @@ def _restored(leaf, form: sd.Form | None, stored_dtype: np.dtype, encoding) -> s
     if not sd.restore_dtype(form, encoding):  # stored narrower than its dtype, as the caller asked
         return f"{sd.dtype_name(stored_dtype)}{list(leaf.shape)}"
     return f"{form.dtype}{list(form.value_shape(leaf.shape))}"
+
 
 def _stored(leaf, form: sd.Form | None, encoding) -> str:
     """How a leaf is stored: its ``.psk.d`` type, and what its elements stand for."""
@@ -169,6 +177,7 @@ def _stored(leaf, form: sd.Form | None, encoding) -> str:
         elif form.kind == sd.KIND_VALUE and form.dtype == "float16" and leaf.is_real:
             note = "float16 values, exact in f32"
     return stored + (f", {note}" if note else "")
+
 
 def _params_lines(reader: Reader) -> list[str]:
     header = reader.header

@@ -25,12 +25,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pskd_jax.format.writer import WriteResult, Writer
-from pskd_jax.format.encodings import Encoding
 from pskd_jax._os.files import open_regular, read_some
 from pskd_jax.errors import BadValueError, UsageError
+from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.sample_type import header_text
+from pskd_jax.format.writer import Writer, WriteResult
 
 __all__ = ["BLOCK_BYTES", "pack_file", "parse_encodings"]
 

@@ -37,14 +37,14 @@ from __future__ import annotations
 import json
 import os
 from typing import BinaryIO, Callable, Iterator, Sequence, Union
+
 import numpy as np
-from pskd_jax.errors import BadValueError, PskdError, VocabularyError
+
 from pskd_jax._os.atomic import text_output
 from pskd_jax._os.files import line_at, open_regular, read_some
 from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, iter_tokens
+from pskd_jax.errors import BadValueError, PskdError, VocabularyError
 from pskd_jax.format.encodings import index_dtype
-
-
 
 __all__ = [
     "CODE_POINTS",
@@ -67,6 +67,7 @@ CODE_POINTS = 0x110000
 # unless a vocabulary holds U+0000 (decode then takes the general path).
 _PAD = b"\x00"
 
+
 def _utf8_cut(data: bytes) -> int:
     """Where to cut ``data`` so that no character is split: before an incomplete trailing sequence.
 
@@ -81,6 +82,7 @@ def _utf8_cut(data: bytes) -> int:
         need = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4 if 0xF0 <= byte < 0xF8 else 1
         return n - back if need > back else n
     return n  # no lead byte in reach: invalid, and decoding the block will say so
+
 
 def _utf8_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
     """Yields ``(byte offset, block)``: the file in blocks that each hold whole characters.
@@ -101,6 +103,7 @@ def _utf8_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple
             yield offset, data[:cut]
         offset, carry = offset + cut, data[cut:]
 
+
 def _invalid_utf8(path: PathLike, offset: int, error: UnicodeDecodeError) -> PskdError:
     """The E9004 error for invalid UTF-8 found ``error.start`` bytes into a block at ``offset``."""
     at = offset + error.start
@@ -108,6 +111,7 @@ def _invalid_utf8(path: PathLike, offset: int, error: UnicodeDecodeError) -> Psk
     return BadValueError(f"{os.fspath(path)}:{line_at(path, at)}: invalid UTF-8 at byte {at} (0x{bad}: {error.reason}); "
         "the text must be UTF-8",
     )
+
 
 def _code_points(path: PathLike, offset: int, block: bytes) -> np.ndarray:
     """The code points of a block: a ``uint8`` view when it is ASCII, else decoded to ``uint32``."""
@@ -119,11 +123,13 @@ def _code_points(path: PathLike, offset: int, block: bytes) -> np.ndarray:
         raise _invalid_utf8(path, offset, e) from None
     return np.frombuffer(text.encode("utf-32-le"), "<u4")
 
+
 def _byte_offset(offset: int, block: bytes, position: int) -> int:
     """The file offset of character ``position`` of a block that starts at byte ``offset``."""
     if block.isascii():
         return offset + position
     return offset + len(block.decode("utf-8")[:position].encode("utf-8"))
+
 
 def _describe(ch: str) -> str:
     """A character as error messages show it: its repr and code point.
@@ -132,6 +138,7 @@ def _describe(ch: str) -> str:
     "'é' (U+00E9)"
     """
     return f"{ch!r} (U+{ord(ch):04X})"
+
 
 def char_vocab_file(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> tuple[list[str], int]:
     """Every distinct character of a UTF-8 text file, sorted by code point, and the characters read.
@@ -163,12 +170,14 @@ def char_vocab_file(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> tuple[li
                 seen_ascii = bytes(np.flatnonzero(seen[:128]).astype(np.uint8))
     return [chr(c) for c in np.flatnonzero(seen).tolist()], count
 
+
 def write_vocab(path: PathLike, vocab: Sequence[str]) -> None:
     """Writes ``vocab`` as a JSON array (UTF-8, non-ASCII kept as is), atomically."""
     check_vocab(vocab, os.fspath(path))
     data = (json.dumps(list(vocab), ensure_ascii=False) + "\n").encode("utf-8")
     with text_output(os.fspath(path)) as f:
         f.write(data)
+
 
 def read_vocab(path: PathLike) -> list[str]:
     """Reads a vocabulary file: a JSON array of distinct non-empty strings (E9011 otherwise)."""
@@ -188,6 +197,7 @@ def read_vocab(path: PathLike) -> list[str]:
         raise VocabularyError(f"{name}: not a vocabulary ({e}); expected a JSON array of strings") from None
     check_vocab(vocab, name)
     return vocab
+
 
 def check_vocab(vocab: object, name: str) -> None:
     """Checks that ``vocab`` is a list of distinct non-empty strings encodable as UTF-8 (E9011).
@@ -215,12 +225,14 @@ def check_vocab(vocab: object, name: str) -> None:
             ) from None
         first[token] = i
 
+
 def _json_kind(value: object) -> str:
     """What a JSON value is, in words, for error messages."""
     kinds = {
         dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number", type(None): "null"
     }
     return kinds.get(type(value), "a list" if isinstance(value, (list, tuple)) else type(value).__name__)
+
 
 def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str | None]:
     """A vocabulary given as a list or a file, and its file's name (None for a list)."""
@@ -229,12 +241,14 @@ def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str |
     check_vocab(vocab, "vocabulary")
     return list(vocab), None
 
+
 def _word_dtype(width: int) -> np.dtype:
     """The unsigned integer dtype whose items are ``width`` bytes or the next power of two above."""
     for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
         if width <= np.dtype(dtype).itemsize:
             return np.dtype(dtype)
     raise ValueError(f"rows of {width} bytes are wider than 8")
+
 
 def _rows(pieces: Sequence[bytes]) -> np.ndarray:
     """Each byte string zero-padded to one common width and viewed as one integer word per row.
@@ -247,6 +261,7 @@ def _rows(pieces: Sequence[bytes]) -> np.ndarray:
     width = _word_dtype(max(len(p) for p in pieces)).itemsize
     table = b"".join(p.ljust(width, _PAD) for p in pieces)
     return np.frombuffer(table, _word_dtype(width)).copy()
+
 
 def _encode_tables(vocab: Sequence[str], name: str) -> list[np.ndarray]:
     """Tables from code point to the output bytes of its token (``" " + decimal``) as one word,
@@ -275,6 +290,7 @@ def _encode_tables(vocab: Sequence[str], name: str) -> list[np.ndarray]:
         tables.append(table)
     return tables
 
+
 def _encode_block(tables: Sequence[np.ndarray], points: np.ndarray) -> np.ndarray:
     """The output words of a block's code points from the narrowest table that knows them all;
     a 0 word remains where a character is not in the vocabulary."""
@@ -283,6 +299,7 @@ def _encode_block(tables: Sequence[np.ndarray], points: np.ndarray) -> np.ndarra
         if np.count_nonzero(words) == len(words):
             break
     return words
+
 
 def encode_file(
     text_path: PathLike,
@@ -317,6 +334,7 @@ def encode_file(
             out.write(b"\n")
     return count
 
+
 def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndarray, name: str | None) -> PskdError:
     """The E9011 error for the first character of a block that the vocabulary does not hold."""
     position = int(np.argmin(words != 0))
@@ -325,9 +343,11 @@ def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndar
     return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in {_vocabulary_named(name)}",
     )
 
+
 def _vocabulary_named(name: str | None) -> str:
     """How messages name a vocabulary: by its file, or plainly when it was given as a list."""
     return "the vocabulary" if name is None else f"the vocabulary {name}"
+
 
 def _decoder(vocab: Sequence[str]) -> Callable[[np.ndarray], bytes]:
     """A function from a block of token indices (each below ``len(vocab)``) to their UTF-8 bytes.
@@ -355,6 +375,7 @@ def _decoder(vocab: Sequence[str]) -> Callable[[np.ndarray], bytes]:
         return blob.take(np.repeat(jump, sizes) + np.arange(total)).tobytes()
 
     return gather
+
 
 def decode_file(
     tokens_path: PathLike,
@@ -384,9 +405,11 @@ def decode_file(
             count += len(ids)
     return count
 
+
 #: The most bytes of text decode makes at once: a block of tokens whose text is longer (long
 #: tokens, many times over) is decoded in parts, so memory follows the block, not its text.
 DECODE_PART_BYTES = 1 << 24
+
 
 def _output_parts(ids: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
     """``ids`` in consecutive parts whose text takes at most DECODE_PART_BYTES (or one token)."""
@@ -402,6 +425,7 @@ def _output_parts(ids: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
         last = max(first + 1, int(np.searchsorted(ends, base + DECODE_PART_BYTES, side="right")))
         yield ids[first:last]
         first = last
+
 
 def iter_text_blocks(path: PathLike, *, chunk_size: int = CHUNK_SIZE) -> Iterator[tuple[int, bytes, np.ndarray]]:
     """Yields ``(byte offset, block, code points)`` for a UTF-8 file read in blocks of whole

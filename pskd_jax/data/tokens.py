@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Union, BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Union
+
 import numpy as np
-from pskd_jax.format.encodings import index_dtype
-from pskd_jax.errors import BadValueError, PskdError, UsageError
+
 from pskd_jax._os.files import line_at, open_regular, read_some
+from pskd_jax.errors import BadValueError, PskdError, UsageError
+from pskd_jax.format.encodings import index_dtype
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -20,16 +22,17 @@ CHUNK_SIZE = 1 << 17
 INITIAL_TOKENS = 1 << 16
 
 
-
 #: The bytes that separate tokens in a tokens text.
 WHITESPACE = b" \t\n\r\x0b\x0c"
 
 # A token of this many digits or more may not fit in 64 bits: such blocks take the exact slow path.
 _LONG_DIGITS = 20
 
+
 def _last_whitespace(data: bytes) -> int:
     """The index of the last whitespace byte of ``data``, or −1."""
     return max(data.rfind(c) for c in (b" ", b"\n", b"\t", b"\r", b"\x0b", b"\x0c"))
+
 
 #: A word (bytes between whitespace) longer than this is read on its own by :func:`_long_word`, a
 #: block at a time, never kept whole: no token of 64 bits takes this much text but zero padding.
@@ -89,6 +92,7 @@ def _long_word(f: BinaryIO, path: PathLike, offset: int, word: bytes, chunk_size
         return offset + zeros - 1, b"0" + rest
     return offset + zeros, significant + rest
 
+
 def _shifted_product(values: np.ndarray, mask: np.ndarray, shift: int, out: np.ndarray) -> np.ndarray:
     """``out[i] = values[i - shift] * mask[i]``, 0 where ``i < shift``."""
     shift = min(shift, len(values))
@@ -96,11 +100,13 @@ def _shifted_product(values: np.ndarray, mask: np.ndarray, shift: int, out: np.n
     np.multiply(values[: len(values) - shift], mask[shift:], out=out[shift:])
     return out
 
+
 def _extend_runs(run: np.ndarray, is_digit: np.ndarray, k: int) -> None:
     """Turns ``run_{k-1}`` into ``run_k`` in place: ``run_k[i]`` iff bytes ``i-k .. i`` are digits."""
     k = min(k, len(run))
     run[k:] &= is_digit[: len(run) - k]
     run[:k] = False
+
 
 def _digit_planes(digits: np.ndarray, is_digit: np.ndarray) -> list[np.ndarray] | None:
     """Base-100 digits, one ``uint8`` array per digit pair (least significant first), read at each
@@ -128,6 +134,7 @@ def _digit_planes(digits: np.ndarray, is_digit: np.ndarray) -> list[np.ndarray] 
             return planes
         k += 2
 
+
 def _combine_planes(planes: list[np.ndarray]) -> np.ndarray:
     """Values from base-100 digit planes (Horner, most significant plane first), in the narrowest
     dtype that holds them: 2 digits fit a byte, 4 a ``uint16``, 8 a ``uint32``, 19 a ``uint64``."""
@@ -137,6 +144,7 @@ def _combine_planes(planes: list[np.ndarray]) -> np.ndarray:
         value *= dtype(100)
         value += plane
     return value
+
 
 def _bad_token(path: PathLike, offset: int, block: bytes, position: int) -> PskdError:
     """The E9004 error for the whitespace-delimited word around byte ``position`` of a block."""
@@ -148,12 +156,14 @@ def _bad_token(path: PathLike, offset: int, block: bytes, position: int) -> Pskd
         "expected non-negative decimal integers separated by whitespace",
     )
 
+
 def _too_large(path: PathLike, offset: int, value: int, bound: int | None) -> PskdError:
     """The E9004 error for a token at or above ``bound`` (or 2**64) at byte ``offset``."""
     where = f"{os.fspath(path)}:{line_at(path, offset)}"
     if bound is None or bound > 1 << 64:
         return BadValueError(f"{where}: token {value} does not fit in 64 bits (at most {(1 << 64) - 1})")
     return BadValueError(f"{where}: token {value} is not below the vocabulary size {bound}")
+
 
 def _parse_long(path: PathLike, offset: int, block: bytes, bound: int | None) -> np.ndarray:
     """The exact path for a block holding a token of 20 digits or more: Python integers.
@@ -171,6 +181,7 @@ def _parse_long(path: PathLike, offset: int, block: bytes, bound: int | None) ->
             raise _too_large(path, offset + match.start(), value, bound)
         values.append(value)
     return np.array(values, dtype=np.uint64)
+
 
 def _parse_block(path: PathLike, offset: int, block: bytes, bound: int | None) -> np.ndarray:
     """The tokens of one block (cut at whitespace) as unsigned integers of the smallest width."""
@@ -199,10 +210,12 @@ def _parse_block(path: PathLike, offset: int, block: bytes, bound: int | None) -
         raise _too_large(path, offset + int(last[t]), int(values[t]), bound)
     return values
 
+
 def _check_bound(bound: int | None) -> None:
     """Refuses a bound that is not a non-negative integer (0 admits no token: an empty vocabulary)."""
     if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0):
         raise UsageError(f"the vocabulary size must be a non-negative integer, got {bound!r}")
+
 
 def iter_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = CHUNK_SIZE) -> Iterator[np.ndarray]:
     """Yields the tokens of a tokens text block by block, as ``uint64`` arrays, or arrays of the
@@ -213,6 +226,7 @@ def iter_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = C
         for offset, block in _whitespace_blocks(f, path, chunk_size):
             values = _parse_block(path, offset, block, bound)
             yield values.astype(dtype, copy=False)
+
 
 def read_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = CHUNK_SIZE) -> np.ndarray:
     """Reads a tokens text (non-negative decimal integers separated by whitespace) into one array.

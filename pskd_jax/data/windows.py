@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Iterator
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
-from pskd_jax.errors import UsageError
-import dataclasses
+
 from pskd_jax.data.tokens import iter_tokens
+from pskd_jax.errors import UsageError
 from pskd_jax.format.writer import Writer
 
 
@@ -17,6 +19,7 @@ def _check_window(seq: int, stride: int) -> None:
     if seq < 1 or stride < 1:
         raise UsageError(f"the sequence length and the stride must be at least 1, got seq={seq} stride={stride}"
         )
+
 
 def lm_window_count(n_tokens: int, seq: int, stride: int) -> int:
     """How many windows of ``seq`` tokens plus a shifted target fit in ``n_tokens`` at ``stride``.
@@ -27,9 +30,11 @@ def lm_window_count(n_tokens: int, seq: int, stride: int) -> int:
     _check_window(seq, stride)
     return (n_tokens - seq - 1) // stride + 1 if n_tokens >= seq + 1 else 0
 
+
 def _default_chunk(seq: int, itemsize: int) -> int:
     """Windows per chunk so that a chunk's array is about a megabyte."""
     return max(1, (1 << 20) // (seq * itemsize))
+
 
 def lm_window_chunks(
     tokens: np.ndarray, seq: int, stride: int, *, chunk_windows: int | None = None
@@ -50,6 +55,7 @@ def lm_window_chunks(
         block = windows[first : first + step]
         yield np.ascontiguousarray(block[:, :seq]), np.ascontiguousarray(block[:, 1:])
 
+
 def lm_window_records(
     tokens: np.ndarray, seq: int, stride: int, *, chunk_windows: int | None = None
 ) -> Iterator[np.ndarray]:
@@ -68,6 +74,7 @@ def lm_window_records(
     step = chunk_windows or _default_chunk(2 * seq, item)
     for first in range(0, count, step):
         yield records[first : first + step].copy()
+
 
 def lm_window_stream(
     blocks: Iterable[np.ndarray], seq: int, stride: int, *, chunk_windows: int | None = None
@@ -101,6 +108,7 @@ def lm_window_stream(
     if parts:
         yield from lm_window_records(np.concatenate(parts), seq, stride, chunk_windows=step)
 
+
 def _window_rest(tokens: np.ndarray, seq: int, stride: int) -> tuple[list[np.ndarray], int, int]:
     """What stays after every complete window of ``tokens`` was emitted: the tokens from the next
     window's start on, and how many tokens to pass over first when that start lies beyond them."""
@@ -118,9 +126,11 @@ class WindowsResult:
     tokens: int
     type_text: str
 
+
 def window_type(vocab: int, seq: int) -> str:
     """The sample type of windows over a vocabulary of ``vocab`` tokens, ``seq`` long."""
     return f"(idx[{vocab}][seq: {seq}], idx[{vocab}][seq: {seq}])"
+
 
 def lm_windows_file(tokens_path: str, output: str, *, vocab: int, seq: int, stride: int | None = None
                     ) -> WindowsResult:
@@ -135,6 +145,7 @@ def lm_windows_file(tokens_path: str, output: str, *, vocab: int, seq: int, stri
         for records in lm_window_stream(counted, seq, stride):
             writer.append((records[:, 0], records[:, 1]))
     return WindowsResult(output, writer.count, counted.total, writer.type_text)
+
 
 class _Counted:
     """Passes blocks of tokens through, counting them."""

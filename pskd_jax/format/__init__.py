@@ -10,7 +10,7 @@ from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.sample_type import format_type, header_text, parse_type
 from pskd_jax.format.tree import flatten, layout_of_template
-from pskd_jax.format.writer import WriteResult, Writer, write, write_encoded, write_stream
+from pskd_jax.format.writer import Writer, WriteResult, write, write_encoded, write_stream
 
 __all__ = [
     "MAGIC",

@@ -39,12 +39,12 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-from typing import BinaryIO, Sequence
-from pskd_jax.format.encodings import Encoding
-from pskd_jax.errors import NotPskdError, TruncatedError
-from pskd_jax.format.sample_type import ParamsType, parse_type
 import struct
+from typing import BinaryIO, Sequence
 
+from pskd_jax.errors import NotPskdError, TruncatedError
+from pskd_jax.format.encodings import Encoding
+from pskd_jax.format.sample_type import ParamsType, parse_type
 
 MAGIC = b"PSKD"
 
@@ -58,6 +58,7 @@ _U16, _U32, _U64 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<Q")
 MAX_TYPE_BYTES = 1 << 20  # far more than any real type; bounds what a hostile header can ask for
 
 MAX_COUNT = 2**63 - 1  # numpy's largest axis: the most samples a reader can index
+
 
 @dataclasses.dataclass(frozen=True)
 class Header:
@@ -74,6 +75,7 @@ class Header:
     def is_params(self) -> bool:
         return isinstance(parse_type(self.type_text), ParamsType)
 
+
 def encode_header(type_text: str, count: int, encodings: Sequence[Encoding]) -> bytes:
     """The header bytes; version 1 when every encoding is f64, else version 2.
 
@@ -88,6 +90,7 @@ def encode_header(type_text: str, count: int, encodings: Sequence[Encoding]) -> 
         parts += [_U32.pack(len(encodings)), bytes(int(e) for e in encodings)]
     return b"".join(parts)
 
+
 _ENCODING_OF_BYTE = tuple(sorted(Encoding, key=int))  # (an encoding byte is its index here)
 
 
@@ -97,6 +100,7 @@ def _read_exact(f: BinaryIO, n: int, what: str, path: str) -> bytes:
     if len(data) != n:
         raise TruncatedError(f"{path}: truncated in the header: {what} needs {n} bytes, {len(data)} remain")
     return data
+
 
 def read_header(f: BinaryIO, path: str, file_size: int) -> Header:
     """Reads and checks the header at the start of ``f``."""

@@ -6,15 +6,16 @@ from __future__ import annotations
 import ast
 import re
 from typing import Any, Sequence
+
 from pskd_jax.errors import MismatchError
 from pskd_jax.format.sample_type import MAX_NESTING
-
 
 # A key path (of a tree to save, a layout file, a safetensors name) holds at most this many keys:
 # the nesting a sample type may have, so that no tree is rebuilt by recursing without bound.
 MAX_KEY_DEPTH = MAX_NESTING
 
 _KEY = re.compile(r"""\[(?P<q>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]|\[(?P<i>-?\d+)\]|\.(?P<a>[^\W\d]\w*)""")
+
 
 def path_keys(path: str) -> list[str | int]:
     """A key path → its keys: ``"['blocks'][0]['w']"`` → ``['blocks', 0, 'w']``.
@@ -39,11 +40,13 @@ def path_keys(path: str) -> list[str | int]:
         position = match.end()
     return keys
 
+
 def check_key_depth(keys: Sequence[Any], what: str) -> None:
     """Refuses a key path deeper than :data:`MAX_KEY_DEPTH` (E9005 naming ``what``)."""
     if len(keys) > MAX_KEY_DEPTH:
         raise MismatchError(f"{what[:200]}: a key path {len(keys)} keys deep; a checkpoint's tree "
                                   f"nests at most {MAX_KEY_DEPTH} deep")
+
 
 def nest(keys: Sequence[Sequence[str | int]], values: Sequence[Any]) -> Any:
     """Nested dicts and lists from key sequences, dict keys in first-appearance order, list
@@ -66,10 +69,12 @@ def nest(keys: Sequence[Sequence[str | int]], values: Sequence[Any]) -> Any:
                     raise MismatchError(f"the key path {list(key_path)} goes through a leaf")
     return _listify(root)
 
+
 def _abridged(keys: Sequence[Any]) -> str:
     """A key path for a message: its first keys when it is long."""
     keys = list(keys)
     return str(keys) if len(keys) <= 8 else str(keys[:8])[:-1] + f", … ({len(keys)} keys)]"
+
 
 def _listify(node: Any) -> Any:
     if not isinstance(node, dict):
@@ -79,6 +84,7 @@ def _listify(node: Any) -> Any:
             and sorted(items) == list(range(len(items))):
         return [items[k] for k in range(len(items))]
     return items
+
 
 def nested_rebuild(keys: Sequence[Sequence[str | int]]):
     keys = [tuple(k) for k in keys]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Any, Callable, Sequence
+
 from pskd_jax.errors import NotClosedError
-from pskd_jax.format.sample_type import IndexType, MAX_SAMPLE_ELEMENTS, ParamsType, SampleType, TupleType, parse_type
+from pskd_jax.format.sample_type import MAX_SAMPLE_ELEMENTS, IndexType, ParamsType, SampleType, TupleType, parse_type
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Leaf:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
@@ -68,6 +70,7 @@ class Layout:
     def sample_elements(self) -> int:
         return sum(leaf.size for leaf in self.leaves)
 
+
 def _collect(parsed: SampleType, leaves: list[Leaf], path: str) -> Any:
     if isinstance(parsed, TupleType):
         return tuple(_collect(item, leaves, f"{path}[{i}]") for i, item in enumerate(parsed.items))
@@ -80,6 +83,7 @@ def _collect(parsed: SampleType, leaves: list[Leaf], path: str) -> Any:
     leaves.append(Leaf(path, shape, bound))
     return len(leaves) - 1
 
+
 def _check_sizes(leaves: Sequence[Leaf]) -> None:
     total = 0
     for leaf in leaves:
@@ -89,6 +93,7 @@ def _check_sizes(leaves: Sequence[Leaf]) -> None:
         total += leaf.size
         if total > MAX_SAMPLE_ELEMENTS:
             raise NotClosedError(f"leaf {leaf.path or '(root)'}: a sample of more than 2^60 elements")
+
 
 def _place(structure: Any, values: Sequence[Any]) -> Any:
     if isinstance(structure, tuple):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Sequence
+
 import numpy as np
-from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding, index_dtype
+
 from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError
-from pskd_jax.format.sample_type import MAX_AXES, MAX_INDEX_BOUND, MAX_SAMPLE_ELEMENTS
+from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding, index_dtype
 from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.sample_type import MAX_AXES, MAX_INDEX_BOUND, MAX_SAMPLE_ELEMENTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Placement:
         leaf = self.layout.leaves[i]
         return REAL_DTYPES[self.encodings[i]] if leaf.is_real else self.disk_dtypes[i]
 
+
 def _check_leaf(leaf: Leaf, where: str) -> None:
     """Refuses a leaf no file can hold (E9001): a layout may come from outside the type text (a
     template, a layout file), and a hostile one must fail here rather than in numpy."""
@@ -69,6 +72,7 @@ def _check_leaf(leaf: Leaf, where: str) -> None:
         problem = f"idx[{bound}]: an index bound is an integer in [1, 2^64]"
     if problem:
         raise NotClosedError(f"{where}leaf {leaf.path or '(root)'}: {problem}")
+
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """The strides of a C-ordered array of ``shape`` (computed, never allocated)."""

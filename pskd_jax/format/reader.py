@@ -9,18 +9,28 @@ import mmap
 import operator
 import os
 from typing import Any, Sequence
+
 import numpy as np
-from pskd_jax.format import tree as tree_lib
-from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError, UsageError
-from pskd_jax.format.sample_type import ParamsType, parse_type
-from pskd_jax.format.layout import Layout
+
 from pskd_jax._os.digests import sampled_digest
 from pskd_jax._os.files import open_fd
 from pskd_jax._os.positional import pread_spans, read_into
-from pskd_jax.format.header import MAX_COUNT, Header, read_header
-from pskd_jax.format.placement import Placement, c_strides
+from pskd_jax.errors import (
+    BadValueError,
+    MismatchError,
+    NotClosedError,
+    NotPskdError,
+    PskdError,
+    TruncatedError,
+    UsageError,
+)
+from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import index_dtype
+from pskd_jax.format.header import MAX_COUNT, Header, read_header
+from pskd_jax.format.layout import Layout
 from pskd_jax.format.layout_file import find_layout_file
+from pskd_jax.format.placement import Placement, c_strides
+from pskd_jax.format.sample_type import ParamsType, parse_type
 
 
 def template_mismatch(template_paths: list[str], file_paths: list[str], *, listed: int = 20) -> str | None:
@@ -47,6 +57,7 @@ def template_mismatch(template_paths: list[str], file_paths: list[str], *, liste
 MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
 
 ACCESS_MODES = ("mmap", "pread")  # how Reader.gather reaches the file (see Reader)
+
 
 class Reader:
     """Random access to the samples of a ``.psk.d`` file through a read-only memory map.
@@ -104,7 +115,7 @@ class Reader:
                 # its count: the size taken after the header covers every sample the header counts.
                 self.header, self.file_size = self._read_header()
             except OSError as e:
-                raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from None
+                raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from e
             self._map = self._open_map() if self.file_size and access == "mmap" else None
             if self.header.count > MAX_COUNT:
                 raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
@@ -146,7 +157,7 @@ class Reader:
         except ValueError:  # shorter than its size a moment ago
             raise TruncatedError(f"{self.path}: the file was cut short while being opened") from None
         except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot map: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: cannot map: {e.strerror or e}") from e
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -370,7 +381,7 @@ class Reader:
         try:
             size = os.fstat(self._fd).st_size
         except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from e
         needed = self.header.data_offset + self.header.count * self.placement.sample_bytes
         if size < needed:
             raise TruncatedError(f"{self.path}: truncated since it was opened: {size} bytes now, {needed} "
@@ -556,14 +567,14 @@ class Reader:
         try:
             held, named = os.fstat(self._fd), os.stat(self.path)
         except OSError as e:
-            raise NotPskdError(f"{self.path}: no longer names the file the reader opened ({e.strerror or e})") from None
+            raise NotPskdError(f"{self.path}: no longer names the file the reader opened ({e.strerror or e})") from e
         if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
             raise NotPskdError(f"{self.path}: now names another file than the one the reader opened (replaced "
                                "since): open a new Reader")
         try:
             header, size = self._read_header()
         except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from e
         before = self.header
         if dataclasses.replace(header, count=before.count) != before:
             raise NotPskdError(f"{self.path}: its header changed since the reader opened (type {header.type_text!r}, "

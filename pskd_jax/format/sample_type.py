@@ -23,8 +23,8 @@ import collections
 import dataclasses
 import re
 from typing import Iterator, Mapping, Union
-from pskd_jax.errors import NotClosedError, PskdError
 
+from pskd_jax.errors import NotClosedError, PskdError
 
 MAX_NESTING = 64
 
@@ -36,6 +36,7 @@ MAX_SAMPLE_ELEMENTS = 2**60
 # numpy holds at most 64 axes, and a leaf read from a file gains one (the sample axis).
 MAX_AXES = 63
 
+
 @dataclasses.dataclass(frozen=True)
 class Dim:
     """One axis of a leaf: its length and, for documentation only, its name."""
@@ -43,9 +44,11 @@ class Dim:
     size: int
     name: str | None = None
 
+
 @dataclasses.dataclass(frozen=True)
 class RealType:
     dims: tuple[Dim, ...]
+
 
 @dataclasses.dataclass(frozen=True)
 class IndexType:
@@ -53,13 +56,16 @@ class IndexType:
     dims: tuple[Dim, ...]
     is_bool: bool = False
 
+
 @dataclasses.dataclass(frozen=True)
 class TupleType:
     items: tuple["SampleType", ...]
 
+
 @dataclasses.dataclass(frozen=True)
 class ParamsType:
     name: str
+
 
 SampleType = Union[RealType, IndexType, TupleType, ParamsType]
 
@@ -73,11 +79,13 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
+
 @dataclasses.dataclass(frozen=True)
 class _Token:
     kind: str  # "int", "ident", "ellipsis", "punct", "end"
     text: str
     column: int  # 1-based, in characters
+
 
 def _tokenize(text: str) -> Iterator[_Token]:
     """The tokens of ``text``, made one at a time (a hostile megabyte of ``(`` is refused at the
@@ -92,12 +100,15 @@ def _tokenize(text: str) -> Iterator[_Token]:
         position = match.end()
     yield _Token("end", "", len(text) + 1)
 
+
 def _shown(text: str) -> str:
     """A type text as messages quote it: at most 80 characters."""
     return repr(text) if len(text) <= 80 else repr(text[:80]) + f"… ({len(text)} characters)"
 
+
 def _error(text: str, column: int, what: str) -> PskdError:
     return NotClosedError(f"sample type {_shown(text)}, column {column}: {what}")
+
 
 class _Parser:
     def __init__(self, text: str, symbols: Mapping[str, int] | None = None):
@@ -226,6 +237,7 @@ class _Parser:
             raise self.fail(end, "the end of the type")
         return parsed
 
+
 def parse_type(text: str, *, symbols: Mapping[str, int] | None = None) -> SampleType:
     """Parses a sample type, refusing what is not a closed data type (E9001).
 
@@ -239,6 +251,7 @@ def parse_type(text: str, *, symbols: Mapping[str, int] | None = None) -> Sample
     if not isinstance(text, str):
         raise NotClosedError(f"a sample type is text, got {type(text).__name__}")
     return _Parser(text, symbols).whole()
+
 
 def header_text(text: str) -> str:
     """The text a header stores for ``text``: as written, with the ASCII alias ``R`` as ``ℝ``.
@@ -262,6 +275,7 @@ def header_text(text: str) -> str:
                 last = token.column
     pieces.append(text[last:])
     return "".join(pieces)
+
 
 def format_type(parsed: SampleType) -> str:
     """Canonical text of a parsed type (used to name types the program builds)."""

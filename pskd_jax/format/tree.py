@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from pskd_jax.format.encodings import bfloat16, is_real_dtype
 from pskd_jax.errors import MismatchError
+from pskd_jax.format.encodings import bfloat16, is_real_dtype
 from pskd_jax.format.keypaths import path_keys
 from pskd_jax.format.layout import Layout, Leaf
 

@@ -6,17 +6,28 @@ from __future__ import annotations
 import dataclasses
 import os
 from typing import Any, Iterable, Sequence
+
 import numpy as np
-from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.encodings import REAL_DTYPES, Encoding, Rounding, Site, check_finite_encoded, encoding_of_dtype, narrow, to_f64, to_index
-from pskd_jax.errors import MismatchError, PskdError, TruncatedError
+
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory, temporary_path_for
-from pskd_jax.format.sample_type import header_text
-from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.errors import MismatchError, PskdError, TruncatedError
+from pskd_jax.format import tree as tree_lib
+from pskd_jax.format.encodings import (
+    REAL_DTYPES,
+    Encoding,
+    Rounding,
+    Site,
+    check_finite_encoded,
+    encoding_of_dtype,
+    narrow,
+    to_f64,
+    to_index,
+)
 from pskd_jax.format.header import VERSION_ENCODED, VERSION_F64, encode_header
+from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import MAX_RECORD_BYTES
-
+from pskd_jax.format.sample_type import header_text
 
 
 @dataclasses.dataclass
@@ -29,6 +40,7 @@ class WriteResult:
     count: int
     encodings: tuple[Encoding, ...]
     rounding: list[Rounding]
+
 
 class Writer:
     """Appends batches of samples to a new ``.psk.d`` file, replacing ``path`` whole on close.
@@ -103,7 +115,7 @@ class Writer:
             self._file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
         except OSError as e:
             self.abort()
-            raise TruncatedError(f"{self.path}: write failed: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: write failed: {e.strerror or e}") from e
 
     def encode_batch(self, batch: Any, row_names: Sequence[str] | None = None) -> list[np.ndarray]:
         """A batch → one on-disk array per leaf, shape (n, *leaf.shape), checked and encoded."""
@@ -172,7 +184,7 @@ class Writer:
             self._file = None
         except OSError as e:
             self.abort()
-            raise TruncatedError(f"{self.path}: {e.strerror or e}") from None
+            raise TruncatedError(f"{self.path}: {e.strerror or e}") from e
         except BaseException:
             self.abort()  # (a destination that became a FIFO or a directory meanwhile: E9012)
             raise
@@ -206,6 +218,7 @@ class Writer:
         else:
             self.abort()
 
+
 def _record_dtype(placement: Placement, leaves: Sequence[int]) -> np.dtype:
     """A sample as a numpy record of the given leaves (by index), each at its offset."""
     disk, layout = placement.disk_dtypes, placement.layout.leaves
@@ -217,6 +230,7 @@ def _record_dtype(placement: Placement, leaves: Sequence[int]) -> np.dtype:
             "itemsize": placement.sample_bytes,
         }
     )
+
 
 def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
     """The batch's leaves in storage order, checking its structure against the layout (E9005)."""
@@ -238,6 +252,7 @@ def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
         return [v for _, v in pairs]
     return _closed_values(layout.structure, batch, path, "")
 
+
 def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]:
     if isinstance(structure, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(structure):
@@ -252,6 +267,7 @@ def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]
         raise MismatchError(f"{path}: at {key or '(root)'}: expected an array, got a {type(value).__name__}")
     return [value]
 
+
 def dtype_encodings(layout: Layout, batch: Any, *, path: str = "") -> list[Encoding]:
     """The encoding each real leaf's dtype asks for (f32 → f32, bf16 → bf16, else f64).
 
@@ -263,11 +279,13 @@ def dtype_encodings(layout: Layout, batch: Any, *, path: str = "") -> list[Encod
         encodings.append(encoding_of_dtype(dtype) if leaf.is_real and dtype is not None else Encoding.F64)
     return encodings
 
+
 def resolve_layout(sample_type: str, layout: Layout | Any | None) -> Layout:
     """The layout of a type: its own for a closed type, else the one supplied (template or Layout)."""
     if layout is None:
         return Layout.of_type(sample_type)
     return layout if isinstance(layout, Layout) else tree_lib.layout_of_template(layout)
+
 
 def write(path: str | os.PathLike, sample_type: str, samples: Any, *, layout: Layout | Any | None = None,
           durable: bool = True) -> WriteResult:
@@ -279,6 +297,7 @@ def write(path: str | os.PathLike, sample_type: str, samples: Any, *, layout: La
     layout = resolve_layout(sample_type, layout)
     encodings = dtype_encodings(layout, samples, path=os.fspath(path))
     return write_encoded(path, sample_type, samples, encodings, layout=layout, durable=durable)
+
 
 def write_encoded(
     path: str | os.PathLike,
@@ -299,6 +318,7 @@ def write_encoded(
                 round_to_encoding=round_to_encoding, durable=durable) as writer:
         writer.append(samples)
     return writer.result
+
 
 def write_stream(path: str | os.PathLike, sample_type: str, batches: Iterable[Any], **options: Any) -> WriteResult:
     """Writes a file from an iterable of batches, streaming (memory of one batch at a time)."""

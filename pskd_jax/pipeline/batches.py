@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterator
-import numpy as np
-from pskd_jax.errors import BadValueError, PipelineError
-from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
-from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
+import numpy as np
+
+from pskd_jax.errors import BadValueError, PipelineError
+from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
+from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
 __all__ = ["IteratorState", "Pipeline"]
 
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
+
 
 @dataclasses.dataclass(frozen=True)
 class IteratorState:
@@ -46,6 +48,7 @@ class IteratorState:
         if not isinstance(data, dict) or set(data) != {"epoch", "batch"}:
             raise BadValueError(f"an iterator state is a dict with keys 'epoch' and 'batch', got {data!r}")
         return cls(epoch=data["epoch"], batch=data["batch"])
+
 
 @dataclasses.dataclass(frozen=True)
 class Pipeline:
@@ -224,11 +227,13 @@ class Pipeline:
             return positions
         return held_permutation(n, seed=self.seed, epoch=epoch)(positions)
 
+
 def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
     """The type of a batch: a leading axis of ``batch_size`` on every leaf."""
     if isinstance(parsed, TupleType):
         return TupleType(tuple(_with_batch_axis(item, batch_size) for item in parsed.items))
     return dataclasses.replace(parsed, dims=(Dim(batch_size), *parsed.dims))
+
 
 def _check_stage_value(name: str, value: Any, low: int, high: int | None = None) -> int:
     """A stage's value as an int in [low, high), or PskdError(BAD_PIPELINE) saying what fits."""
@@ -236,6 +241,7 @@ def _check_stage_value(name: str, value: Any, low: int, high: int | None = None)
         accepted = f"an integer in [{low}, 2**64)" if high else f"an integer >= {low}"
         raise PipelineError(f"{name} must be {accepted}, got {name}={value!r}")
     return int(value)
+
 
 def _check_count(n: Any) -> int:
     """The number of samples as an int in [0, 2**64]."""

@@ -33,10 +33,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+
 from pskd_jax._os.files import read_whole
 from pskd_jax.errors import PipelineError, PskdError
-from pskd_jax.pipeline.shuffle import MAX_SEED
 from pskd_jax.pipeline.batches import Pipeline
+from pskd_jax.pipeline.shuffle import MAX_SEED
 
 MAX_PIPELINE_BYTES = 1 << 24  # far more than any pipeline text; a larger file is refused unread
 
@@ -63,6 +64,7 @@ _TOKEN = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 
+
 @dataclasses.dataclass(frozen=True)
 class _Token:
     kind: str  # string, open_string, pipe, int, name, punct, other, end
@@ -73,6 +75,7 @@ class _Token:
     def shown(self) -> str:
         """How an error message names what it found."""
         return "the end of the text" if self.kind == "end" else repr(self.text)
+
 
 def _tokenize(text: str) -> list[_Token]:
     """The tokens of ``text`` with 1-based line and column, whitespace dropped, an end token last."""
@@ -87,6 +90,7 @@ def _tokenize(text: str) -> list[_Token]:
             line_start = start + match.group().rindex("\n") + 1
     tokens.append(_Token("end", "", line, len(text) - line_start + 1))
     return tokens
+
 
 class _Parser:
     """Recursive descent over the tokens; every error names where and what was expected."""
@@ -182,6 +186,7 @@ class _Parser:
         if later:
             raise self.fail(token, f"stage '{name}' must come before '{later[0]}': the order is stream, shuffle, batch, take")
 
+
 def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source: str = "pipeline") -> Pipeline:
     """The :class:`Pipeline` of ``text``; a relative path is joined to ``base_dir``.
 
@@ -207,10 +212,12 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source:
         take=values.get("take"),
     )
 
+
 def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
     """``path`` joined to ``base_dir`` (as written: no ``..`` folded, symlinks keep their meaning)."""
     base = os.fspath(base_dir)
     return path if base in ("", ".") else os.path.join(base, path)
+
 
 def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Pipeline:
     """The pipeline written in a UTF-8 text file; its path is relative to that file's directory.
@@ -229,6 +236,7 @@ def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[
     pipeline = parse_pipeline(text, base_dir=directory, source=file_path)
     check_inside(pipeline.path, directory if root is None else os.fspath(root), file_path)
     return pipeline
+
 
 def check_inside(path: str, root: str, source: str) -> None:
     """Refuses (E9010) a streamed ``path`` that is not inside ``root`` once resolved."""
