@@ -39,9 +39,9 @@ def expected_digests(path: str, expected: dict[str, str | None]) -> dict[str, st
 
 def check_digest(path: str, algorithm: str, found: str, expected: str) -> None:
     if found != expected.lower():
-        raise DigestMismatchError(f"{path}: checkpoint digest mismatch: {algorithm} {found}, expected {expected.lower()} "
-            "(the file was changed or damaged after the digest was recorded)",
-        )
+        raise DigestMismatchError(f"{path}: checkpoint digest mismatch: {algorithm} {found}, expected "
+                                  f"{expected.lower()} "
+                                  "(the file was changed or damaged after the digest was recorded)")
 
 
 def verify_file(path: str | os.PathLike, sha256: str | None = None, *, xxh3_128: str | None = None) -> str:

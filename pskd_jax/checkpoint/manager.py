@@ -570,7 +570,8 @@ class CheckpointManager:
                  keep_best: int | None = None, save_interval_steps: int | None = None, durable: bool = True,
                  name: str | None = None, digest: str = CHECKPOINT_DIGEST, read_only: bool = False):
         if keep is not None and not isinstance(keep, bool) and isinstance(keep, (int, np.integer)) and keep < 1:
-            raise CheckpointDirectoryError(f"keep={keep}: keep at least the newest checkpoint (keep >= 1, or None for all)")
+            raise CheckpointDirectoryError(f"keep={keep}: keep at least the newest checkpoint (keep >= 1, or None "
+                                           f"for all)")
         self.keep = _check_count("keep", keep)
         self.keep_period = _check_count("keep_period", keep_period)
         self.keep_best = _check_count("keep_best", keep_best)

@@ -106,7 +106,8 @@ def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: An
     if isinstance(asked, dict):
         unknown = set(asked) - {p for p, _ in pairs}
         if unknown:
-            raise MismatchError(f"encodings given for {sorted(map(str, unknown))[:20]}, which are not leaves of the tree")
+            raise MismatchError(f"encodings given for {sorted(map(str, unknown))[:20]}, which are not leaves of the "
+                                f"tree")
         labels = [asked.get(p) for p, _ in pairs]
     else:
         try:

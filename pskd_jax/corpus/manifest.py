@@ -31,7 +31,8 @@ The manifest
 
 While a build runs, ``shards.json`` also holds ``"in_progress": {"planned_shards": N}``: the
 shards listed are finished (every entry matches its file) and are the first of the N the build
-will list; the key is gone once the build has finished. ``path`` is relative to the manifest's directory, with ``/`` separators; a path that is absolute,
+will list; the key is gone once the build has finished. ``path`` is relative to the manifest's
+directory, with ``/`` separators; a path that is absolute,
 holds ``..``, or resolves (through symlinks) outside that directory is refused (E9016). ``build``,
 ``skipped`` and ``source`` say how a shard was made (a rerun of a build uses them to keep the
 shards that are up to date); readers need only the other fields. The global token stream is the

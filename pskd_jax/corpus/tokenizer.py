@@ -87,9 +87,9 @@ class Tokenizer:
         check_vocab(vocab, name)
         for i, token in enumerate(vocab):
             if len(token) != 1:
-                raise VocabularyError(f"{name}: token {i} {token!r} has {len(token)} characters; a corpus's character "
-                    "vocabulary maps one character to one token",
-                )
+                raise VocabularyError(f"{name}: token {i} {token!r} has {len(token)} characters; a corpus's "
+                                      f"character "
+                                      "vocabulary maps one character to one token")
         return cls("chars", tuple(vocab))
 
     @classmethod
@@ -193,8 +193,8 @@ class Tokenizer:
         if self._native is None:
             loaded = Tokenizer.from_file(self.path, boundary_token=self.boundary_token or "")
             if loaded.sha256 != self.sha256 or loaded.tokens != self.tokens or loaded.boundary != self.boundary:
-                raise CorpusDirectoryError(f"{self.path}: this tokenizer.json has sha256 {loaded.sha256}, but the corpus "
-                                           f"was built with one of sha256 {self.sha256}")
+                raise CorpusDirectoryError(f"{self.path}: this tokenizer.json has sha256 {loaded.sha256}, but the "
+                                           f"corpus was built with one of sha256 {self.sha256}")
             object.__setattr__(self, "_native", loaded._native)
         return self._native
 
@@ -259,7 +259,8 @@ class Tokenizer:
         try:
             return ids.astype(np.uint8).tobytes().decode("utf-8", errors)
         except UnicodeDecodeError as e:
-            raise VocabularyError(f"ids {first + e.start}..{first + e.end - 1} are bytes that are not UTF-8 ({e.reason}); "
+            raise VocabularyError(f"ids {first + e.start}..{first + e.end - 1} are bytes that are not UTF-8 "
+                                  f"({e.reason}); "
                                   "decode(..., errors='replace') shows them as U+FFFD") from None
 
     # -- identity --------------------------------------------------------------------------------
@@ -297,7 +298,8 @@ class Tokenizer:
         if not isinstance(data, dict) or data.get("kind") not in KINDS:
             got = f"the kind {json_kind(data.get('kind'))}" if isinstance(data, dict) else json_kind(data)
             raise CorpusDirectoryError(f"{name}: tokenizer must be {{\"kind\": \"bytes\"}}, "
-                            f"{{\"kind\": \"chars\", \"vocab\": [...]}} or {{\"kind\": \"hf\", \"sha256\": …}}, got {got}")
+                                       f"{{\"kind\": \"chars\", \"vocab\": [...]}} or {{\"kind\": \"hf\", "
+                                       f"\"sha256\": …}}, got {got}")
         if data["kind"] == "bytes":
             return cls.bytes()
         if data["kind"] == "hf":

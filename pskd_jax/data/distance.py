@@ -395,8 +395,7 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
         raise MismatchError(f"{a.path} and {b.path}: the leaf encodings differ")
     kinds = set(encodings) if encodings is not None else {Encoding.F64}
     if len(kinds) != 1:
-        raise MismatchError(f"{a.path}: its leaves have several encodings; supply the layout to compare them",
-        )
+        raise MismatchError(f"{a.path}: its leaves have several encodings; supply the layout to compare them")
     encoding = kinds.pop()
     disk, value = REAL_DISK_DTYPES[encoding], REAL_DTYPES[encoding]
     sizes = [r.file_size - r.header.data_offset for r in (a, b)]

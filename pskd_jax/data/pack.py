@@ -119,8 +119,7 @@ def parse_encodings(spec: str | None, layout: Layout) -> list[Encoding]:
         encoding = Encoding.parse(names[0])
         return [encoding if leaf.is_real else Encoding.F64 for leaf in leaves]
     if len(names) != len(leaves):
-        raise UsageError(f"--encoding lists {len(names)} encodings for a type of {len(leaves)} leaves"
-        )
+        raise UsageError(f"--encoding lists {len(names)} encodings for a type of {len(leaves)} leaves")
     encodings = []
     for leaf, name in zip(leaves, names):
         if not leaf.is_real and name not in ("-", "f64"):
@@ -241,8 +240,7 @@ def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: np.n
         bad = _first_bad(flat, _is_index)
         kind = "an index (a non-negative integer)"
     row, col = bad
-    raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} {_shown(flat[row, col])} is not {kind}"
-    )
+    raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} {_shown(flat[row, col])} is not {kind}")
 
 
 def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: np.ndarray, first: int) -> np.ndarray:

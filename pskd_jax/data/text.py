@@ -13,8 +13,8 @@ Formats
   one character. ``\\r\\n`` is two characters, a byte order mark is a character; nothing is
   normalised, which is what makes ``decode(encode(text))`` return the same bytes.
 - **Vocabulary**: a JSON array of distinct non-empty strings; token ``i`` is entry ``i``.
-  ``char_vocab_file`` and ``char_vocab`` make one of single characters sorted by code point. Encoding needs every token to
-  be one character: a sub-word token would need longest-match encoding, which is refused rather
+  ``char_vocab_file`` and ``char_vocab`` make one of single characters sorted by code point.
+  Encoding needs every token to be one character: a sub-word token would need longest-match encoding, which is refused rather
   than guessed.
 - **Tokens text**: non-negative decimal integers separated by ASCII whitespace (space, tab, line
   feed, carriage return, vertical tab, form feed). ``encode_file`` writes single spaces and one
@@ -108,9 +108,9 @@ def _invalid_utf8(path: PathLike, offset: int, error: UnicodeDecodeError) -> Psk
     """The E9004 error for invalid UTF-8 found ``error.start`` bytes into a block at ``offset``."""
     at = offset + error.start
     bad = error.object[error.start : error.end].hex(" ")
-    return BadValueError(f"{os.fspath(path)}:{line_at(path, at)}: invalid UTF-8 at byte {at} (0x{bad}: {error.reason}); "
-        "the text must be UTF-8",
-    )
+    return BadValueError(f"{os.fspath(path)}:{line_at(path, at)}: invalid UTF-8 at byte {at} (0x{bad}: "
+                         f"{error.reason}); "
+                         "the text must be UTF-8")
 
 
 def _code_points(path: PathLike, offset: int, block: bytes) -> np.ndarray:
@@ -191,8 +191,8 @@ def read_vocab(path: PathLike) -> list[str]:
     try:
         vocab = json.loads(text)
     except json.JSONDecodeError as e:
-        raise VocabularyError(f"{name}:{e.lineno}: not JSON ({e.msg}, column {e.colno}); expected a JSON array of strings"
-        ) from None
+        raise VocabularyError(f"{name}:{e.lineno}: not JSON ({e.msg}, column {e.colno}); expected a JSON array of "
+                              f"strings") from None
     except (ValueError, RecursionError) as e:  # a number of over 4300 digits; arrays nested too deep
         raise VocabularyError(f"{name}: not a vocabulary ({e}); expected a JSON array of strings") from None
     check_vocab(vocab, name)
@@ -216,8 +216,7 @@ def check_vocab(vocab: object, name: str) -> None:
         if not token:
             raise VocabularyError(f"{name}: token {i} is the empty string; tokens must be non-empty")
         if token in first:
-            raise VocabularyError(f"{name}: token {i} {token!r} repeats token {first[token]}; tokens must be distinct"
-            )
+            raise VocabularyError(f"{name}: token {i} {token!r} repeats token {first[token]}; tokens must be distinct")
         try:
             token.encode("utf-8")
         except UnicodeEncodeError:
@@ -275,9 +274,10 @@ def _encode_tables(vocab: Sequence[str], name: str) -> list[np.ndarray]:
     """
     for i, token in enumerate(vocab):
         if len(token) != 1:
-            raise VocabularyError(f"{name}: token {i} {token!r} has {len(token)} characters; encode maps one character to "
-                "one token (a sub-word vocabulary needs longest-match encoding, which is not supported)",
-            )
+            raise VocabularyError(f"{name}: token {i} {token!r} has {len(token)} characters; encode maps one "
+                                  f"character to "
+                                  "one token (a sub-word vocabulary needs longest-match encoding, which is not "
+                                  "supported)")
     if not vocab:
         return [np.zeros(1, np.uint16)]
     points = np.array([ord(t) for t in vocab], dtype=np.int64)
@@ -340,8 +340,8 @@ def _unknown_character(path: PathLike, offset: int, block: bytes, words: np.ndar
     position = int(np.argmin(words != 0))
     at = _byte_offset(offset, block, position)
     ch = block[at - offset :].decode("utf-8", errors="replace")[0]
-    return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in {_vocabulary_named(name)}",
-    )
+    return VocabularyError(f"{os.fspath(path)}:{line_at(path, at)}: character {_describe(ch)} is not in "
+                           f"{_vocabulary_named(name)}")
 
 
 def _vocabulary_named(name: str | None) -> str:

@@ -153,8 +153,7 @@ def _bad_token(path: PathLike, offset: int, block: bytes, position: int) -> Pskd
     word = block[start : min(ends, default=len(block))].decode("utf-8", errors="backslashreplace")
     shown = repr(word if len(word) <= 40 else word[:40] + "…")
     return BadValueError(f"{os.fspath(path)}:{line_at(path, offset + start)}: {shown} is not a token index; "
-        "expected non-negative decimal integers separated by whitespace",
-    )
+                         "expected non-negative decimal integers separated by whitespace")
 
 
 def _too_large(path: PathLike, offset: int, value: int, bound: int | None) -> PskdError:

@@ -17,8 +17,7 @@ from pskd_jax.format.writer import Writer
 def _check_window(seq: int, stride: int) -> None:
     """Refuses a sequence length or a stride below 1."""
     if seq < 1 or stride < 1:
-        raise UsageError(f"the sequence length and the stride must be at least 1, got seq={seq} stride={stride}"
-        )
+        raise UsageError(f"the sequence length and the stride must be at least 1, got seq={seq} stride={stride}")
 
 
 def lm_window_count(n_tokens: int, seq: int, stride: int) -> int:

@@ -145,8 +145,7 @@ def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
     if isinstance(value, bool) or not (
         isinstance(value, numbers.Real) or hasattr(value, "__float__")
     ):
-        raise BadValueError(f"{leaf}, element {position}: {value!r} is not a real number"
-        )
+        raise BadValueError(f"{leaf}, element {position}: {value!r} is not a real number")
     try:
         return float(value)
     except OverflowError:
@@ -169,8 +168,7 @@ def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
             try:
                 float(text)
             except ValueError:
-                raise BadValueError(f"{leaf}, element {position}: {str(text)!r} is not a decimal number",
-                ) from None
+                raise BadValueError(f"{leaf}, element {position}: {str(text)!r} is not a decimal number") from None
         raise
 
 
@@ -217,8 +215,7 @@ def check_finite(values: np.ndarray, *, leaf: "str | Site") -> None:
         flat = int(np.flatnonzero(~finite.ravel())[0])
         bad = values.ravel()[flat]
         raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
-            f"{float(bad)} is not a real number (NaN and ±Inf cannot be stored)",
-        )
+                            f"{float(bad)} is not a real number (NaN and ±Inf cannot be stored)")
 
 
 def check_finite_encoded(values: np.ndarray, encoding: Encoding, where: Site) -> None:
@@ -270,16 +267,14 @@ def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_
     if overflow.any():
         flat = int(np.flatnonzero(overflow.ravel())[0])
         raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
-            f"{float(values.ravel()[flat])!r} is beyond the range of {encoding.label}",
-        )
+                            f"{float(values.ravel()[flat])!r} is beyond the range of {encoding.label}")
     if not round_to_encoding:
         if changed.any():
             flat = int(np.flatnonzero(changed.ravel())[0])
             raise BadValueError(f"{_site(leaf).at(values.shape, flat)}: "
-                f"{float(values.ravel()[flat])!r} is not a number of {encoding.label} (nearest "
-                f"{float(back.ravel()[flat])!r}); ask for rounding (round_to_encoding=True, --round) "
-                "or store the leaf in a wider encoding",
-            )
+                                f"{float(values.ravel()[flat])!r} is not a number of {encoding.label} (nearest "
+                                f"{float(back.ravel()[flat])!r}); ask for rounding (round_to_encoding=True, --round) "
+                                "or store the leaf in a wider encoding")
         return narrowed, None
     report = Rounding(str(leaf), encoding)
     if changed.any():
@@ -310,8 +305,7 @@ def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
     elif array.dtype == bool:
         array = array.astype(np.uint8)
     elif array.dtype.kind not in "iu":
-        raise MismatchError(f"{leaf}: {array.dtype} values given for an idx[{bound}] leaf"
-        )
+        raise MismatchError(f"{leaf}: {array.dtype} values given for an idx[{bound}] leaf")
     if array.size:
         low, high = int(array.min()), int(array.max())
         if low < 0 or high >= bound:
@@ -320,8 +314,7 @@ def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
                 bad |= array > bound - 1
             flat = int(np.flatnonzero(bad.ravel())[0])
             raise BadValueError(f"{_site(leaf).at(array.shape, flat)}: "
-                f"{array.ravel()[flat]} is not an index below {bound}",
-            )
+                                f"{array.ravel()[flat]} is not an index below {bound}")
     return array.astype(dtype, copy=False)
 
 
@@ -333,13 +326,9 @@ def _object_indices(array: np.ndarray, bound: int, leaf: "str | Site") -> np.nda
             text = value.strip()
             value = int(text) if text.isdigit() and text.isascii() else value
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: "
-                f"{value!r} is not an index",
-            )
+            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: {value!r} is not an index")
         if not 0 <= int(value) < bound:
-            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: "
-                f"{value} is not an index below {bound}",
-            )
+            raise BadValueError(f"{_site(leaf).at(array.shape, position)}: {value} is not an index below {bound}")
         flat_out[position] = int(value)
     return out
 

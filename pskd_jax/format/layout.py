@@ -76,8 +76,7 @@ def _collect(parsed: SampleType, leaves: list[Leaf], path: str) -> Any:
         return tuple(_collect(item, leaves, f"{path}[{i}]") for i, item in enumerate(parsed.items))
     if isinstance(parsed, ParamsType):
         raise NotClosedError(f"params {parsed.name}: the leaves of a parameter tree come from the program; "
-            "supply its layout (a template pytree or a layout JSON)",
-        )
+                             "supply its layout (a template pytree or a layout JSON)")
     shape = tuple(d.size for d in parsed.dims)
     bound = parsed.bound if isinstance(parsed, IndexType) else None
     leaves.append(Leaf(path, shape, bound))

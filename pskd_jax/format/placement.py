@@ -33,8 +33,7 @@ class Placement:
         if encodings is None or len(encodings) == 0:  # an empty list means every leaf f64
             encodings = [Encoding.F64] * len(layout.leaves)
         if len(encodings) != len(layout.leaves):
-            raise MismatchError(f"{where}{len(encodings)} leaf encodings for a type of {len(layout.leaves)} leaves",
-            )
+            raise MismatchError(f"{where}{len(encodings)} leaf encodings for a type of {len(layout.leaves)} leaves")
         offsets, dtypes, position = [], [], 0
         for leaf, encoding in zip(layout.leaves, encodings):
             _check_leaf(leaf, where)

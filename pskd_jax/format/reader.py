@@ -118,8 +118,8 @@ class Reader:
                 raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from e
             self._map = self._open_map() if self.file_size and access == "mmap" else None
             if self.header.count > MAX_COUNT:
-                raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a reader can index",
-                )
+                raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a "
+                                     f"reader can index")
         except BaseException:
             self.close()
             raise
@@ -171,8 +171,8 @@ class Reader:
                 layout = self._checked_template(layout)
         encodings = self.header.encodings
         if encodings is not None and len(encodings) != len(layout.leaves):
-            raise MismatchError(f"{self.path}: the header lists {len(encodings)} leaves, the layout has {len(layout.leaves)}",
-            )
+            raise MismatchError(f"{self.path}: the header lists {len(encodings)} leaves, the layout has "
+                                f"{len(layout.leaves)}")
         placement = Placement.of(layout, encodings, self.path, from_header=True)
         self._check_size(placement.sample_bytes)
         self._check_addressable(placement)
@@ -214,9 +214,8 @@ class Reader:
         needed = self.header.data_offset + self.header.count * sample_bytes
         if needed > self.file_size:
             present = (self.file_size - self.header.data_offset) // sample_bytes if sample_bytes else 0
-            raise TruncatedError(f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes announced, "
-                f"{max(present, 0)} present ({self.file_size} bytes, {needed} needed)",
-            )
+            raise TruncatedError(f"{self.path}: truncated: {self.header.count} samples of {sample_bytes} bytes "
+                                 f"announced, {max(present, 0)} present ({self.file_size} bytes, {needed} needed)")
 
     def _check_addressable(self, placement: Placement) -> None:
         """Refuses what no numpy array can hold: the file's size bounds every leaf with elements,
@@ -226,8 +225,7 @@ class Reader:
             span = max(self.header.count, 1) * dtype.itemsize * math.prod(d for d in leaf.shape if d)
             if span > MAX_COUNT:
                 raise TruncatedError(f"{self.path}: {self.header.count} samples of leaf {leaf.path or '(root)'} "
-                    f"(shape {list(leaf.shape)}) span more than the 2^63 bytes an array can address",
-                )
+                                     f"(shape {list(leaf.shape)}) span more than the 2^63 bytes an array can address")
 
     def _check_params_size(self, sample_bytes: int) -> None:
         """A parameter tree's layout comes from outside the file, so the file's size is its only
@@ -236,16 +234,15 @@ class Reader:
             return
         data = self.file_size - self.header.data_offset
         if data != self.header.count * sample_bytes:
-            raise MismatchError(f"{self.path}: the layout makes samples of {sample_bytes} bytes, so {self.header.count} "
-                f"of them take {self.header.count * sample_bytes} bytes, but the file holds {data} bytes "
-                f"of data: the layout is not the one {self.header.type_text!r} was written with",
-            )
+            raise MismatchError(f"{self.path}: the layout makes samples of {sample_bytes} bytes, so "
+                                f"{self.header.count} "
+                                f"of them take {self.header.count * sample_bytes} bytes, but the file holds {data} "
+                                f"bytes of data: the layout is not the one {self.header.type_text!r} was written with")
 
     def _require_layout(self) -> Placement:
         if self.placement is None:
             raise NotClosedError(f"{self.path}: type {self.header.type_text!r} needs its layout "
-                "(Reader(path, layout=template) or reader.with_layout(...))",
-            )
+                                 "(Reader(path, layout=template) or reader.with_layout(...))")
         return self.placement
 
     def _mapped(self) -> mmap.mmap | None:
@@ -442,8 +439,7 @@ class Reader:
         row = int(np.argmax(over))
         leaf = self.placement.layout.leaves[i]
         raise BadValueError(f"{self.path}: sample {int(positions[row])}, leaf {leaf.path or '(root)'}: stored value "
-            f"{int(values[row].max())} is not below its bound idx[{bound}]",
-        )
+                            f"{int(values[row].max())} is not below its bound idx[{bound}]")
 
     def _read_records(self, positions: np.ndarray) -> np.ndarray:
         """The records at ``positions`` read with ``preadv``: one call per run of consecutive
@@ -484,9 +480,9 @@ class Reader:
         if records is None or n == 0:
             shape = (n, *leaf.shape)
             if math.prod(d for d in shape if d) * value_dtype.itemsize > MAX_COUNT:  # numpy refuses even 0 elements
-                raise TruncatedError(f"{self.path}: {n} samples of leaf {leaf.path or '(root)'} (shape {list(leaf.shape)}) span "
-                    "more than the 2^63 bytes an array can address",
-                )
+                raise TruncatedError(f"{self.path}: {n} samples of leaf {leaf.path or '(root)'} (shape "
+                                     f"{list(leaf.shape)}) span "
+                                     "more than the 2^63 bytes an array can address")
             return np.zeros(shape, dtype=value_dtype)
         disk = placement.disk_dtypes[i]
         if len(placement.disk_dtypes) == 1:
@@ -583,7 +579,8 @@ class Reader:
             raise TruncatedError(f"{self.path}: cut short since the reader opened: {header.count} samples in "
                                  f"{size} bytes now, {before.count} in {self.file_size} before")
         if header.count > MAX_COUNT:
-            raise TruncatedError(f"{self.path}: a count of {header.count} samples, beyond the 2^63 - 1 a reader can index")
+            raise TruncatedError(f"{self.path}: a count of {header.count} samples, beyond the 2^63 - 1 a reader can "
+                                 f"index")
         if (header, size) == (before, self.file_size):
             return header.count
         old = (self.header, self.file_size, self._map)
@@ -627,8 +624,8 @@ class Reader:
         if then != now:
             self.close()
             raise MismatchError(f"{self.path}: the file changed since the reader was pickled "
-                f"(count {then[0].count}, {then[1]} bytes then; count {now[0].count}, {now[1]} bytes now)",
-            )
+                                f"(count {then[0].count}, {then[1]} bytes then; count {now[0].count}, {now[1]} bytes "
+                                f"now)")
 
     # -- lifetime ----------------------------------------------------------------------------
 

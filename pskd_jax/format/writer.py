@@ -135,8 +135,7 @@ class Writer:
                 n = array.shape[0]
             elif array.shape[0] != n:
                 raise MismatchError(f"{self.path}: leaf {leaf.path or '(root)'} has {array.shape[0]} samples, "
-                    f"the first leaf {n}",
-                )
+                                    f"the first leaf {n}")
             site = Site(f"{self.path}: leaf {leaf.path or '(root)'}", row_names, self.count)
             columns.append(self._encode_leaf(i, leaf, array, site))
         return columns
@@ -257,8 +256,7 @@ def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]
     if isinstance(structure, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(structure):
             found = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
-            raise MismatchError(f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)}, got {found}"
-            )
+            raise MismatchError(f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)}, got {found}")
         values = []
         for i, (s, v) in enumerate(zip(structure, value)):
             values.extend(_closed_values(s, v, path, f"{key}[{i}]"))

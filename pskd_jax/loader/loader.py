@@ -58,8 +58,7 @@ def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> 
     for s, e in spans:
         covered[s - start : e - start] = True
     if not covered.all():
-        raise PipelineError(f"this process's devices hold rows {sorted(spans)} of the batch, not one contiguous block",
-        )
+        raise PipelineError(f"this process's devices hold rows {sorted(spans)} of the batch, not one contiguous block")
     return start, stop
 
 
@@ -132,9 +131,8 @@ class Loader:
         for path, leaf in jax.tree_util.tree_flatten_with_path(host_batch)[0]:
             if leaf is wide:
                 raise BadValueError(f"leaf {jax.tree_util.keystr(path) or '(root)'} is {leaf.dtype} but JAX has x64 "
-                    "disabled, which would narrow it silently; enable it "
-                    "(jax.config.update('jax_enable_x64', True)) or store the leaf narrower",
-                )
+                                    "disabled, which would narrow it silently; enable it "
+                                    "(jax.config.update('jax_enable_x64', True)) or store the leaf narrower")
 
     def _place(self, host_batches: list[Any], batch_size: int) -> list[Any]:
         """Host batches → device batches. One ``device_put`` call moves a whole group: its fixed

@@ -106,8 +106,7 @@ class Pipeline:
         count = self.batches_per_epoch(n)
         if count == 0:
             raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
-                f"the file needs at least {self.batch_size} samples, or a smaller B",
-            )
+                                f"the file needs at least {self.batch_size} samples, or a smaller B")
         return count
 
     def batch_indices(self, n: int, epoch: int, j: int, *, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -167,8 +166,8 @@ class Pipeline:
         if not isinstance(state, IteratorState):
             raise BadValueError(f"state must be an IteratorState (IteratorState.from_json), got {state!r}")
         if state.batch > count:
-            raise BadValueError(f"iterator state batch {state.batch} is beyond the {count} batches of an epoch of {self} over {n} samples",
-            )
+            raise BadValueError(f"iterator state batch {state.batch} is beyond the {count} batches of an epoch of "
+                                f"{self} over {n} samples")
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
             raise BadValueError(f"epochs must be an integer >= 0 (the last epoch to produce), got {epochs!r}")
         return count
@@ -210,9 +209,8 @@ class Pipeline:
         if sample.structure != batch.structure or stacked != list(batch.leaves):
             given = format_type(_with_batch_axis(parse_type(sample_type), self.batch_size))
             expected = format_type(parse_type(batch_type, symbols={"B": self.batch_size}))
-            raise PipelineError(f"batch(B = {self.batch_size}) over samples of type {sample_type!r} gives batches of type "
-                f"{given!r}, but the step expects {batch_type!r} (= {expected!r})",
-            )
+            raise PipelineError(f"batch(B = {self.batch_size}) over samples of type {sample_type!r} gives batches of "
+                                f"type {given!r}, but the step expects {batch_type!r} (= {expected!r})")
 
     def _indices(self, n: int, epoch: int, j: int, batches: int = 1) -> np.ndarray:
         """π_epoch(jB .. (j + batches)B - 1) without argument checks."""

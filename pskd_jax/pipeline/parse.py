@@ -17,8 +17,8 @@ A relative path is relative to the file that holds the text (:func:`load_pipelin
 base directory the caller names (:func:`parse_pipeline`). A pipeline *file* may only stream a file
 inside its own directory, or inside a wider ``root`` its reader names: no absolute path, ``..`` or
 symlink takes it elsewhere (a pipeline file found in a shared directory must not make the toolkit
-read ``/etc/shadow``). Text the caller passes itself names any path, like any argument. ``seed`` is in ``[0, 2**64)``, ``B`` and
-``n`` are at least 1. Text that does not parse is refused with E9010, naming the line and column
+read ``/etc/shadow``). Text the caller passes itself names any path, like any argument.
+``seed`` is in ``[0, 2**64)``, ``B`` and ``n`` are at least 1. Text that does not parse is refused with E9010, naming the line and column
 and what was expected there.
 
 Evaluation over a file of ``n`` samples, epochs numbered from 1: position ``p`` of epoch ``e``
@@ -243,9 +243,8 @@ def check_inside(path: str, root: str, source: str) -> None:
     resolved, top = os.path.realpath(path), os.path.realpath(root)
     if os.path.commonpath([resolved, top]) != top or resolved == top:
         raise PipelineError(f"{source}: the stream path {path!r} leads to {resolved}, outside {top}: a pipeline file "
-            "streams only files inside its directory, or inside the root it is loaded with (root=, "
-            "`pskd pipeline --root`, `train_lm --pipeline_root`); or pass the text itself",
-        )
+                            "streams only files inside its directory, or inside the root it is loaded with (root=, "
+                            "`pskd pipeline --root`, `train_lm --pipeline_root`); or pass the text itself")
 
 
 __all__ = ["check_inside", "load_pipeline", "parse_pipeline"]

@@ -24,8 +24,9 @@ Three evaluations of E give the same numbers (the tests hold each to the scalar 
   is one gather and one xor;
 * **lanes** (small arrays, and the last walkers of any array): the values are packed as 64-bit
   lanes (128-bit when ``b > 62``) of one Python integer and every step of a round is one
-  big-integer operation on all lanes at once. A numpy ufunc call costs about half a microsecond whatever the size of a small array,
-  and a round is eleven of them; the integer operations on a few hundred lanes cost less. The
+  big-integer operation on all lanes at once. A numpy ufunc call has a fixed cost whatever the
+  size of a small array, and a round is eleven of them; the integer operations on a few hundred
+  lanes cost less. The
   walkers stay packed from step to step and leave the integer only when enough of them are done,
   so the few positions that walk twenty times cost twenty cheap steps, not twenty numpy passes;
 * **numpy rounds** (large arrays, ``h > 16``): eleven in-place uint32 ufunc calls a round.
