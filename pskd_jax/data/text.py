@@ -42,7 +42,7 @@ import numpy as np
 
 from pskd_jax._os.atomic import text_output
 from pskd_jax._os.files import line_at, open_regular, read_some
-from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, iter_tokens
+from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, cut_blocks, iter_tokens
 from pskd_jax.errors import BadValueError, PskdError, VocabularyError
 from pskd_jax.format.encodings import index_dtype
 
@@ -85,23 +85,12 @@ def _utf8_cut(data: bytes) -> int:
 
 
 def _utf8_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
-    """Yields ``(byte offset, block)``: the file in blocks that each hold whole characters.
+    """The file in blocks that each hold whole characters.
 
     Cutting at character boundaries ourselves (rather than feeding an incremental decoder) gives
     every block an exact byte offset for error messages, and lets an ASCII block skip decoding.
     """
-    offset, carry = 0, b""
-    while True:
-        data = read_some(f, path, chunk_size)
-        if not data:
-            if carry:
-                yield offset, carry
-            return
-        data = carry + data if carry else data
-        cut = _utf8_cut(data)
-        if cut:
-            yield offset, data[:cut]
-        offset, carry = offset + cut, data[cut:]
+    return cut_blocks(f, path, chunk_size, _utf8_cut)
 
 
 def _invalid_utf8(path: PathLike, offset: int, error: UnicodeDecodeError) -> PskdError:

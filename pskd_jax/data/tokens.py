@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Callable, Iterator, Union
 
 import numpy as np
 
@@ -41,10 +41,14 @@ LONG_WORD = 1 << 16
 _SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]")
 
 
-def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
-    """Yields ``(byte offset, block)``: the file in blocks cut just after whitespace, so that no
-    token straddles two blocks. A word longer than :data:`LONG_WORD` is read on by
-    :func:`_long_word` (linear time and bounded memory however long it is)."""
+def cut_blocks(f: BinaryIO, path: PathLike, chunk_size: int, cut: Callable[[bytes], int], *,
+               long_carry: Callable[[BinaryIO, PathLike, int, bytes, int], tuple[int, bytes]] | None = None
+               ) -> Iterator[tuple[int, bytes]]:
+    """Yields ``(byte offset, block)``: the file read ``chunk_size`` bytes at a time and cut where
+    ``cut(data)`` says (what follows the cut is carried on to the next block), so that no unit a
+    block holds (a token, a character) straddles two blocks. A carry longer than
+    :data:`LONG_WORD` is handed to ``long_carry``, which reads it on and returns the new
+    ``(offset, carry)``."""
     offset, carry = 0, b""
     while True:
         data = read_some(f, path, chunk_size)
@@ -53,12 +57,19 @@ def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator
                 yield offset, carry
             return
         data = carry + data if carry else data
-        cut = _last_whitespace(data) + 1
-        if cut:
-            yield offset, data[:cut]
-        offset, carry = offset + cut, data[cut:]
-        if len(carry) > LONG_WORD:
-            offset, carry = _long_word(f, path, offset, carry, chunk_size)
+        at = cut(data)
+        if at:
+            yield offset, data[:at]
+        offset, carry = offset + at, data[at:]
+        if long_carry is not None and len(carry) > LONG_WORD:
+            offset, carry = long_carry(f, path, offset, carry, chunk_size)
+
+
+def _whitespace_blocks(f: BinaryIO, path: PathLike, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+    """The file in blocks cut just after whitespace, so that no token straddles two blocks. A word
+    longer than :data:`LONG_WORD` is read on by :func:`_long_word` (linear time and bounded memory
+    however long it is)."""
+    return cut_blocks(f, path, chunk_size, lambda data: _last_whitespace(data) + 1, long_carry=_long_word)
 
 
 def _long_word(f: BinaryIO, path: PathLike, offset: int, word: bytes, chunk_size: int) -> tuple[int, bytes]:
@@ -259,4 +270,4 @@ def read_tokens(path: PathLike, *, bound: int | None = None, chunk_size: int = C
     return out
 
 
-__all__ = ["CHUNK_SIZE", "WHITESPACE", "PathLike", "iter_tokens", "read_tokens"]
+__all__ = ["CHUNK_SIZE", "WHITESPACE", "PathLike", "cut_blocks", "iter_tokens", "read_tokens"]
