@@ -207,6 +207,7 @@ def top_level_bindings(tree: ast.Module) -> tuple[set[str], list[str] | None]:
     return bound, exported
 
 
+@pytest.mark.slow
 def test_every_module_declares_all_of_names_it_defines():
     missing, unbound, repeated = [], [], []
     for name, path in MODULES.items():

@@ -65,6 +65,7 @@ OPTIONS = st.fixed_dictionaries({}, optional={
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                      HealthCheck.too_slow])
+@pytest.mark.slow
 @given(tree=trees(), options=OPTIONS)
 def test_save_and_restore_raise_only_pskd_errors(tmp_path_factory, tree, options):
     path = tmp_path_factory.mktemp("fuzz") / "c.psk.d"
@@ -78,6 +79,7 @@ def test_save_and_restore_raise_only_pskd_errors(tmp_path_factory, tree, options
     only_pskd_errors(lambda: ck.restore(path, tree, partial=True, as_numpy=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=trees(), partial=st.booleans(), allow_overflow=st.booleans())
 def test_restore_into_a_hostile_target_raises_only_pskd_errors(tmp_path_factory, target, partial, allow_overflow):

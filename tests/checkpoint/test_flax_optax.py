@@ -78,6 +78,7 @@ def test_nnx_variables_come_back_as_variables_of_the_targets_types(tmp_path):
     np.testing.assert_array_equal(state["linear"]["bias"][...], model.linear.bias[...])
 
 
+@pytest.mark.slow
 def test_linen_variables_in_any_key_order(tmp_path):
     nn = pytest.importorskip("flax.linen")
 

@@ -34,6 +34,7 @@ def leaves_of(state) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["save", "save_async"])
 def test_an_nnx_state_with_dropout_keys_saves_through_the_manager(tmp_path, how):
     model = Model(nnx.Rngs(0, dropout=7))

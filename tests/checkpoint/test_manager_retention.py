@@ -335,6 +335,7 @@ def open_in_another_process(directory) -> str:
     return run.stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_another_process_is_still_refused_after_a_take_over(tmp_path):
     first = CheckpointManager(tmp_path)

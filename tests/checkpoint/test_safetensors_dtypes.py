@@ -119,6 +119,7 @@ def test_dtypes_safetensors_lacks_go_out_as_their_stored_form(tmp_path):
     assert e.value.code == "E9004" and "['n']" in e.value.message
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_pskd_convert_keeps_metadata_and_names(tmp_path):
     save_file({"layers.01.w": np.ones(2, ml_dtypes.float8_e4m3fn), "a.": np.array([-1], np.int8)},

@@ -16,6 +16,7 @@ from tests.helpers import pskd_fails as fails
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_verify_a_directory_a_step_and_a_file(tmp_path):
     manager = CheckpointManager(tmp_path / "run")
     for step in (1, 2):
@@ -42,6 +43,7 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
     fails("E9014", "verify", tmp_path / "run", "--step", "9")
 
 
+@pytest.mark.slow
 def test_verify_a_lone_file(tmp_path):
     result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, digest="xxh3_128")
     sha = ck.file_sha256(tmp_path / "c.psk.d")
@@ -60,6 +62,7 @@ def test_verify_a_lone_file(tmp_path):
     fails("E9012", "verify", tmp_path, "--xxh3-128", result.xxh3_128)
 
 
+@pytest.mark.slow
 def test_verify_a_directory_whose_index_records_sha256(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"w": np.full(64, 1, np.float32)})
@@ -79,6 +82,7 @@ def test_verify_a_directory_whose_index_records_sha256(tmp_path):
     assert "step-00000001.psk.d" in message and "sha256" in message
 
 
+@pytest.mark.slow
 def test_convert_both_ways(tmp_path):
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     import ml_dtypes
@@ -100,6 +104,7 @@ def test_convert_both_ways(tmp_path):
     fails("E9002", "convert", tmp_path / "m.layout.json.safetensors", "-o", tmp_path / "y.psk.d")
 
 
+@pytest.mark.slow
 def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
     import json as json_lib
 

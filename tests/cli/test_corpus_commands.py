@@ -18,6 +18,7 @@ from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_build_verify_info(tmp_path):
     (tmp_path / "in").mkdir()
@@ -49,6 +50,7 @@ def in_process(*args) -> list[str]:
     return list(parsed.handler(parsed))
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_chars_vocabulary_and_usage(tmp_path):
     (tmp_path / "t.txt").write_text("abba\nbaab\n", encoding="utf-8")
@@ -68,6 +70,7 @@ def test_chars_vocabulary_and_usage(tmp_path):
     assert f"{tmp_path / 'u.txt'}:1: character 'c'" in err
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_bad_input_and_skip_bad(tmp_path):
     documents(tmp_path / "a.jsonl", 10, 1)
@@ -84,6 +87,7 @@ def test_bad_input_and_skip_bad(tmp_path):
     assert "skipped    2 bad documents" in "\n".join(ok("corpus", "info", tmp_path / "c" / "shards.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_verify_failures(tmp_path):
     documents(tmp_path / "a.jsonl", 10, 1)
@@ -101,6 +105,7 @@ def test_verify_failures(tmp_path):
     fails("E9016", "corpus", "info", tmp_path / "nothing.json")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_merge(tmp_path):
     assert SCRIPT is not None, "the pskd console script is not installed beside this interpreter"
@@ -156,6 +161,7 @@ def test_merge(tmp_path):
     assert "the following arguments are required: PART/shards.json" in err
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     """A real build holds the directory (it waits before reading its second input until the test

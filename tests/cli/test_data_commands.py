@@ -15,6 +15,7 @@ from tests.helpers import pskd_ok as ok
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_lm_windows_and_info_reproduce_the_reference_session(tmp_path):
     out = tmp_path / "tokens.psk.d"
     lines = ok("lm-windows", "--vocab", "64", "--seq", "8", TESTDATA / "tokens.txt", "-o", out)
@@ -31,6 +32,7 @@ def test_lm_windows_and_info_reproduce_the_reference_session(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_a_million_tokens_at_seq_256_make_4617_windows(tmp_path):
     tokens = np.random.default_rng(0).integers(0, 92, size=1182121)
     path = tmp_path / "civil_tokens.txt"
@@ -47,6 +49,7 @@ def test_a_million_tokens_at_seq_256_make_4617_windows(tmp_path):
     assert np.array_equal(targets[1], tokens[4616 * 256 + 1 : 4617 * 256 + 1])
 
 
+@pytest.mark.slow
 def test_text_chain_round_trips(tmp_path):
     text = "Le Code civil — «article 1ᵉʳ».\nZ\u00e9ro, 𝔘nicode ✓\n" * 50
     source = tmp_path / "civil.md"
@@ -68,6 +71,7 @@ def test_text_chain_round_trips(tmp_path):
         assert len(reader) == (len(text) - 17) // 4 + 1
 
 
+@pytest.mark.slow
 def test_pack_info_export_diff(tmp_path):
     values = tmp_path / "values.txt"
     values.write_text("-- label, features\n1 0.5 0.25\n\n0 0.1 -3\n")
@@ -87,6 +91,7 @@ def test_pack_info_export_diff(tmp_path):
     assert "over 4 real elements" in line
 
 
+@pytest.mark.slow
 def test_pack_narrowing_is_refused_then_rounded_and_reported(tmp_path):
     values = tmp_path / "values.txt"
     values.write_text("0.1 0.5\n")
@@ -171,6 +176,7 @@ def test_usage_errors_go_through_argparse(tmp_path):
     assert "required" in result.stderr
 
 
+@pytest.mark.slow
 def test_info_and_export_of_a_file_holding_an_index_beyond_its_bound(tmp_path):
     import struct
 

@@ -15,6 +15,7 @@ from tests.helpers import pskd, pskd_fails, pskd_ok
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_info_lists_a_checkpoints_leaves_and_shows_values_on_request(tmp_path):
     tree = {"w": np.linspace(-1, 1, 4000, dtype=np.float32).reshape(40, 100), "step": np.int32(-1),
             "q": np.array([-3, 4], np.int8)}
@@ -33,6 +34,7 @@ def test_info_lists_a_checkpoints_leaves_and_shows_values_on_request(tmp_path):
     assert len("\n".join(plain)) < len("\n".join(shown))
 
 
+@pytest.mark.slow
 def test_a_data_files_info_is_as_before(tmp_path):
     write(tmp_path / "d.psk.d", "(idx[10][2], ℝ[])", (np.array([[1, 2], [3, 4], [5, 6]]), np.array([0.5, 1.5, 2.5])))
     lines = pskd_ok("info", tmp_path / "d.psk.d")
@@ -77,6 +79,7 @@ def test_a_layout_option_of_another_file_is_refused_naming_both(tmp_path, comman
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "out.json.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_diff_layout_for_a_b_without_one_must_belong_to_b_too(tmp_path):
     ck.save(tmp_path / "a.psk.d", {"w": np.arange(4, dtype=np.float32)})
     ck.save(tmp_path / "b.psk.d", {"w": np.arange(4, dtype=np.float32) + 1}, layout_file=False)

@@ -13,6 +13,7 @@ from tests.helpers import pskd_ok as ok
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
     data = tmp_path / "w.psk.d"
     pskd_jax.write(data, "ℝ[2]", np.zeros((10, 2)))
@@ -29,6 +30,7 @@ def test_pipeline_prints_the_indices_a_pipeline_feeds(tmp_path):
     assert "TEXT:1:" in message
 
 
+@pytest.mark.slow
 def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
     (tmp_path / "runs").mkdir()
     pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))

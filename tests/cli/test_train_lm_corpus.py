@@ -36,6 +36,7 @@ def model():
     return jax, charlm, config, params, inputs, targets
 
 
+@pytest.mark.slow
 def test_without_the_mask_the_loss_is_the_plain_mean_bit_for_bit(model):
     jax, charlm, config, params, inputs, targets = model
     import jax.numpy as jnp
@@ -47,6 +48,7 @@ def test_without_the_mask_the_loss_is_the_plain_mean_bit_for_bit(model):
     assert np.asarray(charlm.loss_fn(params, inputs, targets, config, None)).tobytes() == plain.tobytes()
 
 
+@pytest.mark.slow
 def test_with_the_mask_boundary_targets_do_not_contribute(model):
     jax, charlm, config, params, inputs, targets = model
     logp = np.asarray(jax.nn.log_softmax(charlm.logits(params, inputs.astype(np.int32), config)), np.float64)

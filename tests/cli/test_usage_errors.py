@@ -106,6 +106,7 @@ def pskd(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_usage_error_from_the_installed_command_is_one_line(tmp_path):
     done = pskd("lm-windows", "--vocab", "3", cwd=tmp_path)
@@ -118,6 +119,7 @@ def test_a_usage_error_from_the_installed_command_is_one_line(tmp_path):
     assert "missing.flags" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_lm_windows_takes_a_vocabulary_file_or_a_number(tmp_path):
     (tmp_path / "text.txt").write_text("abcab cab\n")

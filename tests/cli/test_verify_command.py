@@ -74,6 +74,7 @@ def test_a_healthy_directory_verifies(run):
 
 @pytest.mark.parametrize("case", ["duplicate steps", "step true", "layout names the index", "two entries share a file",
                                   "file of another step", "negative step", "step beyond int64"])
+@pytest.mark.slow
 def test_verify_refuses_an_index_naming_what_is_not_its_own(run, case):
     one, two = entries(run)
     bad = {
@@ -106,6 +107,7 @@ def test_verify_refuses_an_index_that_is_not_a_regular_file(run, kind):
     refused(run, INDEX, "not a regular file")
 
 
+@pytest.mark.slow
 def test_verify_refuses_step_files_without_an_index(run):
     (run / INDEX).unlink()
     refused(run, "no checkpoint index", step_file(1))

@@ -50,6 +50,7 @@ def test_build_corpus_manifest_and_rerun(tmp_path):
     assert (again.built, again.kept) == (5, 0) and again.manifest.vocab_size == len(t.vocab) + 1
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_pool_build_is_byte_identical(tmp_path):
     """In a pool of spawned workers (the command's forked ones: tests/cli/test_corpus_commands.py)."""

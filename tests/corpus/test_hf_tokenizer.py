@@ -148,6 +148,7 @@ def test_bad_utf8_in_a_txt_input_is_bad_input(tmp_path, bpe):
     assert result.skipped == 1 and result.manifest.shards[0].tokens == 0
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_workers_give_the_bytes_of_one(tmp_path, bpe, docs):
     """The pool's workers get the tokenizer pickled (special tokens still encoded as text)."""

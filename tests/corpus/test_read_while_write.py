@@ -443,6 +443,7 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
           f"{len(held)} readers held across rebuilds")
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_pskd_corpus_verify_and_info_say_a_build_is_in_progress(tmp_path):
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 10)) for i in range(2)]

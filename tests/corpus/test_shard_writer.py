@@ -69,6 +69,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
     """The writer holds still after a few chunks until the reader has seen them (in between both

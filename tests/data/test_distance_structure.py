@@ -288,6 +288,7 @@ def test_the_command_pairs_checkpoints_through_their_own_layouts(tmp_path):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_states_non_finite_values_plainly_without_warnings(tmp_path):
     raw_file(tmp_path / "a.psk.d", "ℝ[model: 2]", np.array([[math.inf, 1.0]]))
@@ -304,6 +305,7 @@ def test_the_command_states_non_finite_values_plainly_without_warnings(tmp_path)
     assert "note: a holds inf where b holds -inf, so ‖a − b‖₂ is inf (leaf (root), sample 0, element 0)" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_file_without_a_layout_of_its_own_is_never_read_with_the_others_found_beside_it(tmp_path):
     # The same leaves in another order, and every leaf f64: a's layout would misread b silently.

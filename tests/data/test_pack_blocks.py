@@ -110,6 +110,7 @@ def peak_of(tmp_path, text: str, sample_type: str) -> int:
     ("10\n", "ℝ[1000]"),  # lines of one value for a wide type: refused at the first
     ("1 2 0.5\n", TYPE),
 ])
+@pytest.mark.slow
 def test_memory_follows_a_block_not_the_input(tmp_path, text, sample_type):
     pack_bytes(tmp_path, text * 10, sample_type)  # (imports and caches out of the way)
     small = peak_of(tmp_path, text * 30_000, sample_type)  # several blocks

@@ -106,6 +106,7 @@ def run_pskd(*args, cwd) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_encoding_list_starting_with_a_dash_is_taken_as_written(tmp_path):
     (tmp_path / "v.txt").write_text("1 0.5 0.25\n0 1.5 -2\n")

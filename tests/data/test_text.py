@@ -94,6 +94,7 @@ def test_empty_text(tmp_path):
     assert (tmp_path / "e.out").read_bytes() == b""
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, database=None)  # no .hypothesis in the working directory
 @given(text=st.text(min_size=0, max_size=300), chunk_size=st.integers(1, 17))
 def test_round_trip_property(tmp_path_factory, text, chunk_size):

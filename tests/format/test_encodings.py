@@ -354,6 +354,7 @@ def test_round_f64_to_bf16_adversarial():
     assert_matches_reference(values)
 
 
+@pytest.mark.slow
 def test_round_f64_to_bf16_on_every_bf16_neighbourhood_sampled():
     rng = np.random.default_rng(20240611)
     bits = rng.integers(0, 0x7F80, size=1500).tolist()
@@ -380,6 +381,7 @@ def test_round_f64_to_bf16_random_bit_patterns(bits, negative):
 @SETTINGS
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-3e38, max_value=3e38),
                 min_size=1, max_size=16))
+@pytest.mark.slow
 def test_narrow_with_rounding_matches_the_references(values):
     array = np.array(values, dtype=np.float64)
     for encoding, reference in ((Encoding.F32, exact_f32), (Encoding.BF16, exact_bf16)):

@@ -171,6 +171,7 @@ APPENDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("access", ["mmap", "pread"])
 def test_refresh_while_another_process_appends(tmp_path, access):

@@ -8,6 +8,7 @@ import os
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -121,6 +122,7 @@ def files(draw):
     return text, leaves, build, encodings, n, values
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(files(), st.data())
 def test_round_trip_random_types(tmp_path_factory, file, data):

@@ -277,6 +277,7 @@ def expected_leaves(t, path=""):
     return [Leaf(path, shape, None if isinstance(t, RealType) else t.bound)]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.data())
 def test_random_types_parse_to_their_structure(data):

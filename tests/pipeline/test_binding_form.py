@@ -56,6 +56,7 @@ def test_a_batch_larger_than_the_file_is_refused_by_the_api():
     assert pipeline.check_batches(11) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_gives_the_same_answer_as_the_api(tmp_path):
     pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))

@@ -84,6 +84,7 @@ def test_export_streams_a_large_sample_in_parts_and_writes_the_same_json(tmp_pat
     assert (tmp_path / "parts.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_export_of_a_large_sample_holds_a_chunk_not_the_sample(tmp_path, monkeypatch):
     path = tmp_path / "s.psk.d"
     write(path, "ℝ[512, 512]", np.ones((1, 512, 512)), durable=False)  # 2 MiB of data
@@ -104,6 +105,7 @@ def test_writing_no_samples_of_a_type_of_gigabytes(tmp_path):
             assert len(reader) == 0 and reader.sample_bytes >= 2_400_000_000
 
 
+@pytest.mark.slow
 def test_a_tokens_word_without_whitespace_is_read_in_bounded_memory(tmp_path):
     path = tmp_path / "word.tok"
     path.write_bytes(b"1" * (32 * MiB))

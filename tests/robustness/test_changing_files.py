@@ -55,6 +55,7 @@ GATHER_AFTER_CUT = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("access", ["mmap", "pread"])
 @pytest.mark.parametrize("how", ["gather", "getitem", "leaf_range"])

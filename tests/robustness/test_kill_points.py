@@ -56,6 +56,7 @@ def test_a_recorded_run_lists_its_steps_in_order(tmp_path):
     assert (root / "out.bin").read_bytes() == PAYLOAD
 
 
+@pytest.mark.slow
 def test_a_step_plan_kills_just_before_its_step(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
@@ -83,6 +84,7 @@ def test_a_byte_plan_dies_inside_the_write_at_its_byte(tmp_path):
     assert (root / left).read_bytes() == PAYLOAD[:1000] and not (root / "out.bin").exists()
 
 
+@pytest.mark.slow
 def test_steps_on_a_killed_runs_leftovers_are_not_counted(tmp_path):
     """A run that first removes the temporary file a killed run left does the same numbered
     steps as one after none: a plan drawn from a clean run lands at the same point."""
