@@ -179,18 +179,9 @@ def _closed_form(form: sd.Form, value: Any) -> bool:
     return is_array_like(value) and form.kind == sd.KIND_VALUE and form.dtype != "float16"
 
 
-def _walk(tree: Any):
-    try:
-        return tree_lib.flatten_described(tree)
-    except PskdError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
-        raise MismatchError(f"the tree cannot be walked: {type(e).__name__}: {str(e)[:200]}") from None
-
-
 def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_global: bool = False) -> SavePlan:
     """The type, layout and encodings a save of ``tree`` writes (no file is touched)."""
-    pairs, rebuild, description = _walk(tree)
+    pairs, rebuild, description = tree_lib.flatten_described(tree)
     arrays, forms, leaves = [], [], []
     for path, value in pairs:
         try:

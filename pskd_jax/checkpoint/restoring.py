@@ -196,7 +196,7 @@ def _file_view(reader: Reader, layout: Any, target_pairs, specs: list[_Spec] | N
             return _FileView(layout.layout, list(layout.forms) or [None] * len(layout.layout.leaves), True, layout)
         if isinstance(layout, Layout):
             return _FileView(layout, [None] * len(layout.leaves), False)
-        template_pairs, rebuild = _flatten(layout, "the layout template")
+        template_pairs, rebuild = tree_lib.flatten(layout, what="the layout template")
         template_specs = [_spec_of(p, s, True) for p, s in template_pairs]
         return _template_view(template_pairs, template_specs, rebuild)
     if not reader.header.is_params:
@@ -215,15 +215,6 @@ def _template_view(pairs, specs: list[_Spec], rebuild) -> _FileView:
     forms = [_form_of_spec(spec, value) for spec, (_, value) in zip(specs, pairs)]
     leaves = tuple(_stored_leaf(p, spec, form, value) for (p, value), spec, form in zip(pairs, specs, forms))
     return _FileView(Layout(leaves, tuple(range(len(leaves))), rebuild), forms, False)
-
-
-def _flatten(tree: Any, what: str):
-    try:
-        return tree_lib.flatten(tree)
-    except PskdError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
-        raise MismatchError(f"{what} cannot be walked: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,7 +496,7 @@ def restore(
 def _restore(path, target, layout, as_numpy, zero_copy, expected, partial, allow_overflow):
     if partial and target is None:
         raise UsageError(f"{path}: partial=True restores the key paths a target names: give a target")
-    target_pairs, rebuild = _flatten(target, "the target") if target is not None else (None, None)
+    target_pairs, rebuild = tree_lib.flatten(target, what="the target") if target is not None else (None, None)
     specs = [_spec_of(p, s, as_numpy or zero_copy) for p, s in target_pairs] if target_pairs is not None else None
     with Reader(path) as reader:
         view = _file_view(reader, layout, target_pairs, specs)

@@ -73,7 +73,7 @@ from pskd_jax.checkpoint.integrity import digest_algorithm
 from pskd_jax.checkpoint.jax_arrays import is_global
 from pskd_jax.checkpoint.layout_file import write_layout
 from pskd_jax.checkpoint.planning import SaveResult, leaf_name, plan
-from pskd_jax.errors import MismatchError, PskdError, TruncatedError
+from pskd_jax.errors import MismatchError, TruncatedError
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Encoding, Rounding
 from pskd_jax.format.sample_type import ParamsType, parse_type
@@ -129,7 +129,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, *, name: str | None = No
     """:func:`save`, with entries of its own added to the layout file (``layout_extra``: what a
     conversion keeps of its source, such as a safetensors file's ``__metadata__``)."""
     path = os.fspath(path)
-    if any(is_global(value) for _, value in _leaves(tree)):
+    if any(is_global(value) for _, value in tree_lib.flatten(tree)[0]):
         return save_distributed(path, tree, name=name, encodings=encodings, round_to_encoding=round_to_encoding,
                                 durable=durable, layout_file=layout_file, digest=digest, finite_only=finite_only)
     algorithm = digest_algorithm(digest)
@@ -172,15 +172,6 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, *, name: str | None = No
         layout_path,
         found.get("xxh3_128"),
     )
-
-
-def _leaves(tree: Any) -> list:
-    try:
-        return tree_lib.flatten(tree)[0]
-    except PskdError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
-        raise MismatchError(f"the tree cannot be walked: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _leaf_bytes(path: str, i: int, plan_, round_to_encoding: bool, reports: dict, finite_only: bool):

@@ -119,11 +119,13 @@ def _looks_like_array(node: Any) -> bool:
     return hasattr(node, "shape") and hasattr(node, "dtype")
 
 
-def flatten(tree: Any, *, path: str = "", _depth: int = 0) -> tuple[list[tuple[str, Any]], Rebuild]:
+def flatten(tree: Any, *, path: str = "", what: str = "the tree", _depth: int = 0
+            ) -> tuple[list[tuple[str, Any]], Rebuild]:
     """Flattens a pytree in declaration order into (key path, leaf) pairs, and a rebuild function.
 
     ``None`` is an empty node, as in JAX. A tree nested deeper than :data:`MAX_TREE_DEPTH`
-    containers (a cycle: a list holding itself) is refused with E9005.
+    containers (a cycle: a list holding itself) is refused with E9005, and so is a node whose own
+    flattening fails (a registered node that raises), naming ``what`` was walked.
 
     >>> pairs, rebuild = flatten({"b": 1.0, "a": [2.0, 3.0]})
     >>> [p for p, _ in pairs]
@@ -131,11 +133,11 @@ def flatten(tree: Any, *, path: str = "", _depth: int = 0) -> tuple[list[tuple[s
     >>> rebuild([10, 20, 30])
     {'b': 10, 'a': [20, 30]}
     """
-    pairs, rebuild, _ = flatten_described(tree, path=path, _depth=_depth)
+    pairs, rebuild, _ = flatten_described(tree, path=path, what=what, _depth=_depth)
     return pairs, rebuild
 
 
-def flatten_described(tree: Any, *, path: str = "", _depth: int = 0
+def flatten_described(tree: Any, *, path: str = "", what: str = "the tree", _depth: int = 0
                       ) -> tuple[list[tuple[str, Any]], Rebuild, Any]:
     """:func:`flatten`, and a JSON description of the tree's containers (what a layout file
     records so that a tree can be rebuilt without its program; see :func:`build_described`).
@@ -150,7 +152,12 @@ def flatten_described(tree: Any, *, path: str = "", _depth: int = 0
     {'dict': [['a', {'list': [0, None]}], [3, 1]]}
     """
     pairs: list[tuple[str, Any]] = []
-    rebuild, description = _flatten_into(tree, path, _depth, pairs)
+    try:
+        rebuild, description = _flatten_into(tree, path, _depth, pairs)
+    except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as e:
+        # A container of the caller's (a registered pytree node, a dataclass) that cannot be taken
+        # apart: the toolkit's error, never the node's own exception.
+        raise MismatchError(f"{what} cannot be walked: {type(e).__name__}: {str(e)[:200]}") from e
     return pairs, rebuild, description
 
 
