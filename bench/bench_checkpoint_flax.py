@@ -22,11 +22,12 @@ import json
 import os
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from interleaved import interleaved_medians  # bench/interleaved.py, beside this script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -137,15 +138,7 @@ def key_path_matching(directory: pathlib.Path, leaves: int, rounds: int) -> dict
     runs = {"key path, saved order": lambda: ck.restore(directory / "keyed.psk.d", in_order, as_numpy=True),
             "key path, sorted target": lambda: ck.restore(directory / "keyed.psk.d", sorted_target, as_numpy=True),
             "by position, no layout file": lambda: ck.restore(directory / "positional.psk.d", in_order, as_numpy=True)}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for run in runs.values():
-        run()  # warm
-    for _ in range(rounds):
-        for name, run in runs.items():  # interleaved
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return interleaved_medians(runs, rounds)
 
 
 def main() -> None:

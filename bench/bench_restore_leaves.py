@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import pathlib
 import shutil
-import statistics
 import tempfile
-import time
 
 import numpy as np
 
 from pskd_jax import checkpoint as ck
 from pskd_jax.format import Reader
+
+from interleaved import interleaved_medians  # bench/interleaved.py, beside this script
 
 
 def measure(directory: pathlib.Path, leaves: int, rounds: int) -> dict[str, float]:
@@ -37,15 +37,7 @@ def measure(directory: pathlib.Path, leaves: int, rounds: int) -> dict[str, floa
     runs = {"restore, no target": lambda: ck.restore(path, as_numpy=True),
             "restore, numpy target": lambda: ck.restore(path, target, as_numpy=True),
             "Reader.with_layout alone": with_layout}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for run in runs.values():
-        run()  # warm
-    for _ in range(rounds):
-        for name, run in runs.items():  # interleaved, so that drift affects each alike
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return interleaved_medians(runs, rounds)
 
 
 def main() -> None:

@@ -1,0 +1,24 @@
+"""A timing helper shared by the benchmarks (imported by them; not a benchmark itself)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+
+def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """The median seconds of each run, the runs taken in turn round after round (after one warm-up
+    each), so that drift in the machine's load affects each alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()  # warm
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+__all__ = ["interleaved_medians"]
