@@ -9,7 +9,9 @@ job has one home here, used by every part of the toolkit:
 - :mod:`locks`: lock files held with ``flock``;
 - :mod:`positional`: positional reads and writes that finish or say why not;
 - :mod:`digests`: digests of whole files and of byte streams;
-- :mod:`jsonfile`: strict JSON for the toolkit's own files.
+- :mod:`jsonfile`: strict JSON for the toolkit's own files;
+- :mod:`checks`: the small checks and message pieces (mode words, integers in a range, abridged
+  values, the first bad element, the bound message).
 """
 
 
