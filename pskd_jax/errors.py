@@ -34,6 +34,8 @@ own codes start at E9010.
 | E9016 | CorpusDirectoryError       | a corpus directory problem: ``shards.json``, a shard path,   |
 |       |                            | a build already running                                      |
 | E9017 | ShardMismatchError         | a shard that does not verify: missing, truncated, changed    |
+| E9018 | StorageError               | a storage problem: a URL the toolkit cannot serve, an object |
+|       |                            | store client not installed, a request that kept failing      |
 
 ``PskdError(code, message)`` builds the subclass of ``code``, so code that names errors by their
 code and code that names them by their class raise the same objects.
@@ -57,6 +59,7 @@ CODES = {
     "E9015": "bad corpus input",
     "E9016": "corpus directory problem",
     "E9017": "corpus shard does not verify",
+    "E9018": "storage problem",
 }
 
 
@@ -175,11 +178,18 @@ class ShardMismatchError(PskdError):
     code = "E9017"
 
 
+class StorageError(PskdError):
+    """E9018: a storage problem: a URL whose scheme the toolkit cannot serve, an object-store URL
+    without the client extra installed, a request refused or still failing after its retries."""
+
+    code = "E9018"
+
+
 _BY_CODE: dict[str, type[PskdError]] = {
     cls.code: cls for cls in (
         NotClosedError, NotPskdError, TruncatedError, BadValueError, MismatchError, PipelineError,
         VocabularyError, UsageError, DigestMismatchError, CheckpointDirectoryError, CorpusInputError,
-        CorpusDirectoryError, ShardMismatchError,
+        CorpusDirectoryError, ShardMismatchError, StorageError,
     )
 }
 
@@ -205,6 +215,7 @@ __all__ = [
     "PipelineError",
     "PskdError",
     "ShardMismatchError",
+    "StorageError",
     "TruncatedError",
     "UsageError",
     "VocabularyError",

@@ -25,6 +25,8 @@ from hypothesis.configuration import set_hypothesis_home_dir
 pytest.register_assert_rewrite("tests.helpers", "tests.format.golden", "tests.corpus.helpers",
                                "tests.checkpoint.helpers", "tests.data.files")
 
+from tests.objectstore import any_place, s3_bucket, s3_server  # noqa: F401 (fixtures for every folder)
+
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "pskd_jax-hypothesis"))
 
 

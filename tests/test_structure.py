@@ -3,7 +3,7 @@ down the layers, the data layers load without JAX, no error-code literal outside
 every module declares ``__all__``, pyproject lists exactly the package folders, a wheel holds one
 top-level package, and no module shadows a name its package exports.
 
-The layers, lowest first: errors → _os → format → data, pipeline → corpus, checkpoint → the
+The layers, lowest first: errors → _os → storage → format → data, pipeline → corpus, checkpoint → the
 package's own ``__init__`` → loader → apps. A module may import from its own layer and those below.
 """
 
@@ -24,8 +24,8 @@ from tests.helpers import ENV, ROOT, run_python
 
 PACKAGE = ROOT / "pskd_jax"
 APPS = ROOT / "apps"  # installed as pskd_jax.apps
-LAYERS = {"errors": 0, "_os": 1, "format": 2, "data": 3, "pipeline": 3, "corpus": 4, "checkpoint": 4, "": 5,
-          "loader": 6, "apps": 7}  # "" is the package's own __init__
+LAYERS = {"errors": 0, "_os": 1, "storage": 2, "format": 3, "data": 4, "pipeline": 4, "corpus": 5, "checkpoint": 5,
+          "": 6, "loader": 7, "apps": 8}  # "" is the package's own __init__
 CODE = re.compile(r"E9\d{3}")
 
 
@@ -140,7 +140,8 @@ def test_the_package_never_imports_its_apps():
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["pskd_jax", "pskd_jax.format", "pskd_jax.data", "pskd_jax.pipeline",
-                                    "pskd_jax.corpus", "pskd_jax.checkpoint", "pskd_jax.errors", "pskd_jax._os"])
+                                    "pskd_jax.corpus", "pskd_jax.checkpoint", "pskd_jax.errors", "pskd_jax._os",
+                                    "pskd_jax.storage"])
 def test_importing_a_layer_below_the_loader_loads_no_jax_and_no_app(module):
     code = f"""
         import sys

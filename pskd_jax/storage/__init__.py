@@ -1,0 +1,63 @@
+"""Storage: the one place where the bytes of checkpoints and corpora are read and written.
+
+Local files keep every guarantee they had (atomic replace, regular files only, locks); object
+stores (``s3://``, ``gs://``, and ``memory://`` for tests) sit beside them behind the same small
+:class:`Store` interface, through the optional client extra (``pip install 'pskd_jax[storage]'``).
+Nothing above this layer needs to know which it has. See ``docs/storage.md``.
+
+>>> store, where = resolve("memory://doc/a/b.bin")
+>>> info = store.put(where.key, b"hello")
+>>> store.read_ranges(where.key, [1], [4])[0].to_bytes()
+b'ell'
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from pskd_jax.storage.base import CREATE, OVERWRITE, Conflict, ObjectInfo, Store, Version, read_all
+from pskd_jax.storage.config import DEFAULT_OPTIONS, EXTRA, StorageOptions, redact
+from pskd_jax.storage.local import LOCAL, LocalStore
+from pskd_jax.storage.objects import ObjectStore  # (the client itself is imported on first use)
+from pskd_jax.storage.urls import OBJECT_SCHEMES, SCHEMES, Location, is_object_url, is_url, locate
+
+_STORES: dict[tuple[str, str, int], Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(where: Location, options: StorageOptions | None = None) -> Store:
+    """The store that holds ``where``: the local file system, or a client of its bucket (made once a
+    bucket and options, then shared)."""
+    if where.is_local:
+        return LOCAL
+    options = options or DEFAULT_OPTIONS
+    key = (where.scheme, where.bucket, id(options))
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None or getattr(store, "options", None) is not options:
+            store = _STORES[key] = ObjectStore(where.scheme, where.bucket, options)
+        return store
+
+
+def resolve(place: "str | os.PathLike[str] | Location", options: StorageOptions | None = None
+            ) -> tuple[Store, Location]:
+    """The store and location of a path or URL (E9018 for a URL the toolkit cannot serve, or an
+    object URL without the client installed)."""
+    where = locate(place)
+    return store_for(where, options), where
+
+
+def _after_fork_in_child() -> None:
+    global _STORES_LOCK
+    _STORES_LOCK = threading.Lock()
+    _STORES.clear()  # a client's connections and threads do not survive a fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__ = ["CREATE", "DEFAULT_OPTIONS", "EXTRA", "LOCAL", "OBJECT_SCHEMES", "OVERWRITE", "SCHEMES", "Conflict",
+           "LocalStore", "Location", "ObjectInfo", "ObjectStore", "Store", "StorageOptions", "Version", "is_object_url", "is_url",
+           "locate", "read_all", "redact", "resolve", "store_for"]

@@ -1,0 +1,114 @@
+"""What every store does: the small set of operations checkpoints and corpora are written against.
+
+A store holds *objects* by key: a local directory tree (:class:`pskd_jax.storage.local.LocalStore`)
+or a bucket of an object store (:class:`pskd_jax.storage.objects.ObjectStore`). An object is
+written whole or not at all (there is no rename on a bucket, so nothing is ever "moved into
+place"), read whole or by byte ranges, listed by prefix and deleted. A write can be conditional —
+only if nothing is there yet, or only if what is there is still the version read — which is how
+an index (``checkpoints.json``, ``shards.json``) written last commits a checkpoint or a corpus
+without a lock (:class:`Conflict` for the loser). See ``docs/storage.md``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+# A buffer of bytes: bytes, a memoryview, a 1-D uint8 numpy array or obstore's Bytes.
+Buffer = Any
+
+CREATE = "create"  # write only when nothing stands at the key
+OVERWRITE = "overwrite"  # write whatever stands there (the default)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """What a store says of one object: its key, size in bytes and version tag (an ETag, a
+    generation, or for a local file its inode, size and modification time): two reads that see
+    the same tag saw the same object."""
+
+    key: str
+    size: int
+    tag: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Version:
+    """A conditional write's precondition: write only when the object at the key still has
+    ``tag`` (the version read before)."""
+
+    tag: str
+
+
+class Conflict(Exception):
+    """A conditional write lost: something is at the key already (``create``), or the object
+    there is no longer the version read. Internal: each caller raises its own E9xxx, naming what
+    lost (a checkpoint step, a corpus)."""
+
+    def __init__(self, url: str, why: str):
+        super().__init__(f"{url}: {why}")
+        self.url = url
+        self.why = why
+
+
+class Store(abc.ABC):
+    """A place that holds objects by key (see the module's documentation). Keys are ``/``-separated
+    relative names; for a local store they are paths. Every error is a ``PskdError`` naming the
+    URL (E9003 for an object that is missing or shorter than asked, E9018 for a store that keeps
+    failing), except :class:`Conflict`."""
+
+    scheme: str
+
+    @abc.abstractmethod
+    def url(self, key: str) -> str:
+        """The URL (or path) of ``key``, as messages show it."""
+
+    @abc.abstractmethod
+    def info(self, key: str) -> ObjectInfo | None:
+        """The object at ``key``, or None when there is none."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> tuple[bytes, ObjectInfo]:
+        """The whole object and what it was (its tag is the version read); E9003 when missing."""
+
+    @abc.abstractmethod
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+        """The bytes of each range ``[start, stop)``, many requests in flight; E9003 when the object
+        is missing or ends before a range does."""
+
+    @abc.abstractmethod
+    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+        """Fills ``out`` with the object's bytes from ``offset`` on, in pieces read concurrently and
+        copied straight into ``out``; E9003 when the object ends first."""
+
+    @abc.abstractmethod
+    def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
+        """The whole object, in order, a chunk at a time (for digests of whole objects)."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: Buffer | Iterable[Buffer], *, mode: str | Version = OVERWRITE,
+            durable: bool = True) -> ObjectInfo:
+        """Writes an object whole, visible only once complete (a generator that raises leaves
+        nothing). ``mode``: :data:`OVERWRITE`, :data:`CREATE` or a :class:`Version`; a condition
+        that does not hold raises :class:`Conflict` and writes nothing."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Removes the object at ``key`` (nothing when there is none)."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """The objects directly under ``prefix`` (one level, like a directory's files), by key."""
+
+
+def read_all(store: Store, key: str, size: int) -> np.ndarray:
+    """The first ``size`` bytes of an object in a new array (E9003 when it is shorter)."""
+    out = np.empty(size, np.uint8)
+    store.read_into(key, 0, memoryview(out))
+    return out
+
+
+__all__ = ["CREATE", "OVERWRITE", "Buffer", "Conflict", "ObjectInfo", "Store", "Version", "read_all"]

@@ -1,0 +1,149 @@
+"""Where a file or an object lives: a local path or a URL, parsed once into a :class:`Location`.
+
+Every place of the toolkit that takes a path takes a URL too: ``s3://bucket/key``,
+``gs://bucket/key``, ``memory://bucket/key`` (one process's memory, for tests), ``file:///path``
+or a plain path. A string that starts like a URL (``scheme://``) with a scheme the toolkit cannot
+serve is refused (E9018 naming it); it never becomes a local directory named ``scheme:``.
+See ``docs/storage.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import urllib.parse
+
+from pskd_jax.errors import StorageError
+
+OBJECT_SCHEMES = ("s3", "gs", "memory")  # served by the object-store client
+SCHEMES = ("file", *OBJECT_SCHEMES)
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")  # S3's and GCS's common rule (3 to 63 characters)
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A parsed place: ``scheme`` (``"file"`` for a local path), ``bucket`` (empty for a local
+    path) and ``key`` (the object's key within its bucket, without a leading slash, or the local
+    path as given). ``url`` is what messages show.
+
+    >>> where = locate("s3://data/corpus/shards.json")
+    >>> where.scheme, where.bucket, where.key, where.is_local
+    ('s3', 'data', 'corpus/shards.json', False)
+    >>> where.parent().child("shard-00000.psk.d").url
+    's3://data/corpus/shard-00000.psk.d'
+    >>> locate("out/ckpt.psk.d").is_local, locate("file:///tmp/x").key
+    (True, '/tmp/x')
+    """
+
+    scheme: str
+    bucket: str
+    key: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    @property
+    def url(self) -> str:
+        return self.key if self.is_local else f"{self.scheme}://{self.bucket}/{self.key}"
+
+    @property
+    def path(self) -> str:
+        """The local path of a local location (E9018 for an object's)."""
+        if not self.is_local:
+            raise StorageError(f"{self.url}: an object in a store, not a local file")
+        return self.key
+
+    @property
+    def name(self) -> str:
+        """The last part of the key or path."""
+        return os.path.basename(self.key.rstrip("/")) if self.is_local else self.key.rstrip("/").rpartition("/")[2]
+
+    def child(self, name: str) -> "Location":
+        """The location of ``name`` inside this one (a directory, or a key prefix)."""
+        if self.is_local:
+            return Location("file", "", os.path.join(self.key, name))
+        base = self.key.rstrip("/")
+        return Location(self.scheme, self.bucket, f"{base}/{name}" if base else name)
+
+    def parent(self) -> "Location":
+        """The directory (or key prefix) that holds this location."""
+        if self.is_local:
+            return Location("file", "", os.path.dirname(self.key) or ".")
+        return Location(self.scheme, self.bucket, self.key.rstrip("/").rpartition("/")[0])
+
+    def __str__(self) -> str:
+        return self.url
+
+
+def is_url(text: str | os.PathLike) -> bool:
+    """Whether ``text`` is written as a URL (``scheme://…``), served or not.
+
+    >>> is_url("gs://b/k"), is_url("ftp://host/x"), is_url("data/x.psk.d"), is_url("s3:x")
+    (True, True, False, False)
+    """
+    return isinstance(text, str) and _URL.match(text) is not None
+
+
+def is_object_url(text: str | os.PathLike) -> bool:
+    """Whether ``text`` names an object in a store (``s3://``, ``gs://``, ``memory://``)."""
+    match = _URL.match(text) if isinstance(text, str) else None
+    return match is not None and match.group(1).lower() in OBJECT_SCHEMES
+
+
+def locate(place: "str | os.PathLike[str] | Location") -> Location:
+    """The :class:`Location` of a path or URL; E9018 naming it when it is a URL the toolkit cannot
+    serve, or an object URL without a bucket or with a key no store accepts."""
+    if isinstance(place, Location):
+        return place
+    if not isinstance(place, str):
+        return Location("file", "", os.fspath(place))
+    match = _URL.match(place)
+    if match is None:
+        return Location("file", "", place)
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme == "file":
+        return Location("file", "", _file_path(place, rest))
+    if scheme not in OBJECT_SCHEMES:
+        raise StorageError(f"{place}: the toolkit cannot serve {scheme}:// URLs; it reads and writes "
+                           f"{', '.join(s + '://' for s in SCHEMES)} and plain paths")
+    bucket, _, key = rest.partition("/")
+    _check_bucket(place, scheme, bucket)
+    return Location(scheme, bucket, _checked_key(place, key))
+
+
+def _file_path(place: str, rest: str) -> str:
+    host, slash, path = rest.partition("/")
+    if host not in ("", "localhost"):
+        raise StorageError(f"{place}: a file:// URL names a file of this machine (file:///path), not of "
+                           f"host {host!r}")
+    return urllib.parse.unquote(slash + path)
+
+
+def _check_bucket(place: str, scheme: str, bucket: str) -> None:
+    if scheme == "memory":
+        if not bucket:
+            raise StorageError(f"{place}: a memory:// URL names a store first (memory://NAME/key)")
+        return
+    if not _BUCKET.match(bucket):
+        raise StorageError(f"{place}: {bucket!r} is not a bucket name (3 to 63 lower-case letters, digits, "
+                           "dots, hyphens or underscores, starting and ending with a letter or digit)")
+
+
+def _checked_key(place: str, key: str) -> str:
+    """A key without empty, ``.`` or ``..`` parts (which stores normalise away or refuse), and
+    without a trailing slash except for a whole-bucket prefix."""
+    stripped = key.rstrip("/")
+    parts = stripped.split("/") if stripped else []
+    bad = [part for part in parts if part in ("", ".", "..")]
+    if bad:
+        raise StorageError(f"{place}: the key {key!r} has an empty, '.' or '..' part; write each part "
+                           "of an object's key once (no '//')")
+    if any(ord(c) < 32 for c in stripped):
+        raise StorageError(f"{place}: the key holds a control character")
+    return stripped
+
+
+__all__ = ["OBJECT_SCHEMES", "SCHEMES", "Location", "is_object_url", "is_url", "locate"]

@@ -1,0 +1,120 @@
+"""Every store does the same things: one suite run over a local directory, ``memory://`` and a
+bucket of the loopback S3 server."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from pskd_jax.errors import StorageError, TruncatedError
+from pskd_jax.storage import CREATE, Conflict, StorageOptions, Version, locate, read_all, resolve
+
+
+def _place(any_place: str, name: str):
+    return resolve(locate(any_place).child(name))
+
+
+def test_put_get_info_list_delete(any_place):
+    store, where = _place(any_place, "a.bin")
+    assert store.info(where.key) is None
+    written = store.put(where.key, b"hello world")
+    assert written.size == 11
+    data, info = store.get(where.key)
+    assert data == b"hello world" and info.size == 11 and info.tag
+    assert store.info(where.key).tag == info.tag
+    other = locate(any_place).child("b.bin")
+    store.put(other.key, [b"ab", memoryview(b"cd"), np.frombuffer(b"ef", np.uint8)])
+    assert store.get(other.key)[0] == b"abcdef"
+    listed = store.list(locate(any_place).key)
+    assert [locate(any_place).child(n).key for n in ("a.bin", "b.bin")] == [o.key for o in listed]
+    store.delete(where.key)
+    store.delete(where.key)  # nothing there: nothing to do
+    assert store.info(where.key) is None
+
+
+def test_ranges_and_read_into(any_place):
+    store, where = _place(any_place, "r.bin")
+    payload = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8)
+    store.put(where.key, payload.tobytes())
+    got = store.read_ranges(where.key, [0, 10, 299_990], [5, 20, 300_000])
+    assert [bytes(g) for g in got] == [payload[0:5].tobytes(), payload[10:20].tobytes(), payload[299_990:].tobytes()]
+    assert store.read_ranges(where.key, [], []) == []
+    out = np.empty(200_000, np.uint8)
+    store.read_into(where.key, 50_000, memoryview(out))
+    assert np.array_equal(out, payload[50_000:250_000])
+    assert np.array_equal(read_all(store, where.key, 300_000), payload)
+    assert b"".join(bytes(c) for c in store.chunks(where.key, 1 << 16)) == payload.tobytes()
+
+
+def test_read_into_in_parts(any_place):
+    """A read larger than one part goes in concurrent parts, each into its place."""
+    where = locate(any_place).child("p.bin")
+    store, _ = resolve(where, StorageOptions(part_bytes=1 << 16, concurrency=4))
+    payload = np.random.default_rng(1).integers(0, 256, (1 << 18) + 123, dtype=np.uint8)
+    store.put(where.key, payload.tobytes())
+    out = np.zeros(len(payload) - 7, np.uint8)
+    store.read_into(where.key, 7, memoryview(out))
+    assert np.array_equal(out, payload[7:])
+
+
+def test_short_and_missing_reads_are_e9003(any_place):
+    store, where = _place(any_place, "s.bin")
+    with pytest.raises(TruncatedError):
+        store.get(where.key)
+    store.put(where.key, b"0123456789")
+    with pytest.raises(TruncatedError):
+        store.read_into(where.key, 5, memoryview(bytearray(10)))
+
+
+def test_conditional_puts(any_place):
+    store, where = _place(any_place, "index.json")
+    first = store.put(where.key, b"v1", mode=CREATE)
+    with pytest.raises(Conflict):
+        store.put(where.key, b"v1-again", mode=CREATE)
+    second = store.put(where.key, b"v2", mode=Version(first.tag))
+    with pytest.raises(Conflict):
+        store.put(where.key, b"v3", mode=Version(first.tag))  # a stale version loses
+    assert store.get(where.key)[0] == b"v2"
+    assert store.get(where.key)[1].tag == second.tag
+
+
+def test_a_failing_stream_leaves_nothing(any_place):
+    store, where = _place(any_place, "torn.bin")
+
+    def pieces():
+        yield b"x" * (1 << 20)
+        raise RuntimeError("the writer failed midway")
+
+    with pytest.raises(RuntimeError):
+        store.put(where.key, pieces())
+    assert store.info(where.key) is None
+    assert store.list(locate(any_place).key) == []
+
+
+def test_stores_pickle(any_place):
+    store, where = _place(any_place, "k.bin")
+    store.put(where.key, b"kept")
+    again = pickle.loads(pickle.dumps(store))
+    assert again.get(where.key)[0] == b"kept"
+
+
+def test_local_store_reads_and_lists_regular_files_only(tmp_path):
+    store, where = resolve(str(tmp_path / "f.bin"))
+    store.put(where.key, b"data")
+    os.symlink(tmp_path / "f.bin", tmp_path / "link.bin")
+    os.mkdir(tmp_path / "sub")
+    assert [os.path.basename(o.key) for o in store.list(str(tmp_path))] == ["f.bin"]
+    with pytest.raises(TruncatedError, match="symbolic link"):
+        store.info(str(tmp_path / "link.bin"))
+    store.delete(str(tmp_path / "sub"))  # a directory is not an object: refused, never removed
+    assert (tmp_path / "sub").is_dir()
+
+
+def test_unknown_scheme_never_becomes_a_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageError, match="ftp://"):
+        resolve("ftp://host/x")
+    assert os.listdir(tmp_path) == []
