@@ -3,8 +3,10 @@ down the layers, the data layers load without JAX, no error-code literal outside
 every module declares ``__all__``, pyproject lists exactly the package folders, a wheel holds one
 top-level package, and no module shadows a name its package exports.
 
-The layers, lowest first: errors → _os → format → data, pipeline → corpus, checkpoint → the
-package's own ``__init__`` → loader → apps. A module may import from its own layer and those below.
+The layers, lowest first: errors → _os → format → data, pipeline → corpus, checkpoint → loader →
+the package's own ``__init__`` → apps. A module may import from its own layer and those below. The
+package's ``__init__`` names the loader's ``Loader`` but imports it (and JAX) only when it is asked
+for, so ``import pskd_jax`` stays free of JAX.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from tests.helpers import ENV, ROOT, run_python
 
 PACKAGE = ROOT / "pskd_jax"
 APPS = ROOT / "apps"  # installed as pskd_jax.apps
-LAYERS = {"errors": 0, "_os": 1, "format": 2, "data": 3, "pipeline": 3, "corpus": 4, "checkpoint": 4, "": 5,
-          "loader": 6, "apps": 7}  # "" is the package's own __init__
+LAYERS = {"errors": 0, "_os": 1, "format": 2, "data": 3, "pipeline": 3, "corpus": 4, "checkpoint": 4, "loader": 5,
+          "": 6, "apps": 7}  # "" is the package's own __init__
 CODE = re.compile(r"E9\d{3}")
 
 
@@ -260,6 +262,7 @@ def test_a_wheel_holds_one_top_level_package(tmp_path):
     assert len(top) == 2
     assert {f"pskd_jax/apps/{p.name}" for p in APPS.glob("*.py")} <= set(names)
     assert {str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")} <= set(names)
+    assert "pskd_jax/py.typed" in names  # a user's type checker reads the package's annotations
     assert "pskd = pskd_jax.apps.pskd:run" in entry_points
 
 
@@ -278,3 +281,9 @@ def test_no_module_is_named_like_a_name_its_package_exports():
                             if resolve(package, node) == package and alias.name in submodules}
         clashes += [f"{package}.{n}" for n in sorted((set(exported or ()) & submodules) - modules_exported)]
     assert clashes == []
+
+
+def test_the_package_marks_itself_typed():
+    assert (PACKAGE / "py.typed").is_file()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["pskd_jax"]
