@@ -12,6 +12,7 @@ for, so ``import pskd_jax`` stays free of JAX.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import pathlib
 import re
 import shutil
@@ -287,3 +288,42 @@ def test_the_package_marks_itself_typed():
     assert (PACKAGE / "py.typed").is_file()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["pskd_jax"]
+
+
+def layout_map() -> dict[str, str]:
+    """The code map of ``docs/layout.md``: each entry of its tree (``_os/``, ``format/``,
+    ``errors.py``, ``apps/``, ``fuzz/, tools/``…) and the words written beside it."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    tree = text.split("```text\n", 1)[1].split("```", 1)[0]
+    entries: dict[str, str] = {}
+    name = None
+    for line in tree.splitlines():
+        found = re.match(r"^(\s*)([^\s,]+(?:, [^\s,]+)*)\s*(.*)$", line)
+        if found and len(found[1]) <= 2 and not line.startswith(" " * 3):
+            name = found[2]
+            entries[name] = found[3]
+        elif name is not None:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_layout_page_maps_every_folder_and_module_of_the_tree():
+    entries = layout_map()
+    words = {name: set(re.findall(r"[\w.]+", described)) for name, described in entries.items()}
+    missing = []
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        described = words.get(f"{folder.name}/")
+        if described is None:
+            missing.append(f"pskd_jax/{folder.name}/")
+            continue
+        missing += [f"pskd_jax/{folder.name}/{m.name}" for m in sorted(folder.glob("*.py"))
+                    if m.stem != "__init__" and m.stem not in described]
+    missing += [f"pskd_jax/{p.name}" for p in sorted(PACKAGE.iterdir()) if p.is_file() and not p.name.startswith(".")
+                and p.name not in entries]
+    missing += [f"apps/{m.name}" for m in sorted(APPS.glob("*.py")) if m.stem != "__init__" and m.stem not in words["apps/"]]
+    listed = {part.strip().rstrip("/") for name in entries for part in name.split(",")}
+    ignored = [line.strip().rstrip("/") for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()]
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+               and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignored if pattern)}
+    missing += sorted(folders - listed - {"pskd_jax"})
+    assert missing == []
