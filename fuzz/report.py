@@ -67,7 +67,8 @@ def save_record(record: dict) -> None:
 
 def this_run() -> dict[str, str]:
     """The day and commit a run is recorded under."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=False)
     return {"date": datetime.date.today().isoformat(), "commit": commit.stdout.strip() or "unknown"}
 
 
@@ -179,8 +180,8 @@ def report(record: dict) -> str:
             "input); `diff` of 2^40 empty samples reads nothing."]
     tests = record.get("tests")
     if tests is not None:
-        out += ["", f"Last run of the hostile, fault and regression tests ({tests['date']}, commit "
-                    f"{tests['commit']}): {tests['outcome']}."]
+        out += ["", (f"Last run of the hostile, fault and regression tests ({tests['date']}, commit "
+                     f"{tests['commit']}): {tests['outcome']}.")]
     return "\n".join(out) + "\n"
 
 

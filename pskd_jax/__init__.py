@@ -22,20 +22,20 @@ from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, Writer, write, write_encoded
 from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
-if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ below imports it on first use
-    from pskd_jax.loader import Loader
-
 # The one source of the version is pyproject.toml; the installed metadata carries it here.
 __version__ = importlib.metadata.version("pskd_jax")
 
+if TYPE_CHECKING:
+    from pskd_jax.loader import Loader
+else:  # hidden from type checkers, which then still catch a misspelt name of this module
 
-def __getattr__(name: str) -> Any:
-    """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for."""
-    if name == "Loader":
-        from pskd_jax.loader import Loader
+    def __getattr__(name: str) -> Any:
+        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for."""
+        if name == "Loader":
+            from pskd_jax.loader import Loader
 
-        return Loader
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return Loader
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
