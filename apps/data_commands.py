@@ -6,6 +6,7 @@ import argparse
 from typing import Iterator
 
 from pskd_jax import checkpoint, corpus, data
+from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
 
@@ -90,8 +91,8 @@ def _layout(args, path: str):
 
 
 def _info(args) -> Iterator[str]:
-    yield from data.iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
-                                    values=True if args.values else None)
+    yield from iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
+                               values=True if args.values else None)
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only

@@ -4,7 +4,7 @@ Each command group lives in a module beside this one and adds its subcommands wi
 ``register(subparsers)``; a subcommand's handler takes the parsed arguments and returns the line
 it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback; a
 command line that does not parse prints one line ``pskd: E9012: …`` and exits 2 (``--help`` shows
-the usage).
+the usage); ``pskd --version`` prints the version.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import NoReturn, Sequence
 from absl import app, flags
 from absl.flags import argparse_flags
 
+import pskd_jax
 from pskd_jax import checkpoint
 from pskd_jax.errors import PskdError, UsageError
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
-
-__all__ = ["CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run", "usage_error"]
 
 COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
 
@@ -43,6 +42,7 @@ def usage_error(message: str) -> NoReturn:
 
 def make_parser() -> CommandParser:
     parser = CommandParser(prog="pskd", description="Data and checkpoint tools for .psk.d files.")
+    parser.add_argument("--version", action="version", version=f"pskd {pskd_jax.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(subparsers)
@@ -116,4 +116,5 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["COMMAND_GROUPS", "main", "make_parser", "parse_flags", "run"]
+__all__ = ["COMMAND_GROUPS", "CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run",
+           "usage_error"]

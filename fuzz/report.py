@@ -1,19 +1,25 @@
-"""Prints the "Hardening" section of the README from what was actually run.
+"""Writes ``docs/hardening.md``, the hardening report, from what was actually run.
 
-    python fuzz/report.py                       # from the last fuzz runs (out/fuzz/*/summary.json)
-    python fuzz/report.py --tests               # the same, after running the hostile and fault tests
+    python fuzz/report.py                       # from the recorded runs (fuzz/last_run.json)
+    python fuzz/report.py --tests               # run the hostile and fault tests first, record their outcome
     python fuzz/report.py --fuzz-minutes 10     # regenerate everything first: the hostile collection,
                                                 # every fuzz target for 10 minutes (two at a time),
                                                 # the hostile and fault tests
+    python fuzz/report.py --record              # record the fuzz runs found in --workdir (run by hand
+                                                # with fuzz/run.py), then write the report
 
-The section counts the hostile files by kind, the fuzz minutes, executions and findings per target,
-the kills per writer of ``tests/robustness/test_faults.py`` (``pskd corpus build`` included), and the
-outcome of the hostile and fault tests.
+Fuzzing keeps its corpora and summaries in ``out/fuzz/`` (not in the repository), so what a run found
+is recorded in ``fuzz/last_run.json``: per target its minutes, inputs run and findings, the outcome of
+the hostile and fault tests, and the day and commit of the run. The report counts the hostile files
+by kind, lists that record and the regressions kept, the kills per writer of
+``tests/robustness/test_faults.py`` (``pskd corpus build`` included), and what each test collection
+throws at the toolkit. ``--output -`` prints it instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -22,12 +28,13 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+RECORD = os.path.join(HERE, "last_run.json")
+REPORT = os.path.join(ROOT, "docs", "hardening.md")
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import targets  # noqa: E402  (fuzz/targets.py)
 from tests.robustness import test_faults  # noqa: E402  (its kill counts)
-
 
 def run_fuzzers(minutes: float, workdir: str) -> None:
     names = list(targets.TARGETS)
@@ -47,17 +54,51 @@ def run_tests() -> str:
     return lines[-1].strip("= ") if lines else "the tests did not run"
 
 
-def section(workdir: str, tests: str | None) -> str:
+def load_record() -> dict:
+    with open(RECORD, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save_record(record: dict) -> None:
+    with open(RECORD, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def this_run() -> dict[str, str]:
+    """The day and commit a run is recorded under."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                            check=False)
+    return {"date": datetime.date.today().isoformat(), "commit": commit.stdout.strip() or "unknown"}
+
+
+def record_fuzzing(record: dict, workdir: str) -> None:
+    """Takes the summaries ``fuzz/run.py`` left in ``workdir`` into the record, each dated by its file
+    and marked with the commit checked out now (targets without a summary keep what they had)."""
+    runs = {run["target"]: run for run in record.get("fuzz", [])}
+    for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
+        path = os.path.join(workdir, name, "summary.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                summary = json.load(f)
+            ran_on = datetime.date.fromtimestamp(os.path.getmtime(path)).isoformat()
+            runs[name] = {"target": name, "minutes": summary["minutes"], "executions": summary["executions"],
+                          "findings": summary["findings"], **this_run(), "date": ran_on}
+    record["fuzz"] = [runs[name] for name in sorted(runs)]
+
+
+def report(record: dict) -> str:
     with open(os.path.join(ROOT, "testdata", "hostile", "manifest.json"), encoding="utf-8") as f:
         cases = json.load(f)["cases"]
     kinds: dict[str, int] = {}
     for case in cases:
         kinds[case["kind"]] = kinds.get(case["kind"], 0) + 1
     valid = sum(case["code"] is None for case in cases)
-    out = ["## Hardening", "",
-           "What was thrown at the toolkit, and what it answered. Regenerate this section with "
-           "`python fuzz/report.py --fuzz-minutes 10` (the hostile collection, every fuzz target for ten "
-           "minutes, the hostile and fault tests, then this text).", "",
+    out = ["# Hardening", "",
+           "What was thrown at the toolkit, and what it answered. This page is written by `python fuzz/report.py` "
+           "from the recorded runs (`fuzz/last_run.json`); `python fuzz/report.py --fuzz-minutes 10` runs "
+           "everything again first (the hostile collection, every fuzz target for ten minutes, the hostile and "
+           "fault tests).", "",
            f"**Hostile files** (`testdata/hostile/`, made by `tools/make_hostile.py`, each with the code it "
            f"must produce in `manifest.json`): {len(cases)} — "
            + ", ".join(f"{n} {k}" for k, n in kinds.items())
@@ -69,18 +110,15 @@ def section(workdir: str, tests: str | None) -> str:
              "leave no output behind.",
            "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
            "`python fuzz/run.py TARGET --minutes M`):", "",
-           "| target | minutes | inputs run | findings in the last run | regressions kept |",
-           "| --- | --- | --- | --- | --- |"]
+           "| target | minutes | inputs run | findings in the last run | regressions kept | run on, at commit |",
+           "| --- | --- | --- | --- | --- | --- |"]
     regressions = sorted(os.listdir(os.path.join(HERE, "regressions")))
-    for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
-        path = os.path.join(workdir, name, "summary.json")
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)
-        found = ", ".join(summary["findings"]) or "none"
+    for run in record.get("fuzz", []):
+        name = run["target"]
+        found = ", ".join(run["findings"]) or "none"
         kept = ", ".join(r for r in regressions if r.startswith(name + "-")) or "—"
-        out.append(f"| `{name}` | {summary['minutes']:.1f} | {summary['executions']:,} | {found} | {kept} |")
+        out.append(f"| `{name}` | {run['minutes']:.1f} | {run['executions']:,} | {found} | {kept} | "
+                   f"{run['date']}, {run['commit']} |")
     waiting = sorted(os.listdir(os.path.join(HERE, "open"))) if os.path.isdir(os.path.join(HERE, "open")) else []
     out += ["", f"Every input a fuzzer found a bug with is kept: fixed ones in `fuzz/regressions/` "
                 f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones "
@@ -140,24 +178,37 @@ def section(workdir: str, tests: str | None) -> str:
             "its tokens), decode of long tokens (16 MiB of text at a time); `pack` reads blocks of whole lines "
             "and writes each before the next (`tests/data/test_pack_blocks.py`: memory follows a block, not the "
             "input); `diff` of 2^40 empty samples reads nothing."]
+    tests = record.get("tests")
     if tests is not None:
-        out += ["", f"Last run of the hostile, fault and regression tests: {tests}."]
-    return "\n".join(out)
+        out += ["", (f"Last run of the hostile, fault and regression tests ({tests['date']}, commit "
+                     f"{tests['commit']}): {tests['outcome']}.")]
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Print the README's Hardening section.")
+    parser = argparse.ArgumentParser(description="Write docs/hardening.md from the recorded runs.")
     parser.add_argument("--fuzz-minutes", type=float, help="first regenerate everything, fuzzing this long per target")
     parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "fuzz"))
     parser.add_argument("--tests", action="store_true", help="run the hostile and fault tests (without fuzzing)")
+    parser.add_argument("--record", action="store_true", help="record the fuzz summaries found in --workdir")
+    parser.add_argument("--output", default=REPORT, help="where the report goes ('-': standard output)")
     args = parser.parse_args()
-    tests = None
+    record = load_record()
     if args.fuzz_minutes:
         subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_hostile.py")], check=True)
         run_fuzzers(args.fuzz_minutes, args.workdir)
+    if args.fuzz_minutes or args.record:
+        record_fuzzing(record, args.workdir)
     if args.fuzz_minutes or args.tests:
-        tests = run_tests()
-    print(section(args.workdir, tests))
+        record["tests"] = {"outcome": run_tests(), **this_run()}
+    if args.fuzz_minutes or args.record or args.tests:
+        save_record(record)
+    text = report(record)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
 
 
 if __name__ == "__main__":

@@ -1,174 +1,68 @@
 """pskd_jax: exact, fast ``.psk.d`` data and checkpoints for JAX.
 
-The public API is what this package and its subpackages export:
+This module holds the names the README uses: writing and reading a file, the text helpers, the
+pipeline and its shuffle, the :class:`Loader`, corpora, checkpoints and the base error. Everything
+else lives in its subpackage (:mod:`pskd_jax.format`, :mod:`pskd_jax.data`,
+:mod:`pskd_jax.pipeline`, :mod:`pskd_jax.corpus`, :mod:`pskd_jax.checkpoint`,
+:mod:`pskd_jax.errors`); ``docs/layout.md`` says what each one holds.
 
-- :mod:`pskd_jax.format`: the container (sample types, encodings, layouts, reader, writers);
-- :mod:`pskd_jax.data`: text, tokens, windows, pack, info, diff and export kernels;
-- :mod:`pskd_jax.pipeline`: pipelines over sample indices and the epoch shuffle;
-- :mod:`pskd_jax.corpus`: sharded token corpora;
-- :mod:`pskd_jax.checkpoint`: checkpoints and their directories;
-- :mod:`pskd_jax.loader`: device batches for a ``jit``-compiled step (imports JAX);
-- :mod:`pskd_jax.errors`: :class:`PskdError` and one subclass per code.
-
-Importing ``pskd_jax`` does not import JAX, so the data tools answer at once.
+Importing ``pskd_jax`` does not import JAX, so the data tools answer at once: ``pskd_jax.Loader``
+imports :mod:`pskd_jax.loader` (and JAX) the first time it is asked for.
 """
 
-from pskd_jax.checkpoint import (
-    CheckpointManager,
-    SaveResult,
-    find_layout,
-    read_layout,
-    restore,
-    save,
-    verify_file,
-)
-from pskd_jax.corpus import (
-    CorpusWindows,
-    Tokenizer,
-    build_corpus,
-    build_shard,
-    merge_manifests,
-    read_manifest,
-    verify_corpus,
-    write_manifest,
-)
-from pskd_jax.data import (
-    Distance,
-    char_vocab,
-    char_vocab_file,
-    decode,
-    decode_file,
-    diff,
-    encode,
-    encode_file,
-    export_json,
-    info_lines,
-    iter_info_lines,
-    lm_windows_file,
-    pack_file,
-    read_tokens,
-    read_vocab,
-    window_type,
-    write_vocab,
-)
-from pskd_jax.errors import (
-    CODES,
-    BadValueError,
-    CheckpointDirectoryError,
-    CorpusDirectoryError,
-    CorpusInputError,
-    DigestMismatchError,
-    MismatchError,
-    NotClosedError,
-    NotPskdError,
-    PipelineError,
-    PskdError,
-    ShardMismatchError,
-    TruncatedError,
-    UsageError,
-    VocabularyError,
-)
-from pskd_jax.format import (
-    MAGIC,
-    Encoding,
-    Header,
-    Layout,
-    Leaf,
-    Reader,
-    Rounding,
-    Writer,
-    WriteResult,
-    encode_header,
-    flatten,
-    format_type,
-    header_text,
-    index_dtype,
-    layout_of_template,
-    parse_type,
-    read_header,
-    round_f64_to_bf16,
-    to_f64,
-    write,
-    write_encoded,
-    write_stream,
-)
+from __future__ import annotations
+
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
+
+from pskd_jax.checkpoint import CheckpointManager, restore, save
+from pskd_jax.corpus import CorpusWindows, Tokenizer, build_corpus, verify_corpus
+from pskd_jax.data import char_vocab, decode, diff, encode
+from pskd_jax.errors import PskdError
+from pskd_jax.format import Reader, Writer, write, write_encoded
 from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
-__version__ = "0.1.0"
+# The one source of the version is pyproject.toml; the installed metadata carries it here.
+__version__ = importlib.metadata.version("pskd_jax")
+
+if TYPE_CHECKING:
+    from pskd_jax.loader import Loader
+else:  # hidden from type checkers, which then still catch a misspelt name of this module
+
+    def __getattr__(name: str) -> Any:
+        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for."""
+        if name == "Loader":
+            from pskd_jax.loader import Loader
+
+            return Loader
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "Loader"})
+
 
 __all__ = [
-    "CODES",
-    "MAGIC",
-    "BadValueError",
-    "CheckpointDirectoryError",
     "CheckpointManager",
-    "CorpusDirectoryError",
-    "CorpusInputError",
     "CorpusWindows",
-    "DigestMismatchError",
-    "Distance",
-    "Encoding",
-    "Header",
     "IteratorState",
-    "Layout",
-    "Leaf",
-    "MismatchError",
-    "NotClosedError",
-    "NotPskdError",
+    "Loader",
     "Pipeline",
-    "PipelineError",
     "PskdError",
     "Reader",
-    "Rounding",
-    "SaveResult",
-    "ShardMismatchError",
     "Tokenizer",
-    "TruncatedError",
-    "UsageError",
-    "VocabularyError",
-    "WriteResult",
     "Writer",
     "build_corpus",
-    "build_shard",
     "char_vocab",
-    "char_vocab_file",
     "decode",
-    "decode_file",
     "diff",
     "encode",
-    "encode_file",
-    "encode_header",
-    "export_json",
-    "find_layout",
-    "flatten",
-    "format_type",
-    "header_text",
-    "index_dtype",
-    "info_lines",
-    "iter_info_lines",
-    "layout_of_template",
-    "lm_windows_file",
     "load_pipeline",
-    "merge_manifests",
-    "pack_file",
     "parse_pipeline",
-    "parse_type",
-    "read_header",
-    "read_layout",
-    "read_manifest",
-    "read_tokens",
-    "read_vocab",
     "restore",
-    "round_f64_to_bf16",
     "save",
     "shuffle_order",
-    "to_f64",
     "verify_corpus",
-    "verify_file",
-    "window_type",
     "write",
     "write_encoded",
-    "write_manifest",
-    "write_stream",
-    "write_vocab",
 ]

@@ -6,7 +6,7 @@ a subclass for one kind::
 
     try:
         pskd_jax.Reader("data.psk.d")
-    except pskd_jax.TruncatedError as e:
+    except pskd_jax.errors.TruncatedError as e:
         ...
 
 The codes E9001 to E9005 keep the meanings the original ``.psk.d`` tool gave them; the toolkit's

@@ -3,13 +3,16 @@ down the layers, the data layers load without JAX, no error-code literal outside
 every module declares ``__all__``, pyproject lists exactly the package folders, a wheel holds one
 top-level package, and no module shadows a name its package exports.
 
-The layers, lowest first: errors → _os → storage → format → data, pipeline → corpus, checkpoint → the
-package's own ``__init__`` → loader → apps. A module may import from its own layer and those below.
+The layers, lowest first: errors → _os → storage → format → data, pipeline → corpus, checkpoint → loader →
+the package's own ``__init__`` → apps. A module may import from its own layer and those below. The
+package's ``__init__`` names the loader's ``Loader`` but imports it (and JAX) only when it is asked
+for, so ``import pskd_jax`` stays free of JAX.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import pathlib
 import re
 import shutil
@@ -25,7 +28,7 @@ from tests.helpers import ENV, ROOT, run_python
 PACKAGE = ROOT / "pskd_jax"
 APPS = ROOT / "apps"  # installed as pskd_jax.apps
 LAYERS = {"errors": 0, "_os": 1, "storage": 2, "format": 3, "data": 4, "pipeline": 4, "corpus": 5, "checkpoint": 5,
-          "": 6, "loader": 7, "apps": 8}  # "" is the package's own __init__
+          "loader": 6, "": 7, "apps": 8}  # "" is the package's own __init__
 CODE = re.compile(r"E9\d{3}")
 
 
@@ -261,6 +264,7 @@ def test_a_wheel_holds_one_top_level_package(tmp_path):
     assert len(top) == 2
     assert {f"pskd_jax/apps/{p.name}" for p in APPS.glob("*.py")} <= set(names)
     assert {str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")} <= set(names)
+    assert "pskd_jax/py.typed" in names  # a user's type checker reads the package's annotations
     assert "pskd = pskd_jax.apps.pskd:run" in entry_points
 
 
@@ -279,3 +283,48 @@ def test_no_module_is_named_like_a_name_its_package_exports():
                             if resolve(package, node) == package and alias.name in submodules}
         clashes += [f"{package}.{n}" for n in sorted((set(exported or ()) & submodules) - modules_exported)]
     assert clashes == []
+
+
+def test_the_package_marks_itself_typed():
+    assert (PACKAGE / "py.typed").is_file()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["pskd_jax"]
+
+
+def layout_map() -> dict[str, str]:
+    """The code map of ``docs/layout.md``: each entry of its tree (``_os/``, ``format/``,
+    ``errors.py``, ``apps/``, ``fuzz/, tools/``…) and the words written beside it."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    tree = text.split("```text\n", 1)[1].split("```", 1)[0]
+    entries: dict[str, str] = {}
+    name = None
+    for line in tree.splitlines():
+        found = re.match(r"^(\s*)([^\s,]+(?:, [^\s,]+)*)\s*(.*)$", line)
+        if found and len(found[1]) <= 2 and not line.startswith(" " * 3):
+            name = found[2]
+            entries[name] = found[3]
+        elif name is not None:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_layout_page_maps_every_folder_and_module_of_the_tree():
+    entries = layout_map()
+    words = {name: set(re.findall(r"[\w.]+", described)) for name, described in entries.items()}
+    missing = []
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        described = words.get(f"{folder.name}/")
+        if described is None:
+            missing.append(f"pskd_jax/{folder.name}/")
+            continue
+        missing += [f"pskd_jax/{folder.name}/{m.name}" for m in sorted(folder.glob("*.py"))
+                    if m.stem != "__init__" and m.stem not in described]
+    missing += [f"pskd_jax/{p.name}" for p in sorted(PACKAGE.iterdir()) if p.is_file() and not p.name.startswith(".")
+                and p.name not in entries]
+    missing += [f"apps/{m.name}" for m in sorted(APPS.glob("*.py")) if m.stem != "__init__" and m.stem not in words["apps/"]]
+    listed = {part.strip().rstrip("/") for name in entries for part in name.split(",")}
+    ignored = [line.strip().rstrip("/") for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()]
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+               and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignored if pattern)}
+    missing += sorted(folders - listed - {"pskd_jax"})
+    assert missing == []

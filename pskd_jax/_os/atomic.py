@@ -1,30 +1,11 @@
 """Output that replaces its destination whole or not at all.
 
-Every writer of the toolkit writes into a temporary file in the destination's directory, flushes
-and syncs it, renames it over the destination and syncs the directory. If anything fails before
-the rename, the temporary file is removed and the destination is untouched: a reader sees the old
-content or the new, never a torn file.
-
-A writer killed outright (SIGKILL, a power cut) cannot remove its temporary file. Each temporary
-file (named by :func:`pskd_jax._os.names.temporary_prefix`) is held under an exclusive ``flock`` by
-its writer from its creation to its rename, so the next writer of the same destination removes the
-ones no live writer holds (:func:`remove_stale_temporaries`): a rerun leaves nothing behind, and
-two writers of one destination never remove each other's file. Where ``flock`` is missing, stale
-temporary files are left alone rather than risk another writer's.
-
-What stands at the output path is looked at once, before anything is written
-(:func:`destination_for`): a regular file or nothing is replaced; a symbolic link is written
-through, the new file renamed over the link's final target in the target's own directory (the
-link stays a link); a directory, a named pipe, a device or a socket is refused (E9012), never
-replaced (as root, ``-o /dev/null`` would otherwise replace the system's own). ``-`` names the
-standard output, which a file writer cannot replace atomically: it is refused (E9012) here, and
-the commands that write text map it to their standard output themselves.
-
-That is the rule for a path a user names. A file whose name a writer chooses itself inside a
-directory it owns (a corpus's ``shards.json`` and journal, as its shards) is written with
-``links="replace"``: a link standing at that name is replaced by the file, never written
-through, and its target is left untouched (the user did not name the target, and what such a
-file says holds only in its own directory).
+A writer writes a temporary file beside the destination (held under ``flock`` until its rename, so
+the next writer removes only stale ones: :func:`remove_stale_temporaries`), syncs it and renames it
+over the destination. What stands at the output path is looked at once (:func:`destination_for`):
+a link a user names is written through, one at a name the writer chooses itself is replaced
+(``links="replace"``), anything but a regular file is refused. The rules: ``docs/files.md``
+("Outputs: whole or not at all").
 """
 
 from __future__ import annotations
@@ -53,7 +34,7 @@ def _kind_of(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-LINK_RULES = ("follow", "replace")  # what an output does with a link at its path (see the module docstring)
+LINK_RULES = ("follow", "replace")  # what an output does with a link at its path (docs/files.md, "Outputs")
 
 
 def destination_for(path: str | os.PathLike, *, links: str = "follow") -> str:

@@ -1,13 +1,7 @@
 """Digests of whole files and of byte streams: the one place where the toolkit hashes.
 
-Two algorithms, each of a whole file as the usual command-line tools print it:
-
-- ``xxh3_128`` (``xxhsum -H2``): catches damage (a flipped bit, a torn copy) and is fast enough to
-  check while restoring; not cryptographic, so it does not stand against a crafted file;
-- ``sha256`` (``sha256sum``): for digests that must hold against tampering, and for the corpus
-  manifest.
-
-Reading and hashing both release the GIL, so files hash in parallel on threads.
+``xxh3_128`` (``xxhsum -H2``) against damage, ``sha256`` (``sha256sum``) against tampering; reading
+and hashing release the GIL, so files hash in parallel on threads (``docs/files.md``, "Digests").
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Opening the files the toolkit reads: regular files only, never blocking, errors that name them.
 
-A FIFO, a device or a directory given where a file is read would block forever (a FIFO with no
-writer) or read without end (``/dev/zero``): :func:`open_regular` opens without blocking, looks at
-what it opened, and refuses anything but a regular file (E9002) before a byte is read.
+:func:`open_regular` opens without blocking, looks at what it opened, and refuses anything but a
+regular file (E9002) before a byte is read (``docs/files.md``, "Inputs").
 """
 
 from __future__ import annotations

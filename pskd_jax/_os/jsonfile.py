@@ -1,9 +1,7 @@
 """Strict JSON for the toolkit's own files, and JSON values quoted in messages.
 
-The toolkit's JSON files (corpus manifests, checkpoint indexes, layout files, vocabularies) are
-read strictly: UTF-8, JSON and nothing more. ``NaN`` and ``Infinity``, a key twice in one object,
-nesting deeper than the parser goes and integers of more digits than Python converts are refused
-with the caller's error, never passed on as another exception.
+What is refused (NaN, a repeated key, nesting or integers beyond the parser) and with which error:
+``docs/files.md`` ("Inputs").
 """
 
 from __future__ import annotations

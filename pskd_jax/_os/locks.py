@@ -1,20 +1,9 @@
 """Locks held with ``flock(2)``: the one implementation behind every lock of the toolkit.
 
-Two kinds of use:
-
-- a descriptor the caller already has (a temporary file, a shard being written) is locked with
-  :func:`flock`;
-- a lock *file* (a save's ``.NAME.lock``, a checkpoint manager's or a corpus build's directory
-  lock) is taken with :func:`acquire` and given back with :func:`release`, or held for a ``with``
-  block by :func:`holding`.
-
-A lock file is either kept after use or removed by its last holder (``remove=True``). Removing is
-safe only because every opener here checks, once it holds the lock, that the name still leads to
-the file it locked, and starts again otherwise: two holders never coexist.
-
-Where ``flock`` is missing (no ``fcntl`` module, or a file system that refuses it, as some network
-mounts do) every lock is granted at once without excluding anyone. The toolkit then behaves as it
-would with a single user of each file; nothing waits forever and nothing fails.
+A descriptor the caller already has is locked with :func:`flock`; a lock *file* is taken with
+:func:`acquire`, given back with :func:`release`, or held for a ``with`` block by :func:`holding`.
+Why removing a lock file is safe, and what happens where ``flock`` is missing: ``docs/files.md``
+("Locks").
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Every name the toolkit gives a file on disk, built and recognised here and nowhere else.
 
 A module that writes a file asks this one for its name; a module that lists a directory asks this
-one what a name is. Nothing else builds these names or parses them back, so the two can never
-drift apart.
-
-Beside any output ``NAME``:
-
-- ``.NAME.XXXXXXXX.tmp``: a temporary file of :mod:`pskd_jax._os.atomic`, eight characters drawn
-  by :mod:`tempfile` from ``[a-z0-9_]``;
-- ``.NAME.distributed.tmp``: the temporary file of a save from several JAX processes;
-- ``.NAME.lock``: the lock a save of ``NAME`` holds while it writes.
-
-Beside a checkpoint ``STEM.psk.d``: ``STEM.layout.json``, its layout file.
-
-In a checkpoint directory: ``checkpoints.json`` (the index), ``.pskd-checkpoints.lock`` (held by
-the manager that has the directory open), and ``step-NNNNNNNN.psk.d`` with
-``step-NNNNNNNN.layout.json`` for each step (eight digits at least).
-
-In a corpus directory: ``shards.json`` (the manifest), ``shard-NNNNN.psk.d`` (five digits at
-least), ``.pskd-corpus.lock`` (held by a build) and ``.shards.journal`` (a build's progress).
+one what a name is, so the two never drift apart. The names: ``docs/files.md`` ("The names it
+gives files").
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Positional reads and writes (``preadv``, ``pwrite``) that finish what they start or say why not.
-
-Linux moves at most about 2 GiB in one call, and a read may stop short for other reasons; every
-function here loops until the buffer is full (or written) and raises E9003 naming the file when
-it cannot be.
+"""Positional reads and writes (``preadv``, ``pwrite``) that finish what they start or say why not:
+each loops until its buffer is full or written, and raises E9003 naming the file when it cannot be
+(``docs/files.md``, "Inputs").
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """The data kernels behind the data commands: text and tokens, windows, pack, info, diff, export.
 
-Everything here streams (a file is read in blocks and turned into numpy arrays a block at a time)
-and never imports JAX. The text outputs (a vocabulary, tokens, decoded text, export's JSON) take
-``STANDARD_STREAM`` (``-``) for the standard output.
+They stream (a file is read in blocks, each turned into numpy arrays at once) and never import JAX.
+A text output (a vocabulary, tokens, decoded text, export's JSON) given as :data:`STANDARD_STREAM`
+(``-``) goes to the standard output. What each command does: ``docs/commands.md``; the rules it
+keeps: ``docs/reference-rules.md``.
 """
 
 from pskd_jax._os.names import STANDARD_STREAM
 from pskd_jax.data.distance import Distance, diff
-from pskd_jax.data.export import export_json, non_finite_text
-from pskd_jax.data.info import info_lines, iter_info_lines
+from pskd_jax.data.export import export_json
+from pskd_jax.data.info import info_lines
 from pskd_jax.data.pack import pack_file, parse_encodings
 from pskd_jax.data.text import (
     char_vocab,
@@ -20,8 +21,8 @@ from pskd_jax.data.text import (
     read_vocab,
     write_vocab,
 )
-from pskd_jax.data.tokens import iter_tokens, read_tokens
-from pskd_jax.data.windows import lm_window_count, lm_windows_file, window_type
+from pskd_jax.data.tokens import read_tokens
+from pskd_jax.data.windows import lm_windows_file, window_type
 
 __all__ = [
     "Distance",
@@ -35,11 +36,7 @@ __all__ = [
     "encode_file",
     "export_json",
     "info_lines",
-    "iter_info_lines",
-    "iter_tokens",
-    "lm_window_count",
     "lm_windows_file",
-    "non_finite_text",
     "pack_file",
     "parse_encodings",
     "read_tokens",

@@ -1,23 +1,10 @@
 """``diff``: the distance between the real leaves of two files.
 
-Two files compare when their sample types have one structure (axis names document, spacing is
-free: ``ℝ[model: 4]`` and ``R[4]`` are one type, ``bool[3]`` and ``idx[2][3]`` too) and one count.
-Closed types pair their leaves in order. ``params`` files pair their leaves by key path, each
-file read through its own layout, so two checkpoints holding the same leaves in another order
-compare leaf with leaf; a leaf found in one file only is reported and left out of the distance.
-
-Numbers: each chunk of values is scaled by a power of two before it is subtracted or squared, so
-``[1e308]`` against ``[-1e308]`` gives ‖a − b‖₂ = 2e308 — beyond the largest f64, so ``inf`` —
-and a relative distance of exactly 2. Non-finite values follow one rule: equal infinities (the
-same sign at the same place) differ by 0; an infinity against anything else makes ‖a − b‖₂
-``inf``; a NaN in either file makes it ``nan``; ‖a‖₂ is ``inf`` or ``nan`` likewise. Each case is
-stated in :attr:`Distance.notes` with its first place, and no numpy warning is raised.
-
-Work and memory follow the bytes present: each file is opened once, never mapped, and read with
-positional reads of that one descriptor (:meth:`Reader.read_data`; a file cut short while it is
-read is E9003 naming it, never a SIGBUS) in blocks of whole samples, or in chunks inside a sample
-when one sample is larger than a block, so memory stays bounded whatever the sample size; samples
-that hold no real element cost nothing however many the header counts.
+Which files compare, how leaves pair (in order, or by key path for checkpoints), how non-finite
+values count and how the sum is scaled so that nothing overflows are defined in
+``docs/reference-rules.md`` ("Comparing"). Each file is opened once, never mapped, and read with
+positional reads of that one descriptor (:meth:`Reader.read_data`), in blocks of whole samples or
+in chunks inside a sample larger than a block, so memory stays bounded whatever the sample size.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """``export``: the samples of a file as JSON, every real exact.
 
-Non-finite reals (a checkpoint may hold them; data writers refuse them) have no JSON number, so
-export writes them as strings: ``"Infinity"``, ``"-Infinity"``, and ``"NaN"`` for the quiet NaN
-of the leaf's encoding with its sign bit clear (f64 ``0x7ff8000000000000``, f32 ``0x7fc00000``,
-bf16 ``0x7fc0``). Any other NaN (a negative one, a signalling one, one carrying a payload) is
-``"NaN:0x"`` followed by its stored bits in hexadecimal, as wide as the encoding (16, 8 or 4
-digits), so that the exact value can be rebuilt. ``info`` prints the same words.
-
-A checkpoint read through its layout file shows each leaf's values as a restore gives them back
-(:func:`shown_values`): a signed integer as its value (an int8 −3 is ``-3``, not the stored 253), a
-bool as ``true``/``false``, a float8 or other narrow float as its value (a NaN as ``"NaN:0x"`` and
-its one byte), an int4 as its value, a Python scalar as itself. Where the stored view already is
-the value in JSON's terms it is written as stored, so that every NaN's bits are those of the
-encoding the header names: a float16 leaf as the f32 that holds it exactly, a complex leaf as its
-(real, imaginary) pairs, a PRNG key as its key data.
+The JSON, the strings that stand for non-finite reals, and the values a checkpoint's leaves are
+shown as (:func:`shown_values`, shared with ``info``) are defined in ``docs/export.md``.
 """
 
 from __future__ import annotations
@@ -120,7 +108,7 @@ def layout_and_forms(path: str, layout: Any) -> tuple[Any, list[sd.Form | None] 
 
 def shown_values(stored: np.ndarray, form: sd.Form | None, where: str, *, bound: int | None = None,
                  stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
-    """A leaf's stored elements as info and export show them (see the module's docstring): decoded
+    """A leaf's stored elements as info and export show them (docs/export.md): decoded
     as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
     are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
     ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
@@ -145,7 +133,7 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
     ``{"type": …, "version": …, "encodings": […], "count": n, "samples": […]}``: tensors as
     nested lists, tuples as lists, parameter trees as objects. Every real is the shortest decimal
     that reads back to the stored value (Python's float repr), so a reader in f64 gets the exact
-    number; a non-finite real is a string (the module's docstring gives the convention).
+    number; a non-finite real is a string (docs/export.md gives the convention).
 
     ``output`` ``-`` writes the standard output (once the JSON is complete). The file is read with
     positional reads (a file cut short meanwhile is E9003, the output left as it was), a chunk of
@@ -154,7 +142,7 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
     beyond :data:`MAX_EMPTY_SAMPLES` is refused (E9003): the header claims them, no byte backs them.
 
     ``layout`` reads a ``params`` file: a :class:`LayoutFile` (which must belong to the file: E9005
-    naming both otherwise; its leaves' values are then shown as the module's docstring says), a
+    naming both otherwise; its leaves' values are then shown as docs/export.md says), a
     :class:`Layout` or a template (the stored values).
     """
     layout, forms = layout_and_forms(path, layout)

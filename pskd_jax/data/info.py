@@ -1,9 +1,9 @@
 """``info``: a file's header, its encodings and its first samples, as lines of text.
 
-A data file shows its first samples. A checkpoint (a ``params`` file, or a file read through a
-layout file) shows its leaves instead: each key path, the dtype and shape a restore gives back, and
-how it is stored; its values only on request (``values=True``, or ``samples`` given), shown as a
-restore gives them back (:func:`pskd_jax.data.export.shown_values`).
+A checkpoint (a ``params`` file, or a file read through a layout file) shows its leaves instead —
+each key path, the dtype and shape a restore gives back, and how it is stored — and its values
+only on request (``values=True``, or ``samples`` given), as a restore gives them back
+(:func:`pskd_jax.data.export.shown_values`). What ``pskd info`` prints: ``docs/commands.md``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """``pack``: text lines of values → a ``.psk.d`` file of any closed sample type.
 
-One sample a line, its values separated by whitespace in leaf order (row-major within a leaf):
-indices as non-negative decimal integers (ASCII digits, leading zeros allowed, up to 2^64 - 1 and
-below the leaf's bound: the rule of a tokens text), reals as decimals (ASCII digits with an
-optional sign, point and exponent, correctly rounded to f64 once, then held to the leaf's
-encoding). Empty lines and lines starting with ``--`` are skipped. Lines end as Python's
-``str.splitlines`` ends them.
-
-The input is read in blocks of whole lines (:data:`BLOCK_BYTES`, or one line when a line is
-longer), each parsed leaf by leaf with numpy and appended to the output before the next is read:
-memory follows a block, never the whole input, whatever its lines hold (one very long value among
-short ones, many lines of a wide type). An error names the file, the line and the value; it is
-the first of the first block that holds one (within a block: text that is not UTF-8 or holds a
-NUL, then a line with too few or too many values, then a bad value, leaf by leaf). The output is
-written whole or not at all.
+The lines, the values they may hold, the order errors are found in and the blocks the input is read
+in (:data:`BLOCK_BYTES`, or one line when a line is longer) are defined in
+``docs/reference-rules.md`` ("Packing text"). Each block is parsed leaf by leaf with numpy and
+appended to the output before the next is read; the output is written whole or not at all.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
-"""Text kernels: character vocabularies, encoding text to tokens and back, and language-model windows.
+"""Text kernels: character vocabularies, and encoding text to tokens and back.
 
-These are the kernels behind ``pskd chars``, ``pskd encode``, ``pskd decode`` and the token reading
-of ``pskd lm-windows`` (the ``*_file`` functions), and their in-memory twins for strings:
-:func:`char_vocab`, :func:`encode` and :func:`decode`. The file functions stream: a file is read
-in blocks of :data:`CHUNK_SIZE` bytes, every block is turned into numpy arrays at once, and no
-Python object is made per character or token.
-Nothing here imports JAX.
-
-Formats
--------
-- **Text**: UTF-8, read as bytes; a character is a code point, not a byte, so an accented letter is
-  one character. ``\\r\\n`` is two characters, a byte order mark is a character; nothing is
-  normalised, which is what makes ``decode(encode(text))`` return the same bytes.
-- **Vocabulary**: a JSON array of distinct non-empty strings; token ``i`` is entry ``i``.
-  ``char_vocab_file`` and ``char_vocab`` make one of single characters sorted by code point.
-  Encoding needs every token to be one character: a sub-word token would need longest-match encoding, which is refused rather
-  than guessed.
-- **Tokens text**: non-negative decimal integers separated by ASCII whitespace (space, tab, line
-  feed, carriage return, vertical tab, form feed). ``encode_file`` writes single spaces and one
-  final line feed.
-
-Errors name the file and the 1-based line; a line is only counted on the error path, by reading
-the file again up to the offending byte.
-
-- invalid UTF-8, a token that is not a non-negative integer or is ≥ 2**64, a token at or above the
-  vocabulary size: E9004 (``BAD_VALUE``);
-- a malformed vocabulary, a character the vocabulary does not hold: E9011 (``BAD_VOCAB``);
-- a file that cannot be read or written: E9003 (``TRUNCATED``).
-
-Outputs are written through :func:`pskd_jax._os.atomic.text_output`: after an error the destination
-is untouched; ``-`` writes the standard output (once the text is complete).
+The file functions (``char_vocab_file``, ``encode_file``, ``decode_file``) are ``pskd chars``,
+``encode`` and ``decode``; they stream, a block of :data:`CHUNK_SIZE` bytes at a time turned into
+numpy arrays at once, with no Python object per character or token. :func:`char_vocab`,
+:func:`encode` and :func:`decode` are their in-memory twins for strings. The formats (UTF-8 text,
+vocabularies, tokens text) and the errors are defined in ``docs/reference-rules.md`` ("Text,
+vocabularies and tokens"); a line number is counted only on the error path.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Tokens text: non-negative decimal integers separated by ASCII whitespace, parsed a block at a time.
+"""Tokens text: non-negative decimal integers separated by ASCII whitespace, parsed a block at a time
+(the format: ``docs/reference-rules.md``, "Text, vocabularies and tokens").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Language-model windows over a token stream.
+"""Language-model windows over a token stream (``pskd lm-windows``; the rule is
+``docs/reference-rules.md``, "Windows").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``.psk.d`` format: sample types, encodings, pytree layouts, the header, reading and writing.
 
-This package never imports JAX. Its byte layout is described once, in ``docs/format.md`` and at
-the top of :mod:`pskd_jax.format.header`.
+Never imports JAX. The byte layout and the type grammar: ``docs/format.md``; how a type maps to a
+pytree: ``docs/pytrees.md``; what may reach a file: ``docs/exactness.md``.
 """
 
 from pskd_jax.format.encodings import Encoding, Rounding, index_dtype, round_f64_to_bf16, to_f64

@@ -1,14 +1,9 @@
 """How leaves are stored, and the exactness rules for what may be stored.
 
-A real leaf is stored in one of three encodings, each a subset of the f64 numbers: f64, f32, or
-bf16 (the upper sixteen bits of an f32). An ``idx[N]`` leaf is stored as the smallest unsigned
-integer that holds N − 1. What reaches a file is exactly a number of its leaf's encoding:
-
-- values arrive as f64, rounded once and correctly (half-even) from whatever precision they came
-  in: decimal text, ``Fraction``, ``Decimal``, ``numpy.longdouble``, objects with ``__float__``;
-- narrowing to f32 or bf16 is refused unless asked for, and then rounds half-even and reports
-  the largest rounding error;
-- NaN and ±Inf are refused, and so is an index at or above its bound.
+A real leaf is f64, f32 or bf16, an index leaf the narrowest unsigned integer that holds its bound;
+values are rounded once, correctly, to f64, narrowing is refused unless asked for (then reported),
+and NaN, ±Inf and out-of-bound indices are refused. The rules: ``docs/exactness.md``; the
+encodings: ``docs/format.md``.
 """
 
 from __future__ import annotations

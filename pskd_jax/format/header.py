@@ -1,39 +1,8 @@
-"""The ``.psk.d`` container: its byte layout, a reader over a memory map, and writers.
+"""The ``.psk.d`` header: its magic, version, sample type, count and (in version 2) the encoding of
+each leaf, read from a file and built for a writer.
 
-Byte layout
-===========
-
-A ``.psk.d`` file holds ``count`` samples of one sample type, all little-endian::
-
-    offset  size       field
-    0       4          magic, the bytes b"PSKD"
-    4       2          version, u16: 1 or 2
-    6       4          type_len, u32: length in bytes of the type text
-    10      type_len   the sample type, UTF-8 (see pskd_jax.sample_type)
-    ..      8          count, u64: the number of samples
-    -- version 2 only --
-    ..      4          leaves, u32: the number of leaves of the type
-    ..      leaves     one encoding byte per leaf in storage order:
-                       0 = f64 (and every idx leaf), 1 = f32, 2 = bf16
-    -- then --
-    data_offset        the samples, back to back, each ``sample_bytes`` long
-
-A sample is its leaves in storage order (tuple elements left to right; a parameter tree's fields
-in declaration order), each leaf a row-major tensor of:
-
-- ``idx[N]``: the smallest of u8, u16, u32, u64 that holds N − 1;
-- ``ℝ``: f64 in version 1; in version 2 the leaf's encoding (bf16 being the upper sixteen bits of
-  the f32 of the same value).
-
-Rules:
-
-- A writer MUST write version 1 when every real leaf is f64, so that an all-f64 file is the same
-  bytes whichever writer wrote it, and version 2 otherwise. A reader MUST read both.
-- Sample k starts at ``data_offset + k * sample_bytes``.
-- A file longer than ``count`` samples has trailing bytes (an interrupted append): readers read
-  ``count`` samples and MAY report the trailing bytes. A file shorter than ``count`` samples is
-  truncated (E9003).
-- An idx leaf MUST carry encoding 0 in a version 2 header.
+The byte layout, the versions and the rules every reader and writer keep are defined in
+``docs/format.md`` ("Bytes", "Versions and encodings", "Short and long files").
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """The layout file beside a ``params`` file (``NAME.layout.json``): reading it, and proving that it
 belongs to the data file beside it.
 
-A layout file describes one save: each leaf's key path, stored shape, encoding or bound, the dtype
-it gives back and how (its *kind*, :mod:`pskd_jax.format.stored_dtypes`), the tree's containers,
-and what identifies the data file it was written with. Version 2 (written since checkpoints hold
-any dtype)::
-
-    {"format": "pskd-layout", "version": 2, "type": "params Params",
-     "data": {"bytes": 1234, "header_xxh3_128": "…", "xxh3_128": "…"},   # xxh3_128: when computed
-     "leaves": [{"path": "['w']", "keys": ["w"], "shape": [2, 3], "dtype": "float32",
-                 "encoding": "f32"},
-                {"path": "['step']", "keys": ["step"], "shape": [], "dtype": "int32",
-                 "bound": 4294967296, "kind": "bits"}, …],
-     "tree": {"dict": [["w", 0], ["step", 1]]}}
-
-``kind`` is absent for the plain kind (``value``); ``impl`` names a key's implementation;
-``safetensors`` keeps the ``__metadata__`` of a file the checkpoint was converted from.
-
-**A layout file proves it belongs to its data file, or is not used.** Version 2 records the data
-file's size and the xxh3_128 of its header (type, count, encodings): :func:`find_layout` refuses
-(E9005, naming both files) a layout file whose data file differs, so that a layout left by an
-earlier save of another tree is never applied to a new file. Version 1 files (written before)
-record no identity; they are accepted when they agree with the data file in every way that can be
-checked (type, leaf encodings, size). Every value in a layout file is checked (E9001 naming the
-file): shapes and bounds are integers, each dtype agrees with its stored leaf.
-
-This module never imports JAX.
+Its fields, its versions and the identity rule (a layout file whose data file differs is refused,
+E9005 naming both) are defined in ``docs/checkpoints.md`` ("The layout file"); the kinds in
+``docs/checkpoint-dtypes.md``. Every value in a layout file is checked (E9001 naming the file):
+shapes and bounds are integers, each dtype agrees with its stored leaf. Never imports JAX.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Sample-type text → a parsed type → a :class:`Layout` of leaves.
 
-The grammar (whitespace is free between tokens)::
-
-    type   := real | index | bool | tuple | params
-    real   := ("ℝ" | "R") dims
-    index  := "idx" "[" INT "]" dims
-    bool   := "bool" dims                     -- stored and read as idx[2]
-    tuple  := "(" type ("," type)+ ")"
-    params := "params" IDENT                  -- the layout comes from the program
-    dims   := "[" [dim ("," dim)*] "]"         -- "[]" is a scalar
-    dim    := INT | IDENT ":" INT              -- axis names document, they are not checked
-
-Only *closed* types describe bytes: every dimension a literal, every index bound at least 1. A
-symbolic dimension, an open prefix (``...`` or ``…``), ``idx[0]``, a bare named type and anything
-else that does not parse is refused with E9001. ``params M`` parses, but its leaves are known only
-from a template pytree (see :meth:`Layout.from_template`).
+The grammar, and which types are closed (every other one is refused with E9001), are defined in
+``docs/format.md`` ("The sample-type grammar"). ``params M`` parses, but its leaves are known only
+from a template pytree or a layout file (:meth:`Layout.from_template`).
 """
 
 from __future__ import annotations

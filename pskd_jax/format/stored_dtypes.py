@@ -1,32 +1,9 @@
 """How a checkpoint stores a leaf of each dtype, and how it gives the leaf back (numpy only).
 
-Each leaf's ``.psk.d`` type says honestly how it is stored; the layout file records the rest (the
-dtype, and a *kind* saying how the stored elements stand for the values):
-
-====================================  ==========================================  =============
-leaf dtype                            stored as                                   kind
-====================================  ==========================================  =============
-float64 / float32 / bfloat16          ``ℝ`` in f64 / f32 / bf16                    ``value``
-float16                               ``ℝ`` in f32 (widening is exact)             ``value``
-bool, uintK                           ``idx[2]``, ``idx[2^K]``                      ``value``
-intK                                  ``idx[2^K]``: the two's-complement pattern    ``bits``
-float8 families, int4/uint4, other    ``idx[2^bits]``: the bit pattern              ``bits``
-narrow ``ml_dtypes`` types
-complex64 / complex128                ``ℝ[…, 2]`` (real, imaginary) in f32 / f64    ``complex``
-typed PRNG key arrays                 ``idx[2^32][…, k]``: the key data             ``key``
-Python int / float / bool             the smallest fitting leaf                     ``python``
-====================================  ==========================================  =============
-
-A Python ``int`` is stored as the two's-complement pattern of the narrowest of 8, 16, 32 and 64
-bits that holds it; one beyond 64 bits as ``idx[2^64][n]``, its two's-complement pattern in n
-little-endian 64-bit limbs. A Python ``float`` is an f64, a ``bool`` an ``idx[2]``.
-
-Non-finite floats keep their bits in every kind: NaN payloads, signalling NaNs and ±Inf included
-(float16 goes to f32 and back by its bits, not through the hardware conversion that quiets a
-signalling NaN).
-
-This module knows dtypes by name and converts numpy arrays; typed PRNG keys, which need JAX, are
-converted by the checkpoint package.
+Each leaf's ``.psk.d`` type says how it is stored; the layout file records its dtype and its
+*kind* (how the stored elements stand for the values). The table of dtypes, kinds and what comes
+back is ``docs/checkpoint-dtypes.md``. This module knows dtypes by name and converts numpy arrays;
+typed PRNG keys, which need JAX, are converted by the checkpoint package.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Pytrees in declaration order, and the layout of a ``params`` tree from a template.
 
-A checkpoint stores a parameter tree's leaves in *declaration order*: dict insertion order,
-dataclass and NamedTuple field order, list and tuple order. ``jax.tree_util`` flattens a plain
-dict in sorted key order instead, so this module walks the common containers itself. Any other
-node type that JAX knows (registered with ``jax.tree_util``) is opened with JAX's own flatten —
-consulted only when JAX has already been imported by the caller, so the data tools stay free of it.
-
-Key paths are written the way ``jax.tree_util.keystr`` writes them: ``['blocks'][0]['w']``.
+A plain dict is walked in insertion order, not ``jax.tree_util``'s sorted order; any other node JAX
+knows is opened with JAX's own flatten, consulted only when the caller has imported JAX already, so
+the data tools stay free of it. The order and the key-path text are defined in ``docs/pytrees.md``.
 """
 
 from __future__ import annotations

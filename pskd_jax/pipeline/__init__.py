@@ -1,11 +1,11 @@
 """Pipelines over sample indices: the pipeline text, epochs and batches, and the epoch shuffle.
 
 Never imports JAX: a pipeline yields sample indices, and :mod:`pskd_jax.loader` turns them into
-device batches.
+device batches. The text, its evaluation and the shuffle's definition: ``docs/pipeline.md``.
 """
 
 from pskd_jax.pipeline.batches import IteratorState, Pipeline
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
-from pskd_jax.pipeline.shuffle import Permutation, shuffle_order
+from pskd_jax.pipeline.shuffle import shuffle_order
 
-__all__ = ["IteratorState", "Permutation", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"]
+__all__ = ["IteratorState", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"]

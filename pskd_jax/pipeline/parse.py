@@ -1,31 +1,10 @@
-"""Pipeline text, and its evaluation over sample indices: epochs, batches, take, iterator state.
+"""The pipeline text: parsing it (:func:`parse_pipeline`) and reading it from a file
+(:func:`load_pipeline`) into a :class:`Pipeline`.
 
-The text (whitespace, newlines included, is free between tokens)::
-
-    text     := [NAME "="] pipeline                           -- data = stream "…" |> …
-    pipeline := "stream" PATH ["|>" "shuffle" "(" "seed" "=" INT ")"]
-                              "|>" "batch" "(" "B" "=" INT ")"
-                              ["|>" "take" "(" "n" "=" INT ")"]
-    PATH     := '"' any characters but '"' and newline '"'     -- no escapes
-    INT      := decimal digits
-    NAME     := an identifier (letters, digits, '_'; not starting with a digit)
-
-for example ``stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 32) |> take(n = 100)``, or
-the same bound to a name as a training program writes it, ``data = stream "train.psk.d" |> …``
-(the name documents; the pipeline is the same).
-A relative path is relative to the file that holds the text (:func:`load_pipeline`) or to the
-base directory the caller names (:func:`parse_pipeline`). A pipeline *file* may only stream a file
-inside its own directory, or inside a wider ``root`` its reader names: no absolute path, ``..`` or
-symlink takes it elsewhere (a pipeline file found in a shared directory must not make the toolkit
-read ``/etc/shadow``). Text the caller passes itself names any path, like any argument.
-``seed`` is in ``[0, 2**64)``, ``B`` and ``n`` are at least 1. Text that does not parse is refused with E9010, naming the line and column
-and what was expected there.
-
-Evaluation over a file of ``n`` samples, epochs numbered from 1: position ``p`` of epoch ``e``
-holds sample ``π_e(p)`` (:mod:`pskd_jax.shuffle`; the identity without ``shuffle``); batch ``j``
-holds positions ``jB .. jB + B - 1``; the incomplete last group is dropped and ``take(n = k)``
-keeps the first ``k`` batches of each epoch. An :class:`IteratorState` ``(epoch, batch)`` names the
-next batch to produce, so saving it after a batch and restoring it resumes the exact stream.
+The grammar, how relative paths resolve, why a pipeline file may stream only inside its own
+directory (or a ``root`` its reader names), and the E9010 messages are defined in
+``docs/pipeline.md`` ("The text"); the evaluation over sample indices is in
+:mod:`pskd_jax.pipeline.batches`.
 """
 
 from __future__ import annotations

@@ -1,38 +1,10 @@
 """The epoch shuffle: ChaCha20 round keys and a keyed Feistel permutation with cycle walking.
 
-The order of epoch ``e`` (numbered from 1) over ``n`` samples is a permutation π of ``0..n-1``, a
-pure function of ``(seed, epoch, n)``, the same on every machine, computable at any position
-without a table of ``n`` entries::
-
-    K        = u64le(seed) ‖ u64le(epoch) ‖ b"pskd.shuffle.v1\\0"          (32-byte ChaCha20 key)
-    k[0..7]  = the first eight u32 LE words of ChaCha20_block(K, counter 0, nonce 12 zero bytes)
-    b        = max(2, bit_length(n - 1)), plus 1 if odd;  h = b / 2;  m = 2^h - 1
-    fmix(x)  = x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16  (mod 2^32)
-    E(x)     = L = x >> h, R = x & m; for r = 0..7: (L, R) = (R, L ^ (fmix(R ^ k[r]) & m));
-               return (L << h) | R
-    π(p)     = y = E(p); while y >= n: y = E(y); return y                  (π = [0] when n = 1)
-
-E is a bijection of ``0..2^b-1`` and ``2^b < 4n``, so the walk from any position ends, after four
-applications of E on average. ChaCha20 is RFC 8439 §2.3 in plain Python: it runs once per
-``(seed, epoch)``.
-
-Three evaluations of E give the same numbers (the tests hold each to the scalar reference
-:meth:`Permutation.at`); which one runs is a matter of speed only:
-
-* **tables** (``h <= 16``): each round function ``fmix(R ^ k[r]) & m`` is tabulated over all
-  ``2^h`` values of R once a permutation has been asked for about that many positions, so a round
-  is one gather and one xor;
-* **lanes** (small arrays, and the last walkers of any array): the values are packed as 64-bit
-  lanes (128-bit when ``b > 62``) of one Python integer and every step of a round is one
-  big-integer operation on all lanes at once. A numpy ufunc call has a fixed cost whatever the
-  size of a small array, and a round is eleven of them; the integer operations on a few hundred
-  lanes cost less. The
-  walkers stay packed from step to step and leave the integer only when enough of them are done,
-  so the few positions that walk twenty times cost twenty cheap steps, not twenty numpy passes;
-* **numpy rounds** (large arrays, ``h > 16``): eleven in-place uint32 ufunc calls a round.
-
-Whole orders are produced in chunks of :data:`CHUNK` positions, so the memory beyond the output
-is a few arrays of one chunk.
+The order of epoch ``e`` over ``n`` samples is a permutation of ``0..n-1``, a pure function of
+``(seed, epoch, n)``, the same on every machine and computable at any position in constant memory.
+Its definition and test vectors are ``docs/pipeline.md`` ("The shuffle"); how :class:`Permutation`
+evaluates it fast is said in its docstring. ChaCha20 (RFC 8439 §2.3) is plain Python: it runs once
+per ``(seed, epoch)``.
 """
 
 from __future__ import annotations
@@ -213,6 +185,23 @@ class Permutation:
     pseudo-code. Values come back as int64 when ``n <= 2**63`` (every sample index fits), as
     uint64 otherwise. One instance may serve several threads: its caches (lane constants, round
     tables) only ever gain entries, and any of them gives the same numbers.
+
+    Three evaluations of the cipher E give the same numbers (the tests hold each to :meth:`at`);
+    which one runs is a matter of speed only:
+
+    * **tables** (``h <= 16``): each round function ``fmix(R ^ k[r]) & m`` is tabulated over all
+      ``2^h`` values of R once the permutation has been asked for about that many positions, so a
+      round is one gather and one xor;
+    * **lanes** (small arrays, and the last walkers of any array): the values are packed as 64-bit
+      lanes (128-bit when ``b > 62``) of one Python integer and every step of a round is one
+      big-integer operation on all lanes at once: a numpy ufunc call has a fixed cost whatever the
+      size of a small array, and a round is eleven of them. The walkers stay packed from step to
+      step and leave the integer only when enough of them are done, so the few positions that walk
+      twenty times cost twenty cheap steps, not twenty numpy passes;
+    * **numpy rounds** (large arrays, ``h > 16``): eleven in-place uint32 ufunc calls a round.
+
+    Whole orders are produced in chunks of :data:`CHUNK` positions, so the memory beyond the output
+    is a few arrays of one chunk.
 
     >>> Permutation(10, seed=0, epoch=1).order().tolist()
     [2, 4, 5, 6, 8, 7, 0, 9, 1, 3]

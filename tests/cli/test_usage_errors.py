@@ -5,6 +5,7 @@ takes a number or a vocabulary file, and messages name the vocabulary file."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -15,7 +16,9 @@ import numpy as np
 import pytest
 
 import pskd_jax
+from pskd_jax import data
 from pskd_jax.apps import pskd as pskd_app
+from tests import helpers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -141,9 +144,22 @@ def test_lm_windows_takes_a_vocabulary_file_or_a_number(tmp_path):
 @pytest.mark.subprocess
 def test_encode_names_the_vocabulary_file_of_a_missing_character(tmp_path):
     (tmp_path / "text.txt").write_text("ab\nc\n")
-    pskd_jax.write_vocab(tmp_path / "civil_vocab.json", ["a", "b", "\n"])
+    data.write_vocab(tmp_path / "civil_vocab.json", ["a", "b", "\n"])
     done = pskd("encode", "text.txt", "--vocab", "civil_vocab.json", "-o", "t.txt", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr == ("pskd: E9011: text.txt:2: character 'c' (U+0063) is not in the vocabulary "
                            "civil_vocab.json\n")
     assert not (tmp_path / "t.txt").exists()
+
+
+def test_version_prints_the_package_version(capsys):
+    status, out, err = parse(capsys, "--version")
+    assert (status, out, err) == (0, f"pskd {pskd_jax.__version__}\n", "")
+    assert pskd_jax.__version__ == importlib.metadata.version("pskd_jax")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_installed_command_prints_its_version():
+    done = helpers.pskd("--version", script=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"pskd {pskd_jax.__version__}\n", "")

@@ -19,7 +19,9 @@ import pytest
 import pskd_jax
 from pskd_jax.data import distance as D
 from pskd_jax.errors import PskdError
+from pskd_jax.format import Layout
 from pskd_jax.format.header import encode_header
+from pskd_jax.format.layout_file import find_layout_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -72,7 +74,7 @@ def test_types_that_differ_in_axis_names_or_spacing_compare(tmp_path, type_a, ty
 ])
 def test_types_of_another_structure_are_refused(tmp_path, type_a, type_b):
     for path, text in ((tmp_path / "a.psk.d", type_a), (tmp_path / "b.psk.d", type_b)):
-        layout = pskd_jax.Layout.of_type(text)
+        layout = Layout.of_type(text)
         arrays = [np.zeros((2, *leaf.shape), np.float64 if leaf.is_real else np.uint8) for leaf in layout.leaves]
         pskd_jax.write(path, text, layout.unflatten(arrays))
     with pytest.raises(PskdError) as caught:
@@ -90,9 +92,9 @@ def test_different_counts_are_refused(tmp_path):
 # --- checkpoints by key path ------------------------------------------------------------------------
 
 
-def checkpoint(path, tree) -> tuple[pathlib.Path, pskd_jax.Layout]:
+def checkpoint(path, tree) -> tuple[pathlib.Path, Layout]:
     pskd_jax.save(path, tree)
-    return path, pskd_jax.find_layout(path)
+    return path, find_layout_file(path).layout
 
 
 def test_checkpoints_with_their_leaves_in_another_order_pair_by_key_path(tmp_path):

@@ -15,9 +15,11 @@ from pskd_jax.errors import PskdError
 MIXED = "Héllo, wörld!\r\n\tçà et là: 日本語 😀🎉\n\x00\ufeffß∑ — fin\n"
 
 
-def test_the_string_functions_are_exported_at_the_top_and_in_data():
-    for name in ("char_vocab", "encode", "decode", "char_vocab_file", "encode_file", "decode_file"):
+def test_the_string_functions_are_exported_at_the_top_and_in_data_the_file_functions_in_data():
+    for name in ("char_vocab", "encode", "decode"):
         assert getattr(pskd_jax, name) is getattr(data, name)
+    for name in ("char_vocab_file", "encode_file", "decode_file"):
+        assert callable(getattr(data, name)) and not hasattr(pskd_jax, name)
 
 
 def test_char_vocab_of_a_string_is_its_distinct_characters_sorted_by_code_point():

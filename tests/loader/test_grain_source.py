@@ -13,6 +13,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax.errors import PskdError
+from pskd_jax.format import Layout
 from tests.helpers import run_python
 
 TYPE = "(idx[100][4], ℝ[])"
@@ -57,7 +58,7 @@ def test_a_pickled_reader_reopens_the_file_and_reads_the_same_samples(path):
 
 
 def test_a_pickled_reader_keeps_a_layout_given_to_it(path):
-    layout = pskd_jax.Layout.of_type(TYPE)
+    layout = Layout.of_type(TYPE)
     with pskd_jax.Reader(path, layout=layout) as reader:
         copy = pickle.loads(pickle.dumps(reader))
         with copy:
