@@ -115,7 +115,8 @@ def main(argv: list[str]) -> None:
         params = charlm.init_params(config, FLAGS.seed)
         opt = charlm.init_adam(params)
         step, state = 0, IteratorState()
-        manager = CheckpointManager(FLAGS.checkpoint_dir, retention=Retention(keep=FLAGS.keep)) if FLAGS.checkpoint_dir else None
+        manager = (CheckpointManager(FLAGS.checkpoint_dir, retention=Retention(keep=FLAGS.keep))
+                   if FLAGS.checkpoint_dir else None)
         if FLAGS.resume and manager is not None and manager.latest_step() is not None:
             restored = manager.restore(target={"params": params, "opt": opt})
             params, opt = restored["params"], restored["opt"]

@@ -94,10 +94,12 @@ class Scratch:
         os.makedirs(self.fixtures, exist_ok=True)
         self.checkpoint = os.path.join(self.fixtures, "ck.psk.d")
         checkpoint.save(self.checkpoint, {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
-                                          "b": [np.float64(0.5), np.uint8(7)]}, SaveOptions(name="Model", durable=False))
+                                          "b": [np.float64(0.5), np.uint8(7)]},
+                        SaveOptions(name="Model", durable=False))
         self.index_dir = os.path.join(directory, "index")
         self.index_files = {}
-        with checkpoint.CheckpointManager(os.path.join(self.fixtures, "run"), save_options=SaveOptions(durable=False)) as m:
+        with checkpoint.CheckpointManager(os.path.join(self.fixtures, "run"),
+                                          save_options=SaveOptions(durable=False)) as m:
             m.save(1, {"w": np.ones(3, np.float32)}, extra={"epoch": 1, "batch": 2})
             for name in os.listdir(m.directory):
                 with open(os.path.join(m.directory, name), "rb") as f:
@@ -723,7 +725,8 @@ def t_non_regular(s: Scratch, data: bytes) -> None:
         ("shards.json", corpus.read_manifest),
         ("in.jsonl", lambda p: corpus_build.build_corpus([p], os.path.join(s.directory, "c"), durable=False)),
         ("in.psk.d", file_digest),
-        ("in.safetensors", lambda p: convert.safetensors_to_pskd(p, os.path.join(s.directory, "x.psk.d"), SaveOptions(durable=False))),
+        ("in.safetensors", lambda p: convert.safetensors_to_pskd(p, os.path.join(s.directory, "x.psk.d"),
+                                                                SaveOptions(durable=False))),
     ]
     name, read = readers[data[1] % len(readers)]
     path = os.path.join(folder, name)

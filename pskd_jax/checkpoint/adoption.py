@@ -99,12 +99,13 @@ def _complete(path: str, file: str, layout: str, layout_file: LayoutFile | None)
                 reader.with_layout(layout_file.layout)
             except PskdError as e:
                 raise NotAdoptable(layout, f"does not fit {file}: {e.message}") from None
-        elif reader.placement is None:
+        placement = reader.placement
+        if placement is None:
             raise NotAdoptable(file, f"a {header.type_text!r} checkpoint without its layout file "
                                      f"{layout}: its size proves nothing")
         if header.count != 1:
             raise NotAdoptable(file, f"{header.count} samples, where a checkpoint holds one")
-        size = header.data_offset + reader.placement.sample_bytes
+        size = header.data_offset + placement.sample_bytes
         if reader.file_size != size:
             raise NotAdoptable(file, f"{reader.file_size} bytes, where one sample of its type and its "
                                      f"header take {size}")

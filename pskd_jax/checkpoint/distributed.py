@@ -79,7 +79,7 @@ class _Target:
     layout_path: str | None
 
 
-def _attempt(work: Callable[[], None], where: str | None) -> BaseException | None:
+def _attempt(work: Callable[[], object], where: str | None) -> BaseException | None:
     """Runs ``work``; returns what it raised (to be agreed on by every process), an ``OSError`` as
     E9003 naming ``where`` (as it is when ``where`` is None)."""
     try:

@@ -135,6 +135,7 @@ class CheckpointEntry:
         step = entry.get("step")
         if not is_step(step):
             raise bad(f"its step {json_kind(step)} is not an integer from 0 to {MAX_STEP}")
+        step = int(entry["step"])
         if entry.get("file") != names.step_file(step):
             raise bad(f"its file {json_kind(entry.get('file'))} is not {names.step_file(step)!r}, the file of "
                       f"step {step}")

@@ -14,18 +14,6 @@ from pskd_jax.format.layout_file import LayoutFile
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
 
 
-def digest_algorithm(digest: bool | str | None) -> str | None:
-    """``save``'s ``digest``: False (none), True (sha256, as ``sha256sum`` prints it), or an
-    algorithm of :data:`DIGESTS`."""
-    if digest is False or digest is None:
-        return None
-    if digest is True:
-        return "sha256"
-    if not isinstance(digest, str) or digest not in DIGESTS:
-        raise UsageError(f"digest={abridged(digest, 80)}: expected one of {sorted(DIGESTS)}, True (sha256) or False")
-    return digest
-
-
 def checked_digests(path: str, digests: Any) -> dict[str, str]:
     """The digests a restore or a check was given (a map of algorithm to hex, or None), as
     lowercase hex by algorithm in the order of :data:`DIGESTS` (xxh3_128 first); E9012 naming the
@@ -73,4 +61,4 @@ def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | 
     return file_digest(path, "xxh3_128") if recorded is not None else None
 
 
-__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "digest_algorithm", "layout_xxh3", "verify_file"]
+__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "layout_xxh3", "verify_file"]

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pskd_jax._os.checks import abridged
-from pskd_jax.checkpoint.integrity import digest_algorithm
+from pskd_jax._os.digests import DIGESTS
 from pskd_jax.errors import MismatchError, NotClosedError, UsageError
 from pskd_jax.format.encodings import Encoding
 
@@ -33,6 +33,14 @@ def check_params_name(name: Any) -> str:
     if not is_params_name(name):
         raise NotClosedError(f"params name {name!r:.80}: expected an identifier such as 'MiniGPT'")
     return name
+
+
+def check_digest_name(digest: Any) -> str | None:
+    """``digest``: None (no digest) or an algorithm of :data:`pskd_jax._os.digests.DIGESTS`; E9012
+    naming the parameter otherwise."""
+    if digest is None or (isinstance(digest, str) and digest in DIGESTS):
+        return digest
+    raise UsageError(f"digest={abridged(digest, 80)}: expected one of {sorted(DIGESTS)}, or None for no digest")
 
 
 def _checked_encodings(encodings: Any) -> Any:
@@ -62,13 +70,14 @@ class SaveOptions:
       (half-even, the largest error per leaf reported in the result's ``rounding``);
     - ``finite_only``: refuse NaN and ±Inf (E9004 naming the key path and index) instead of saving
       them bit for bit;
-    - ``digest``: the whole file's digest, computed while writing: ``"xxh3_128"`` (fast; what a
-      checkpoint directory records), ``"sha256"`` (also True, as ``sha256sum`` prints it) or None;
+    - ``digest``: the whole file's digest to compute while writing, in the result's ``digests``:
+      ``"xxh3_128"`` (fast; what a checkpoint directory records), ``"sha256"`` (as ``sha256sum``
+      prints it) or None;
     - ``layout_file``: write ``NAME.layout.json`` beside a ``params`` checkpoint;
     - ``durable``: sync the file and its directory before returning.
 
-    >>> SaveOptions(encodings="bf16", round_to_encoding=True, digest=True).digest
-    'sha256'
+    >>> SaveOptions(encodings="bf16", round_to_encoding=True, digest="sha256").encodings
+    'bf16'
     >>> SaveOptions(durable="yes")
     Traceback (most recent call last):
     pskd_jax.errors.UsageError: E9012: SaveOptions durable='yes': expected True or False
@@ -78,7 +87,7 @@ class SaveOptions:
     encodings: Any = None
     round_to_encoding: bool = False
     finite_only: bool = False
-    digest: str | bool | None = None
+    digest: str | None = None
     layout_file: bool = True
     durable: bool = True
 
@@ -90,7 +99,7 @@ class SaveOptions:
             object.__setattr__(self, switch, bool(value))
         if self.name is not None:
             check_params_name(self.name)
-        object.__setattr__(self, "digest", digest_algorithm(self.digest))
+        check_digest_name(self.digest)
         object.__setattr__(self, "encodings", _checked_encodings(self.encodings))
 
     def replace(self, **changes: Any) -> "SaveOptions":
@@ -107,4 +116,4 @@ def save_options(options: Any, what: str = "options") -> SaveOptions:
     return options
 
 
-__all__ = ["SaveOptions", "check_params_name", "is_params_name", "save_options"]
+__all__ = ["SaveOptions", "check_digest_name", "check_params_name", "is_params_name", "save_options"]

@@ -136,7 +136,8 @@ def match_by_path(path: str, file_layout: Layout, target_paths: list[str], parti
         for alias in (_without_value(leaf.path), leaf.path + ".value"):
             if alias is not None and alias not in index:
                 aliases[alias] = None if alias in aliases else i  # (an ambiguous alias matches nothing)
-    chosen, missing = [], []
+    chosen: list[int | None] = []
+    missing: list[str] = []
     for target_path in target_paths:
         i = index.get(target_path)
         if i is None:
@@ -152,7 +153,7 @@ def match_by_path(path: str, file_layout: Layout, target_paths: list[str], parti
     extra = [] if partial else [leaf.path for i, leaf in enumerate(file_layout.leaves) if i not in used]
     if missing or extra:
         raise MismatchError(_mismatch(path, missing, extra, partial=partial))
-    return chosen
+    return [i for i in chosen if i is not None]  # (every one: none is missing)
 
 
 def match_by_position(path: str, file_layout: Layout, target_paths: list[str]) -> list[int]:
@@ -234,6 +235,7 @@ class ReadPlan:
     what each asks for (``specs``: None without a target), and how the values form the result."""
 
     view: FileView
+    placement: Placement  # where the file's leaves are, by the view's layout
     chosen: list[int]
     specs: list[TargetSpec | None]
     rebuild: Callable[[list[Any]], Any] | None
@@ -252,20 +254,21 @@ def plan_read(reader: Reader, target: Target | None, *, layout: Any = None, part
     if partial and not view.by_path:
         raise NotClosedError(f"{path}: partial=True matches key paths through the layout file, and there "
                              f"is none ({os.path.basename(layout_path_for(path))})")
-    reader.with_layout(view.layout)
+    placement = reader.with_layout(view.layout).placement
+    assert placement is not None  # (with_layout places the leaves, or refuses)
     if reader.header.count != 1:
         raise MismatchError(f"{path}: a checkpoint holds one sample, this file holds {reader.header.count}")
     if target is None:
         every = list(range(len(view.layout.leaves)))
-        return ReadPlan(view, every, [None] * len(every), None)
+        return ReadPlan(view, placement, every, [None] * len(every), None)
     target_paths = [p for p, _ in target.pairs]
     if view.by_path:
         chosen = match_by_path(path, view.layout, target_paths, partial)
     else:
         chosen = match_by_position(path, view.layout, target_paths)
     for k, i in enumerate(chosen):
-        check_pair(path, view.layout.leaves[i], view.forms[i], target.specs[k], reader.placement, i)
-    return ReadPlan(view, chosen, list(target.specs), target.rebuild)
+        check_pair(path, view.layout.leaves[i], view.forms[i], target.specs[k], placement, i)
+    return ReadPlan(view, placement, chosen, list(target.specs), target.rebuild)
 
 
 __all__ = ["MAX_LISTED", "FileView", "ReadPlan", "Target", "check_pair", "file_view", "match_by_path",

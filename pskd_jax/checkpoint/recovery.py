@@ -64,7 +64,9 @@ def still_recorded(directory: CheckpointDirectory, entry: CheckpointEntry) -> bo
 def remove_stale(directory: CheckpointDirectory, listing: list[str]) -> None:
     """Temporary files of the index and of step files that no live writer holds, and the
     distributed temporaries and save locks of step files that no save holds. Only regular files."""
-    temporaries, distributed, save_locks = set(), set(), set()
+    temporaries: set[str] = set()
+    distributed: set[str] = set()
+    save_locks: set[str] = set()
     for name in listing:
         found = names.leftover(name)
         if found is None:

@@ -100,12 +100,12 @@ def _zero_copy_values(path: str, reader: Reader, read: ReadPlan, expected: dict[
         from_file = _hash_only(path, reader, list(expected))
         for name, found in from_file.items():
             check_digest(path, name, found, expected[name])
-    raw = _map_views(path, reader, reader.placement, read.chosen)
+    raw = _map_views(path, reader, read.placement, read.chosen)
     out = []
     for k, i in enumerate(read.chosen):
         leaf = read.view.layout.leaves[i]
         where = where_of(path, leaf)
-        saved = saved_values(raw[i], leaf, read.view.forms[i], reader.placement, i, where)
+        saved = saved_values(raw[i], leaf, read.view.forms[i], read.placement, i, where)
         out.append(to_target(saved, read.specs[k], where, allow_overflow))
     return out
 
@@ -165,8 +165,8 @@ def _routes(path: str, read: ReadPlan, placement: Placement, as_numpy: bool) -> 
     leaves, forms, specs = read.view.layout.leaves, read.view.forms, read.specs
     sharded, plain, to_jax = [], [], []
     for k, i in enumerate(read.chosen):
-        spec = specs[k]
-        elementwise = forms[i] is None or forms[i].kind in (sd.KIND_VALUE, sd.KIND_BITS)
+        spec, form = specs[k], forms[i]
+        elementwise = form is None or form.kind in (sd.KIND_VALUE, sd.KIND_BITS)
         if spec is not None and spec.sharding is not None and not single_device(spec.sharding) and elementwise:
             sharded.append(k)
         else:
@@ -182,7 +182,7 @@ def _routes(path: str, read: ReadPlan, placement: Placement, as_numpy: bool) -> 
 
 def _read_values(path: str, reader: Reader, read: ReadPlan, as_numpy: bool, expected: dict[str, str],
                  allow_overflow: bool) -> list[Any]:
-    placement = reader.placement
+    placement = read.placement
     leaves, forms, specs, chosen = read.view.layout.leaves, read.view.forms, read.specs, read.chosen
     data_offset = reader.header.data_offset
     routes = _routes(path, read, placement, as_numpy)
@@ -338,7 +338,7 @@ def read_saved_leaves(path: str | os.PathLike, *, layout: Any = None) -> tuple[l
             # Positional reads, leaf by leaf: a file cut short meanwhile is E9003, never a SIGBUS.
             raw = reader.leaf_range(0, i, 0, leaves[i].size).reshape(leaves[i].shape)
             where = where_of(path, leaves[i])
-            out.append((leaves[i].path, saved_values(raw, leaves[i], read.view.forms[i], reader.placement, i, where)))
+            out.append((leaves[i].path, saved_values(raw, leaves[i], read.view.forms[i], read.placement, i, where)))
     return out, read.view.layout_file
 
 

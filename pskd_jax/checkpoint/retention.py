@@ -50,8 +50,9 @@ class Retention:
     best_mode: str | None = None
 
     def __post_init__(self) -> None:
-        if is_integer(self.keep) and self.keep < 1:
-            raise CheckpointDirectoryError(f"keep={self.keep}: keep at least the newest checkpoint (keep >= 1, or "
+        keep = self.keep
+        if keep is not None and is_integer(keep) and keep < 1:
+            raise CheckpointDirectoryError(f"keep={keep}: keep at least the newest checkpoint (keep >= 1, or "
                                            "None for all)")
         for what in ("keep", "keep_period", "keep_best"):
             object.__setattr__(self, what, _count(what, getattr(self, what)))

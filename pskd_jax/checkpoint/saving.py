@@ -33,9 +33,10 @@ def save(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None)
 
     A save waits for another save of the same destination (in any process) to finish; a tree
     nested deeper than :data:`pskd_jax.format.keypaths.MAX_KEY_DEPTH` is refused (E9005), its
-    layout could not be read back. A layout file beside the destination that this save does not rewrite (a closed type, or
-    ``layout_file=False``) is removed with the data it described. A tree of arrays spread over
-    several JAX processes is saved by :func:`save_distributed` (every process calls ``save``).
+    layout could not be read back. A layout file beside the destination that this save does not
+    rewrite (a closed type, or ``layout_file=False``) is removed with the data it described. A
+    tree of arrays spread over several JAX processes is saved by :func:`save_distributed` (every
+    process calls ``save``).
 
     >>> import numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.psk.d")

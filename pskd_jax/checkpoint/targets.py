@@ -195,7 +195,8 @@ def check_x64(where: str, dtype: np.dtype, asked: bool) -> None:
                             f"disabled: enable jax_enable_x64 or {how} (an explicit cast)")
 
 
-def final_dtype(leaf: Leaf, form: sd.Form | None, spec: TargetSpec | None, placement: Placement, i: int) -> np.dtype | None:
+def final_dtype(leaf: Leaf, form: sd.Form | None, spec: TargetSpec | None, placement: Placement,
+                i: int) -> np.dtype | None:
     """The dtype a JAX-bound leaf will have (None for keys and Python scalars)."""
     if spec is not None:
         return spec.dtype

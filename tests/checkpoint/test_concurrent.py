@@ -119,7 +119,7 @@ def test_two_processes_opening_one_directory_at_once(tmp_path):
     assert all(e.extra == {"me": winner} for e in entries)
     verify_directory(str(directory))
     names = sorted(os.listdir(directory))
-    assert names == sorted([LOCK, INDEX] + [f"step-{e.step:08d}.{x}" for e in entries for x in ("psk.d", "layout.json")])
+    assert names == sorted([LOCK, INDEX] + [name for e in entries for name in e.names])
 
 
 SAVER = """

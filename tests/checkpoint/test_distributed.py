@@ -53,9 +53,9 @@ WORKER = textwrap.dedent(
         "note": host["note"],
     }
     assert not tree["embed"].is_fully_addressable
-    result = ck.save(f"{directory}/multi.psk.d", tree, ck.SaveOptions(digest=True))
+    result = ck.save(f"{directory}/multi.psk.d", tree, ck.SaveOptions(digest="sha256"))
     if process == 0:
-        single = ck.save(f"{directory}/single.psk.d", host, ck.SaveOptions(digest=True))
+        single = ck.save(f"{directory}/single.psk.d", host, ck.SaveOptions(digest="sha256"))
         assert open(f"{directory}/multi.psk.d", "rb").read() == open(f"{directory}/single.psk.d", "rb").read()
         assert result.digests == single.digests and list(result.digests) == ["sha256"]
         assert open(f"{directory}/multi.layout.json").read() == open(f"{directory}/single.layout.json").read()

@@ -59,7 +59,7 @@ OPTIONS = st.fixed_dictionaries({}, optional={
     "encodings": st.sampled_from([None, "bf16", "f16", 123, ["f32"], {"nothing": "f32"}, object()]),
     "name": st.sampled_from([None, "Net", "1abc", 5, "params", ""]),
     "round_to_encoding": st.booleans(), "finite_only": st.booleans(),
-    "digest": st.sampled_from([False, True, "xxh3_128", "md5", 3]),
+    "digest": st.sampled_from([None, True, "xxh3_128", "sha256", "md5", 3]),
 })
 
 

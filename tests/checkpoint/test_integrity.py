@@ -21,7 +21,7 @@ from .helpers import BF16, bits, random_finite
 
 def test_sha256_checked_while_restoring(tmp_path, rng):
     tree = {"w": random_finite(rng, np.float32, (256, 64))}
-    result = ck.save(tmp_path / "c.psk.d", tree, SaveOptions(digest=True))
+    result = ck.save(tmp_path / "c.psk.d", tree, SaveOptions(digest="sha256"))
     assert result.digests["sha256"] == hashlib.sha256((tmp_path / "c.psk.d").read_bytes()).hexdigest()
     assert list(result.digests) == ["sha256"]
     assert file_sha256(tmp_path / "c.psk.d") == result.digests["sha256"]

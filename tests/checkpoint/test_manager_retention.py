@@ -58,7 +58,8 @@ LOSSES = {1: 0.9, 2: 0.5, 3: 0.7, 4: 0.3, 5: 0.8, 6: 0.6, 7: 0.95}
 
 @pytest.mark.parametrize("mode, best", [("min", [4, 2]), ("max", [7, 1])])
 def test_keep_best_by_a_score_of_the_metrics(tmp_path, mode, best):
-    with CheckpointManager(tmp_path, retention=Retention(keep=1, best_fn=lambda m: m["loss"], best_mode=mode, keep_best=2)) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m["loss"], best_mode=mode, keep_best=2)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), metrics={"loss": np.float32(loss)})
         kept = sorted(set(best) | {7})
@@ -69,7 +70,8 @@ def test_keep_best_by_a_score_of_the_metrics(tmp_path, mode, best):
 
 
 def test_keep_best_without_keep_keeps_the_best_and_the_newest(tmp_path):
-    with CheckpointManager(tmp_path, retention=Retention(best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)) as manager:
+    policy = Retention(best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), metrics={"loss": loss})
             assert step in manager.all_steps(), "the newest complete checkpoint was removed"
@@ -77,7 +79,8 @@ def test_keep_best_without_keep_keeps_the_best_and_the_newest(tmp_path):
 
 
 def test_the_score_comes_from_extra_when_no_metrics_are_given(tmp_path):
-    with CheckpointManager(tmp_path, retention=Retention(best_fn=lambda e: e["eval"]["loss"], best_mode="min", keep_best=1, keep=1)) as manager:
+    policy = Retention(best_fn=lambda e: e["eval"]["loss"], best_mode="min", keep_best=1, keep=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), extra={"eval": {"loss": loss}, "batch": step})
         assert manager.all_steps() == [4, 7] and manager.extra(4)["batch"] == 4
@@ -88,7 +91,8 @@ def test_steps_without_a_score_are_kept_by_the_other_rules_only(tmp_path):
     def best(metrics):
         return metrics.get("loss")  # None: no score
 
-    with CheckpointManager(tmp_path, retention=Retention(keep=2, best_fn=best, best_mode="min", keep_best=1)) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=2, best_fn=best, best_mode="min", keep_best=1)) \
+            as manager:
         manager.save(1, params(1), metrics={"loss": 0.1})
         manager.save(2, params(2), metrics={"loss": float("nan")})  # a diverged run: saved, not ranked
         manager.save(3, params(3))  # no metrics, no extra
@@ -100,7 +104,8 @@ def test_steps_without_a_score_are_kept_by_the_other_rules_only(tmp_path):
 
 
 def test_equal_scores_prefer_the_newer_step(tmp_path):
-    with CheckpointManager(tmp_path, retention=Retention(keep=1, best_fn=lambda m: m, best_mode="max", keep_best=1)) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m, best_mode="max", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step in (1, 2, 3):
             manager.save(step, params(step), metrics=5)
         manager.save(4, params(4), metrics=1)
@@ -128,7 +133,8 @@ def test_a_best_fn_that_fails_is_e9012_naming_the_step_and_nothing_is_written(tm
 
 def test_a_best_fn_may_return_numpy_and_jax_scalars(tmp_path):
     jnp = pytest.importorskip("jax.numpy")
-    with CheckpointManager(tmp_path, retention=Retention(keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         manager.save(1, params(1), metrics={"loss": jnp.float32(0.25)})
         manager.save(2, params(2), metrics={"loss": np.float64(0.5)})
         manager.save(3, params(3), metrics={"loss": np.array(0.75)})
@@ -298,7 +304,8 @@ def test_a_take_over_waits_for_the_background_save(tmp_path, monkeypatch):
 
 def test_a_take_over_keeps_the_old_managers_error_for_its_wait(tmp_path):
     first = CheckpointManager(tmp_path)
-    first.save_async(1, {"x": np.full(2, 0.1)}, options=SaveOptions(encodings="bf16"))  # refused: narrowing without rounding
+    # refused: narrowing without rounding
+    first.save_async(1, {"x": np.full(2, 0.1)}, options=SaveOptions(encodings="bf16"))
     second = CheckpointManager(tmp_path)
     with pytest.raises(PskdError) as e:
         first.wait()

@@ -74,7 +74,7 @@ SCRIPT = textwrap.dedent(
     np.testing.assert_array_equal(np.asarray(again["rows"]), host["rows"].astype(ml_dtypes.bfloat16))
 
     # verified restore into shards
-    digest = ck.save(path, arrays, ck.SaveOptions(digest=True)).digests["sha256"]
+    digest = ck.save(path, arrays, ck.SaveOptions(digest="sha256")).digests["sha256"]
     ck.restore(path, target, digests={"sha256": digest})
     print("ok")
     """

@@ -53,7 +53,8 @@ def test_verify_a_lone_file(tmp_path):
     assert plain.returncode == 0 and "no recorded digest" in plain.stdout
     assert plain.stdout.startswith(f"pskd: {tmp_path / 'c.psk.d'}: xxh3_128 {result.digests['xxh3_128']} sha256 {sha} ")
     given = pskd("verify", tmp_path / "c.psk.d", "--xxh3-128", result.digests["xxh3_128"])
-    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.digests['xxh3_128']}\n"
+    xxh = result.digests["xxh3_128"]
+    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {xxh}\n"
     given = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha.upper())
     assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} sha256 {sha}\n"
     both = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha, "--xxh3-128", result.digests["xxh3_128"])

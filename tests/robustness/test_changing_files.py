@@ -115,7 +115,8 @@ def test_a_command_whose_input_is_cut_short_fails_cleanly(tmp_path, command, met
 def test_convert_of_a_file_cut_short_fails_cleanly(tmp_path):
     pytest.importorskip("safetensors")
     path = tmp_path / "ck.psk.d"
-    checkpoint.save(path, {"a": np.arange(1 << 16, dtype=np.float32), "b": np.ones(1 << 16)}, SaveOptions(name="M", durable=False))
+    checkpoint.save(path, {"a": np.arange(1 << 16, dtype=np.float32), "b": np.ones(1 << 16)},
+                    SaveOptions(name="M", durable=False))
     out = tmp_path / "out"
     out.mkdir()
     run = run_child(CUT_DURING.replace("{method}", "leaf_range"), path, "convert", path, "-o", out / "ck.safetensors",

@@ -97,7 +97,8 @@ def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
     step_file = lambda: (directory / "step-00000000.psk.d").stat().st_size  # noqa: E731
     for k, plan in enumerate(plans("manager", directory, root, rng, step_file), start=2):
         assert save_in_child("manager", directory, k, root, plan) in (-signal.SIGKILL, -signal.SIGXFSZ), plan
-        with CheckpointManager(directory, retention=Retention(keep=2)) as manager:  # (closed: the next child opens the directory)
+        # (closed: the next child opens the directory)
+        with CheckpointManager(directory, retention=Retention(keep=2)) as manager:
             latest = manager.latest_step()
             assert latest is not None
             back = manager.restore(target=expected(0), verify=True)
