@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from pskd_jax._os.checks import first_true
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_key_array, jax_module, key_impl_of, sharding_of, wants_jax
 from pskd_jax.checkpoint.planning import leaf_name
 from pskd_jax.errors import BadValueError, MismatchError
@@ -113,7 +114,10 @@ def _dtype_info(dtype: np.dtype):
 
 
 def _first(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask.reshape(-1))[0])
+    """The flat index of the first element ``mask`` marks (the caller knows there is one)."""
+    found = first_true(mask)
+    assert found is not None
+    return found
 
 
 def _index(shape: tuple[int, ...], flat: int) -> list[int]:

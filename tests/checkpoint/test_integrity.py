@@ -98,3 +98,18 @@ def test_a_flipped_byte_anywhere_fails_a_verified_restore(tmp_path, monkeypatch,
     path.write_bytes(good + b"\0")  # a byte more at the end
     with pytest.raises(PskdError):
         ck.restore(path, tree, digests={"xxh3_128": digest})
+
+
+def test_digests_are_a_map_of_algorithm_to_hex(tmp_path, rng):
+    tree = {"w": random_finite(rng, np.float32, (8,))}
+    path = tmp_path / "c.psk.d"
+    result = ck.save(path, tree, SaveOptions(digest="xxh3_128"))
+    upper = {"xxh3_128": result.digests["xxh3_128"].upper()}
+    np.testing.assert_array_equal(bits(ck.restore(path, tree, digests=upper)["w"]), bits(tree["w"]))
+    for bad, fragment in (("0" * 32, "digests='"), (["xxh3_128"], "digests=["), ({"md5": "00"}, "md5"),
+                          ({"xxh3_128": 3}, "hex string")):
+        for attempt in (lambda: ck.restore(path, tree, digests=bad), lambda: ck.verify_file(path, bad)):
+            with pytest.raises(PskdError) as e:
+                attempt()
+            assert e.value.code == "E9012" and str(path) in e.value.message and fragment in e.value.message
+    assert ck.restore(path, tree, digests={})["w"].shape == (8,)  # an empty map checks nothing
