@@ -213,7 +213,7 @@ def prepare(directory: pathlib.Path, scale: float, have: dict) -> int:
     tree = make_tree(scale)
     result = ck.save(directory / "tree.psk.d", tree, SaveOptions(digest=ck.CHECKPOINT_DIGEST))
     digests = {name: file_digest(directory / "tree.psk.d", name) for name in DIGESTS}
-    assert digests[ck.CHECKPOINT_DIGEST] == result.digest[ck.CHECKPOINT_DIGEST]
+    assert digests[ck.CHECKPOINT_DIGEST] == result.digests[ck.CHECKPOINT_DIGEST]
     (directory / "tree.digests.json").write_text(json.dumps(digests))
     if have["safetensors"]:
         import safetensors.numpy as stn
