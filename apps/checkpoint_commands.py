@@ -7,6 +7,7 @@ import os
 from typing import Iterator
 
 from pskd_jax import checkpoint
+from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax.errors import UsageError
 
 
@@ -22,18 +23,18 @@ def _verify(args) -> Iterator[str]:
             raise UsageError("--xxh3-128/--sha256 check one file, not a directory")
         entries = checkpoint.verify_directory(path, step=args.step)
         for entry in entries:
-            yield f"pskd: ok step {entry['step']} {entry['file']} {_described(checkpoint.entry_digests(entry))}"
+            yield f"pskd: ok step {entry.step} {entry.file} {_described(entry.checkable_digests())}"
         yield f"pskd: {len(entries)} checkpoint{'s' if len(entries) != 1 else ''} verified in {path}"
         return
     if args.step is not None:
         raise UsageError("--step selects a step of a checkpoint directory")
     expected = given or checkpoint.recorded_digests(path)
     if not expected:
-        found = {name: checkpoint.file_digest(path, name) for name in checkpoint.DIGESTS}
+        found = {name: file_digest(path, name) for name in DIGESTS}
         yield (f"pskd: {path}: {_described(found)} (no recorded digest to compare: give --xxh3-128 or "
                "--sha256, or verify the checkpoint directory)")
         return
-    checkpoint.verify_file(path, **expected)
+    checkpoint.verify_file(path, expected)
     yield f"pskd: ok {path} {_described(expected)}"
 
 

@@ -17,7 +17,7 @@ from absl import app, flags
 from absl.flags import argparse_flags
 
 import pskd_jax
-from pskd_jax import checkpoint
+from pskd_jax._os.names import layout_path_for
 from pskd_jax.errors import PskdError, UsageError
 
 from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
@@ -81,7 +81,7 @@ def check_output_is_no_input(args) -> None:
     inputs = [given for name, value in vars(args).items() if name != "output"
               for given in (value if isinstance(value, list) else [value]) if isinstance(given, str)]
     # A checkpoint's layout file is read beside it without being named: an input too.
-    inputs += [checkpoint.layout_path_for(given) for given in inputs if given.endswith(".psk.d")]
+    inputs += [layout_path_for(given) for given in inputs if given.endswith(".psk.d")]
     for given in inputs:
         try:
             same = os.path.isfile(given) and os.path.samefile(given, output)

@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
     import jax
 
     from pskd_jax import corpus
-    from pskd_jax.checkpoint import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager, Retention
     from pskd_jax.errors import PipelineError, PskdError, UsageError
     from pskd_jax.format import Reader
     from pskd_jax.loader import Loader
@@ -115,7 +115,8 @@ def main(argv: list[str]) -> None:
         params = charlm.init_params(config, FLAGS.seed)
         opt = charlm.init_adam(params)
         step, state = 0, IteratorState()
-        manager = CheckpointManager(FLAGS.checkpoint_dir, keep=FLAGS.keep) if FLAGS.checkpoint_dir else None
+        manager = (CheckpointManager(FLAGS.checkpoint_dir, retention=Retention(keep=FLAGS.keep))
+                   if FLAGS.checkpoint_dir else None)
         if FLAGS.resume and manager is not None and manager.latest_step() is not None:
             restored = manager.restore(target={"params": params, "opt": opt})
             params, opt = restored["params"], restored["opt"]

@@ -31,9 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 import pskd_jax  # noqa: E402
 from pskd_jax import checkpoint as ck  # noqa: E402
-from pskd_jax.checkpoint import restoring  # noqa: E402
+from pskd_jax._os.digests import DIGESTS, file_digest  # noqa: E402
+from pskd_jax._os.names import layout_path_for  # noqa: E402
+from pskd_jax.checkpoint import (
+    SaveOptions,  # noqa: E402
+    restoring,  # noqa: E402
+)
 from pskd_jax.format import Reader  # noqa: E402
-
 
 # ------------------------------------------------------------------------------------------------
 # The tree
@@ -98,7 +102,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     st = directory / "tree.safetensors"
     orbax_dir = directory / "orbax"
     size = os.path.getsize(pskd)
-    data_offset = Reader(pskd, layout=ck.read_layout(ck.layout_path_for(pskd))).header.data_offset
+    data_offset = Reader(pskd, layout=ck.read_layout_file(layout_path_for(pskd)).layout).header.data_offset
     timed = {}
 
     if name in ("save", "save_durable", "write", "write_fsync", "safetensors_save", "orbax_save"):
@@ -126,7 +130,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
         cpu = cpu_seconds()
         start = time.perf_counter()
         if name in ("save", "save_durable"):
-            ck.save(directory / "out.psk.d", tree, durable=name == "save_durable", layout_file=False)
+            ck.save(directory / "out.psk.d", tree, SaveOptions(durable=name == "save_durable", layout_file=False))
         elif name in ("write", "write_fsync"):
             with open(directory / "out.raw", "wb") as f:
                 for value in tree.values():
@@ -154,7 +158,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
         checkpointer = ocp.StandardCheckpointer()
     if name == "safetensors_load":
         import safetensors.numpy as stn
-    layout = ck.read_layout(ck.layout_path_for(pskd))
+    layout = ck.read_layout_file(layout_path_for(pskd)).layout
     digests = json.loads((directory / "tree.digests.json").read_text())
     base = rss_bytes()
     reset_peak()
@@ -173,7 +177,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     elif name == "restore_numpy_verified":  # with the checkpoint digest, as a manager restores
         result = ck.restore(pskd, as_numpy=True, layout=layout, **{ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})
     elif name == "restore_numpy_verified_sha256":
-        result = ck.restore(pskd, as_numpy=True, layout=layout, sha256=digests["sha256"])
+        result = ck.restore(pskd, as_numpy=True, layout=layout, digests={"sha256": digests["sha256"]})
     elif name == "restore_jax":
         result = ck.restore(pskd, layout=layout)
         jax.block_until_ready(result)
@@ -207,9 +211,9 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
 
 def prepare(directory: pathlib.Path, scale: float, have: dict) -> int:
     tree = make_tree(scale)
-    result = ck.save(directory / "tree.psk.d", tree, digest=ck.CHECKPOINT_DIGEST)
-    digests = {name: ck.file_digest(directory / "tree.psk.d", name) for name in ck.DIGESTS}
-    assert digests[ck.CHECKPOINT_DIGEST] == result.digest[ck.CHECKPOINT_DIGEST]
+    result = ck.save(directory / "tree.psk.d", tree, SaveOptions(digest=ck.CHECKPOINT_DIGEST))
+    digests = {name: file_digest(directory / "tree.psk.d", name) for name in DIGESTS}
+    assert digests[ck.CHECKPOINT_DIGEST] == result.digests[ck.CHECKPOINT_DIGEST]
     (directory / "tree.digests.json").write_text(json.dumps(digests))
     if have["safetensors"]:
         import safetensors.numpy as stn

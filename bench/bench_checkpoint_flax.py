@@ -81,7 +81,7 @@ def case(name: str, directory: pathlib.Path, layers: int, width: int) -> dict:
         restored = ck.restore(directory / "state.psk.d", abstract)
     elif name == "pskd_restore_verified":
         digest = (directory / "state.xxh3").read_text().strip()
-        restored = ck.restore(directory / "state.psk.d", abstract, xxh3_128=digest)
+        restored = ck.restore(directory / "state.psk.d", abstract, digests={"xxh3_128": digest})
     else:
         restored = checkpointer.restore(directory / "orbax", abstract)
     jax.block_until_ready(restored)
@@ -97,8 +97,8 @@ def prepare(directory: pathlib.Path, layers: int, width: int) -> int:
     from pskd_jax import checkpoint as ck
 
     state = nnx.state(make(layers, width))
-    result = ck.save(directory / "state.psk.d", state, digest="xxh3_128")
-    (directory / "state.xxh3").write_text(result.xxh3_128)
+    result = ck.save(directory / "state.psk.d", state, ck.SaveOptions(digest="xxh3_128"))
+    (directory / "state.xxh3").write_text(result.digests["xxh3_128"])
     import orbax.checkpoint as ocp
 
     shutil.rmtree(directory / "orbax", ignore_errors=True)
@@ -132,7 +132,7 @@ def key_path_matching(directory: pathlib.Path, leaves: int, rounds: int) -> dict
 
     tree = {f"layer_{i:04d}_{'wb'[i % 2]}": np.full(64, i, np.float32) for i in reversed(range(leaves))}
     ck.save(directory / "keyed.psk.d", tree)
-    ck.save(directory / "positional.psk.d", tree, layout_file=False)
+    ck.save(directory / "positional.psk.d", tree, ck.SaveOptions(layout_file=False))
     in_order = {k: np.zeros(64, np.float32) for k in tree}
     sorted_target = dict(sorted(in_order.items()))
     runs = {"key path, saved order": lambda: ck.restore(directory / "keyed.psk.d", in_order, as_numpy=True),

@@ -26,7 +26,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pskd_jax.checkpoint import CheckpointManager  # noqa: E402
+from pskd_jax.checkpoint import (
+    CheckpointManager,  # noqa: E402
+    SaveOptions,  # noqa: E402
+)
 
 
 def make_tree(scale: float) -> dict:
@@ -63,7 +66,7 @@ def main() -> None:
     size = sum(value.nbytes for value in tree.values())
     managers = {}
     for digest in ("xxh3_128", "sha256"):
-        manager = CheckpointManager(directory / digest, digest=digest, durable=False)
+        manager = CheckpointManager(directory / digest, save_options=SaveOptions(digest=digest, durable=False))
         manager.save(1, tree)
         managers[digest] = manager
     del tree

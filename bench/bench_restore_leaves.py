@@ -16,11 +16,10 @@ import shutil
 import tempfile
 
 import numpy as np
+from interleaved import interleaved_medians  # bench/interleaved.py, beside this script
 
 from pskd_jax import checkpoint as ck
 from pskd_jax.format import Reader
-
-from interleaved import interleaved_medians  # bench/interleaved.py, beside this script
 
 
 def measure(directory: pathlib.Path, leaves: int, rounds: int) -> dict[str, float]:
@@ -28,7 +27,7 @@ def measure(directory: pathlib.Path, leaves: int, rounds: int) -> dict[str, floa
     path = directory / "many.psk.d"
     ck.save(path, tree)
     target = {k: {"w": np.zeros(64, np.float32)} for k in tree}
-    layout = ck.find_layout(path)
+    layout = ck.find_layout_file(path).layout
 
     def with_layout() -> None:
         with Reader(path) as reader:

@@ -57,25 +57,24 @@ from typing import Callable
 
 import numpy as np
 
-from pskd_jax import checkpoint
-from pskd_jax.checkpoint import safetensors as convert
-from pskd_jax import corpus
-from pskd_jax.corpus import build as corpus_build
+from pskd_jax import checkpoint, corpus, pipeline
 from pskd_jax import data as inspection
-from pskd_jax.checkpoint import manager
-from pskd_jax.data import pack
-from pskd_jax import pipeline
-from pskd_jax.format import sample_type
-from pskd_jax.format.layout import Layout
-from pskd_jax.data import text
-from pskd_jax.data import tokens as tokens_module
+from pskd_jax._os import atomic
+from pskd_jax._os.digests import file_digest
+from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint import SaveOptions
+from pskd_jax.checkpoint import index as checkpoint_index
+from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax.corpus import build as corpus_build
 from pskd_jax.data import distance as distance_module
 from pskd_jax.data import export as export_module
-from pskd_jax._os import atomic
-from pskd_jax.data import windows
+from pskd_jax.data import pack, text, windows
+from pskd_jax.data import tokens as tokens_module
+from pskd_jax.errors import PskdError
+from pskd_jax.format import sample_type
+from pskd_jax.format.layout import Layout
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import write, write_encoded
-from pskd_jax.errors import PskdError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOSTILE = os.path.join(ROOT, "testdata", "hostile")
@@ -95,10 +94,12 @@ class Scratch:
         os.makedirs(self.fixtures, exist_ok=True)
         self.checkpoint = os.path.join(self.fixtures, "ck.psk.d")
         checkpoint.save(self.checkpoint, {"w": np.arange(6, dtype=np.float32).reshape(2, 3),
-                                          "b": [np.float64(0.5), np.uint8(7)]}, name="Model", durable=False)
+                                          "b": [np.float64(0.5), np.uint8(7)]},
+                        SaveOptions(name="Model", durable=False))
         self.index_dir = os.path.join(directory, "index")
         self.index_files = {}
-        with manager.CheckpointManager(os.path.join(self.fixtures, "run"), durable=False) as m:
+        with checkpoint.CheckpointManager(os.path.join(self.fixtures, "run"),
+                                          save_options=SaveOptions(durable=False)) as m:
             m.save(1, {"w": np.ones(3, np.float32)}, extra={"epoch": 1, "batch": 2})
             for name in os.listdir(m.directory):
                 with open(os.path.join(m.directory, name), "rb") as f:
@@ -302,10 +303,10 @@ def t_layout(s: Scratch, data: bytes) -> None:
     beside = s.path("b.psk.d")
     if not os.path.exists(beside):
         shutil.copyfile(s.checkpoint, beside)
-    _write(checkpoint.layout_path_for(beside), data)
+    _write(layout_path_for(beside), data)
     try:
         checkpoint.restore(beside, as_numpy=True)
-        inspection.info_lines(beside, layout=checkpoint.find_layout(beside))
+        inspection.info_lines(beside, layout=checkpoint.find_layout_file(beside).layout)
     except PskdError:
         pass
 
@@ -314,13 +315,13 @@ def t_checkpoints_index(s: Scratch, data: bytes) -> None:
     directory = s.index_dir
     os.makedirs(directory, exist_ok=True)
     for name, content in s.index_files.items():
-        if name != manager.INDEX and not os.path.exists(os.path.join(directory, name)):
+        if name != checkpoint_index.INDEX and not os.path.exists(os.path.join(directory, name)):
             _write(os.path.join(directory, name), content)
-    _write(os.path.join(directory, manager.INDEX), data)
+    _write(os.path.join(directory, checkpoint_index.INDEX), data)
     try:
-        manager.read_index(directory)
-        manager.verify_directory(directory)
-        with manager.CheckpointManager(directory, durable=False) as m:
+        checkpoint.read_index(directory)
+        checkpoint.verify_directory(directory)
+        with checkpoint.CheckpointManager(directory, save_options=SaveOptions(durable=False)) as m:
             m.all_steps()
             m.extra()
             m.restore(as_numpy=True)
@@ -336,8 +337,8 @@ def t_safetensors(s: Scratch, data: bytes) -> None:
     body = struct.pack("<Q", len(header)) + header + bytes(range(256)) * (length // 256) + bytes(length % 256)
     source = _write(s.path("in.safetensors"), body)
     try:
-        convert.safetensors_to_pskd(source, s.path("st.psk.d"), durable=False)
-        inspection.info_lines(s.path("st.psk.d"), layout=checkpoint.find_layout(s.path("st.psk.d")))
+        convert.safetensors_to_pskd(source, s.path("st.psk.d"), SaveOptions(durable=False))
+        inspection.info_lines(s.path("st.psk.d"), layout=checkpoint.find_layout_file(s.path("st.psk.d")))
     except PskdError:
         pass
 
@@ -723,9 +724,9 @@ def t_non_regular(s: Scratch, data: bytes) -> None:
         ("in.pipeline", pipeline.load_pipeline), ("in.layout.json", checkpoint.read_layout_file),
         ("shards.json", corpus.read_manifest),
         ("in.jsonl", lambda p: corpus_build.build_corpus([p], os.path.join(s.directory, "c"), durable=False)),
-        ("in.psk.d", checkpoint.file_digest),
+        ("in.psk.d", file_digest),
         ("in.safetensors", lambda p: convert.safetensors_to_pskd(p, os.path.join(s.directory, "x.psk.d"),
-                                                                durable=False)),
+                                                                SaveOptions(durable=False))),
     ]
     name, read = readers[data[1] % len(readers)]
     path = os.path.join(folder, name)
@@ -837,9 +838,9 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [b"(idx[10][2], R[])\n1 2 0.5\n-- comment\n\n3 4 1e-3\n", "ℝ[3]\n1 2 3\n4.5 6 7\n".encode(),
                 b"bool[2]\n0 1\n1 1\n", b"idx[18446744073709551616][]\n18446744073709551615\n"]
     if target == "layout":
-        return [open(checkpoint.layout_path_for(scratch.checkpoint), "rb").read()]
+        return [open(layout_path_for(scratch.checkpoint), "rb").read()]
     if target == "checkpoints_index":
-        return [scratch.index_files[manager.INDEX]]
+        return [scratch.index_files[checkpoint_index.INDEX]]
     if target == "manifest":
         out = []
         for name in ("bytes.json", "chars.json"):
@@ -873,8 +874,8 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
 
 def _nan_file() -> bytes:
     """A version 2 file of f64, f32 and bf16 leaves holding NaNs (payloads, signs), ±Inf."""
-    from pskd_jax.format.header import encode_header
     from pskd_jax.format.encodings import Encoding
+    from pskd_jax.format.header import encode_header
     head = encode_header("(ℝ[3], ℝ[2], ℝ[2])", 1, [Encoding.F64, Encoding.F32, Encoding.BF16])
     f64 = np.array([np.nan, -np.inf, 2.5]).tobytes()
     f32 = np.array([0x7FC00001, 0xFF800000], np.uint32).tobytes()
@@ -906,7 +907,7 @@ def hostile_inputs(target: str) -> list[bytes]:
                     out.append(diff_input(a, b))
                 continue
             if os.path.isdir(path) and not os.path.islink(path):
-                path = os.path.join(path, corpus.MANIFEST if kind == "manifest" else manager.INDEX)
+                path = os.path.join(path, corpus.MANIFEST if kind == "manifest" else checkpoint_index.INDEX)
             if not os.path.isfile(path):
                 continue  # (a link to /dev/zero, to a directory, to itself: no bytes to fuzz)
             with open(path, "rb") as f:
@@ -984,8 +985,8 @@ def diff_input(a: bytes, b: bytes | None, *, small_blocks: bool = False) -> byte
 
 
 def _diff_seeds(scratch: Scratch) -> list[bytes]:
-    from pskd_jax.format.header import encode_header
     from pskd_jax.format.encodings import Encoding
+    from pskd_jax.format.header import encode_header
     out = []
     containers = _container_seeds(scratch)
     for k, a in enumerate(containers):

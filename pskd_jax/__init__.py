@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-from pskd_jax.checkpoint import CheckpointManager, restore, save
+from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
 from pskd_jax.corpus import CorpusWindows, Tokenizer, build_corpus, verify_corpus
 from pskd_jax.data import char_vocab, decode, diff, encode
 from pskd_jax.errors import PskdError
@@ -50,6 +50,8 @@ __all__ = [
     "Pipeline",
     "PskdError",
     "Reader",
+    "Retention",
+    "SaveOptions",
     "Tokenizer",
     "Writer",
     "build_corpus",

@@ -70,6 +70,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pskd_jax import checkpoint  # noqa: E402
+from pskd_jax._os.digests import file_digest  # noqa: E402
+from pskd_jax._os.names import layout_path_for  # noqa: E402
+from pskd_jax.checkpoint import SaveOptions  # noqa: E402
 from pskd_jax.corpus.tokenizer import Tokenizer  # noqa: E402
 from pskd_jax.format.writer import write  # noqa: E402
 
@@ -426,9 +429,9 @@ def manager_indexes(c: Collection) -> None:
         steps = {}
         for step in (1, 2):
             path = os.path.join(scratch, f"step-{step:08d}.psk.d")
-            checkpoint.save(path, {"w": np.full(3, step, np.float32)}, durable=False)
-            with open(path, "rb") as f, open(checkpoint.layout_path_for(path), "rb") as g:
-                steps[step] = (f.read(), g.read(), checkpoint.file_digest(path, "xxh3_128"))
+            checkpoint.save(path, {"w": np.full(3, step, np.float32)}, SaveOptions(durable=False))
+            with open(path, "rb") as f, open(layout_path_for(path), "rb") as g:
+                steps[step] = (f.read(), g.read(), file_digest(path, "xxh3_128"))
 
     def files(*present):
         found = {}
@@ -932,7 +935,7 @@ def fixtures(directory: str) -> None:
     os.makedirs(path, exist_ok=True)
     write(os.path.join(path, "small.psk.d"), "ℝ[]", np.arange(8, dtype=np.float64), durable=False)
     tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([0.5, 1.5]), "k": np.uint8(7)}
-    checkpoint.save(os.path.join(path, "checkpoint.psk.d"), tree, name="Model", durable=False)
+    checkpoint.save(os.path.join(path, "checkpoint.psk.d"), tree, SaveOptions(name="Model", durable=False))
     # The layout beside it is renamed so that only an explicit --layout is ever read.
     os.replace(os.path.join(path, "checkpoint.layout.json"), os.path.join(path, "checkpoint.layout.json.good"))
     with open(os.path.join(path, "text.txt"), "w", encoding="utf-8") as f:

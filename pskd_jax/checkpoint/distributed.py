@@ -1,13 +1,15 @@
-"""Saving one checkpoint from several JAX processes into one file on a shared file system.
+"""Saving one checkpoint from several JAX processes into one file on a shared file system, in
+three phases agreed on at barriers: create the file, write each process's shards, commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import stat
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -17,13 +19,13 @@ from pskd_jax._os.digests import file_digest
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
-from pskd_jax.checkpoint.integrity import digest_algorithm
 from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
 from pskd_jax.checkpoint.layout_file import write_layout
-from pskd_jax.checkpoint.planning import SaveResult, plan
+from pskd_jax.checkpoint.options import SaveOptions, save_options
+from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
-from pskd_jax.format.encodings import Encoding, Rounding
+from pskd_jax.format.encodings import Rounding
 from pskd_jax.format.sample_type import ParamsType, parse_type
 
 
@@ -65,20 +67,34 @@ def _open_temporary(temporary: str, *, create: bool) -> int:
     return fd
 
 
-def save_distributed(
-    path: str | os.PathLike,
-    tree: Any,
-    *,
-    name: str | None = None,
-    encodings: Any = None,
-    round_to_encoding: bool = False,
-    durable: bool = True,
-    layout_file: bool = True,
-    digest: bool | str = False,
-    finite_only: bool = False,
-) -> SaveResult:
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where a distributed save goes: the path asked for, the file it writes (a link's target),
+    that file's directory, the temporary file, and the layout file (None: none is written)."""
+
+    path: str
+    destination: str
+    directory: str
+    temporary: str
+    layout_path: str | None
+
+
+def _attempt(work: Callable[[], object], where: str | None) -> BaseException | None:
+    """Runs ``work``; returns what it raised (to be agreed on by every process), an ``OSError`` as
+    E9003 naming ``where`` (as it is when ``where`` is None)."""
+    try:
+        work()
+    except OSError as e:
+        return TruncatedError(f"{where}: {e.strerror or e}") if where is not None else e
+    except BaseException as e:  # handed to every process by _agree
+        return e
+    return None
+
+
+def save_distributed(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None) -> SaveResult:
     """Saves a tree of arrays sharded over several JAX processes into one file on a shared
-    filesystem; every process calls it (``save`` does so by itself for such trees).
+    filesystem; every process calls it (``save`` does so by itself for such trees), with the same
+    ``options``.
 
     Process 0 takes the destination's lock (:func:`destination_lock`, held to the commit), creates
     the temporary file at its full size and writes the header; after a barrier each process writes
@@ -98,115 +114,127 @@ def save_distributed(
     jax = jax_module()
     multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
     path = os.fspath(path)
+    options = save_options(options)
     me = jax.process_index()
-    algorithm = digest_algorithm(digest)
-    plan_ = plan(tree, name=name, encodings=encodings, keep_global=True)
-    placement = plan_.placement
-    error: BaseException | None = None
-    try:  # (every process: a refusal in any one is agreed on before anything is written)
-        destination = destination_for(path)
-    except BaseException as e:
-        error, destination = e, path
-    directory = os.path.dirname(os.path.abspath(destination))
-    temporary = names.distributed_temporary(destination)
-    layout_path = names.layout_path_for(path) if layout_file and isinstance(parse_type(plan_.type_text), ParamsType) else None
-    header = plan_.header
-    # Process 0 holds the destination's lock from before the layout to the commit.
-    with contextlib.ExitStack() as held:
+    plan_ = plan(tree, options, keep_global=True)
+    target, error = _target(path, plan_, options)  # (every process: a refusal is agreed on first)
+    with contextlib.ExitStack() as held:  # process 0 holds the destination's lock to the commit
         if me == 0 and error is None:
-            try:
-                held.enter_context(destination_lock(path))
-            except BaseException as e:  # handed to every process by _agree
-                error = e
+            error = _attempt(lambda: held.enter_context(destination_lock(path)), None)
         if me == 0 and error is None:
-            try:
-                fd = _open_temporary(temporary, create=True)
-                try:
-                    os.ftruncate(fd, plan_.size)
-                    write_at(fd, memoryview(header), 0, temporary)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                error = TruncatedError(f"{temporary}: {e.strerror or e}")
-            except BaseException as e:  # handed to every process by _agree
-                error = e
+            error = _attempt(lambda: _create(target.temporary, plan_), target.temporary)
         _agree(multihost_utils, f"{path}: creating the file", error)
 
         reports: dict[int, Rounding] = {}
-        try:
-            fd = _open_temporary(temporary, create=False)
-            try:
-                for i, value in enumerate(plan_.arrays):
-                    start = len(header) + placement.offsets[i]
-                    itemsize = placement.disk_dtypes[i].itemsize
-                    if not is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
-                        if me == 0:
-                            position = start
-                            for chunk in encode_chunks(i, plan_, round_to_encoding, reports, finite_only=finite_only):
-                                data = bytes_of(chunk)
-                                write_at(fd, data, position, temporary)
-                                position += len(data)
-                        continue
-                    leaf = placement.layout.leaves[i]
-                    for shard in value.addressable_shards:
-                        if shard.replica_id != 0:
-                            continue
-                        index = tuple(shard.index)
-                        box = np.asarray(shard.data)
-                        origin = tuple(s.indices(d)[0] for s, d in zip(index, leaf.shape))
-                        encoded = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in
-                                                  encode_chunks(i, plan_, round_to_encoding, reports, box, origin,
-                                                                finite_only=finite_only)]) \
-                            if box.size else np.zeros(0, np.uint8)
-                        _, runs, run = region_runs(leaf.shape, index)
-                        run_bytes = run * itemsize
-                        for k, element in enumerate(runs):
-                            write_at(fd, memoryview(encoded[k * run_bytes : (k + 1) * run_bytes]),
-                                        start + element * itemsize, temporary)
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            error = TruncatedError(f"{temporary}: {e.strerror or e}")
-        except BaseException as e:  # handed to every process by _agree
-            error = e
+        error = _attempt(lambda: _write_shards(target.temporary, plan_, options, reports, me), target.temporary)
         try:
             _agree(multihost_utils, f"{path}: writing the shards", error)
         except BaseException:
             if me == 0:
-                try:
-                    os.unlink(temporary)
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError):
+                    os.unlink(target.temporary)
             raise
 
         found: dict[str, str] = {}
-        if me == 0:
-            committed = False
-            try:
-                if algorithm:  # (before the layout, which records an xxh3_128)
-                    found[algorithm] = file_digest(temporary, algorithm)
-                if layout_path:  # only now that every process accepted its values
-                    write_layout(layout_path, plan_, durable=durable, xxh3_128=found.get("xxh3_128"))
-                elif os.path.lexists(names.layout_path_for(path)):  # it described the data replaced
-                    os.unlink(names.layout_path_for(path))
-                check_destination(destination)  # (still nothing or a regular file)
-                os.replace(temporary, destination)
-                committed = True
-                if durable:
-                    fsync_directory(directory)
-            except OSError as e:
-                error = TruncatedError(f"{path}: {e.strerror or e}")
-            except BaseException as e:  # handed to every process by _agree
-                error = e
-            if not committed:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
+        error = _attempt(lambda: _commit(target, plan_, options, found), path) if me == 0 else None
         _agree(multihost_utils, f"{path}: committing", error)
-        return SaveResult(path, plan_.type_text, 2 if any(e != Encoding.F64 for e in placement.encodings) else 1,
-                          placement.encodings, [reports[i] for i in sorted(reports)], plan_.size, found.get("sha256"),
-                          layout_path, found.get("xxh3_128"))
+    return SaveResult.of(path, plan_, reports, found, target.layout_path)
+
+
+def _target(path: str, plan_: SavePlan, options: SaveOptions) -> tuple[_Target, BaseException | None]:
+    """Where the save goes, and the refusal of the destination (to be agreed on), if any."""
+    error: BaseException | None = None
+    try:
+        destination = destination_for(path)
+    except BaseException as e:  # handed to every process by _agree
+        error, destination = e, path
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
+    return _Target(path, destination, os.path.dirname(os.path.abspath(destination)),
+                   names.distributed_temporary(destination),
+                   names.layout_path_for(path) if writes_layout else None), error
+
+
+def _create(temporary: str, plan_: SavePlan) -> None:
+    """Process 0: the temporary file at its full size, its header written."""
+    fd = _open_temporary(temporary, create=True)
+    try:
+        os.ftruncate(fd, plan_.size)
+        write_at(fd, memoryview(plan_.header), 0, temporary)
+    finally:
+        os.close(fd)
+
+
+def _write_shards(temporary: str, plan_: SavePlan, options: SaveOptions, reports: dict[int, Rounding],
+                  me: int) -> None:
+    """Every process: the shards of the JAX arrays it owns (replica 0 of each); process 0 also the
+    leaves that are not spread over processes."""
+    fd = _open_temporary(temporary, create=False)
+    try:
+        for i, value in enumerate(plan_.arrays):
+            if not is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
+                if me == 0:
+                    _write_whole_leaf(fd, temporary, plan_, i, options, reports)
+                continue
+            for shard in value.addressable_shards:
+                if shard.replica_id == 0:
+                    _write_shard(fd, temporary, plan_, i, shard, options, reports)
+        if options.durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _leaf_start(plan_: SavePlan, i: int) -> int:
+    return len(plan_.header) + plan_.placement.offsets[i]
+
+
+def _write_whole_leaf(fd: int, temporary: str, plan_: SavePlan, i: int, options: SaveOptions,
+                      reports: dict[int, Rounding]) -> None:
+    position = _leaf_start(plan_, i)
+    for chunk in encode_chunks(i, plan_, options.round_to_encoding, reports, finite_only=options.finite_only):
+        data = bytes_of(chunk)
+        write_at(fd, data, position, temporary)
+        position += len(data)
+
+
+def _write_shard(fd: int, temporary: str, plan_: SavePlan, i: int, shard: Any, options: SaveOptions,
+                 reports: dict[int, Rounding]) -> None:
+    """One shard of leaf i, encoded, written run by run at its offsets in the file."""
+    leaf = plan_.placement.layout.leaves[i]
+    itemsize = plan_.placement.disk_dtypes[i].itemsize
+    index = tuple(shard.index)
+    box = np.asarray(shard.data)
+    origin = tuple(s.indices(d)[0] for s, d in zip(index, leaf.shape))
+    chunks = encode_chunks(i, plan_, options.round_to_encoding, reports, box, origin, finite_only=options.finite_only)
+    encoded = np.concatenate([np.ascontiguousarray(c).reshape(-1).view(np.uint8) for c in chunks]) \
+        if box.size else np.zeros(0, np.uint8)
+    _, runs, run = region_runs(leaf.shape, index)
+    run_bytes = run * itemsize
+    start = _leaf_start(plan_, i)
+    for k, element in enumerate(runs):
+        write_at(fd, memoryview(encoded[k * run_bytes : (k + 1) * run_bytes]), start + element * itemsize, temporary)
+
+
+def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[str, str]) -> None:
+    """Process 0, once every process wrote its shards: the digest (into ``found``), the layout
+    file, the rename into place and the directory's sync. Uncommitted, the temporary file goes."""
+    committed = False
+    try:
+        if options.digest:  # (before the layout, which records an xxh3_128)
+            found[options.digest] = file_digest(target.temporary, options.digest)
+        if target.layout_path:  # only now that every process accepted its values
+            write_layout(target.layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
+        elif os.path.lexists(names.layout_path_for(target.path)):  # it described the data replaced
+            os.unlink(names.layout_path_for(target.path))
+        check_destination(target.destination)  # (still nothing or a regular file)
+        os.replace(target.temporary, target.destination)
+        committed = True
+        if options.durable:
+            fsync_directory(target.directory)
+    finally:
+        if not committed:
+            with contextlib.suppress(OSError):
+                os.unlink(target.temporary)
 
 
 __all__ = ["save_distributed"]

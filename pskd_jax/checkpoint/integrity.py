@@ -4,37 +4,31 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
+from pskd_jax._os.checks import abridged
 from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax.errors import DigestMismatchError, UsageError
+from pskd_jax.format.layout_file import LayoutFile
 
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
 
 
-def digest_algorithm(digest: bool | str) -> str | None:
-    """``save``'s ``digest``: False (none), True (sha256, as ``sha256sum`` prints it), or an
-    algorithm of :data:`DIGESTS`."""
-    if digest is False or digest is None:
-        return None
-    if digest is True:
-        return "sha256"
-    if digest not in DIGESTS:
-        raise UsageError(f"digest={digest!r}: expected one of {sorted(DIGESTS)}, True (sha256) or False")
-    return digest
-
-
-def expected_digests(path: str, expected: dict[str, str | None]) -> dict[str, str]:
-    """The digests a restore or a check was given, by algorithm, as lowercase hex."""
-    out = {}
-    for name, value in expected.items():
-        if value is None:
-            continue
-        if name not in DIGESTS:
+def checked_digests(path: str, digests: Any) -> dict[str, str]:
+    """The digests a restore or a check was given (a map of algorithm to hex, or None), as
+    lowercase hex by algorithm in the order of :data:`DIGESTS` (xxh3_128 first); E9012 naming the
+    file for anything else."""
+    if digests is None:
+        return {}
+    if not isinstance(digests, Mapping):
+        raise UsageError(f"{path}: digests={abridged(digests, 80)}: expected a map of algorithm to hex digest, "
+                         f"such as {{'xxh3_128': HEX}}")
+    for name, value in digests.items():
+        if not isinstance(name, str) or name not in DIGESTS:
             raise UsageError(f"{path}: cannot check a {name} digest: expected one of {sorted(DIGESTS)}")
         if not isinstance(value, str):
             raise UsageError(f"{path}: the {name} digest must be a hex string, got {value!r}")
-        out[name] = value.lower()
-    return out
+    return {name: digests[name].lower() for name in DIGESTS if name in digests}
 
 
 def check_digest(path: str, algorithm: str, found: str, expected: str) -> None:
@@ -44,17 +38,27 @@ def check_digest(path: str, algorithm: str, found: str, expected: str) -> None:
                                   "(the file was changed or damaged after the digest was recorded)")
 
 
-def verify_file(path: str | os.PathLike, sha256: str | None = None, *, xxh3_128: str | None = None) -> str:
-    """Checks a whole file against its recorded digest, ``xxh3_128`` or ``sha256`` (hex; each
-    given is checked); E9013 naming the file on a mismatch. Returns the algorithm checked (the
-    first given, xxh3_128 before sha256)."""
+def verify_file(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
+    """Checks a whole file against its recorded digests (``{"xxh3_128": HEX}``, ``{"sha256": HEX}``
+    or both: each given is checked); E9013 naming the file on a mismatch. Returns the algorithm
+    checked (the first given, xxh3_128 before sha256)."""
     path = os.fspath(path)
-    expected = expected_digests(path, {"xxh3_128": xxh3_128, "sha256": sha256})
+    expected = checked_digests(path, digests)
     if not expected:
-        raise UsageError(f"{path}: no digest to check against: give xxh3_128=HEX or sha256=HEX")
+        raise UsageError(f"{path}: no digest to check against: give digests={{'xxh3_128': HEX}} or "
+                         "{'sha256': HEX}")
     for algorithm, hex_digest in expected.items():
         check_digest(path, algorithm, file_digest(path, algorithm), hex_digest)
     return next(iter(expected))
 
 
-__all__ = ["CHECKPOINT_DIGEST", "check_digest", "digest_algorithm", "expected_digests", "verify_file"]
+def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | None:
+    """The whole file's xxh3_128 to prove a layout file against: the one at hand (``known``), else
+    computed only when the layout file records one to compare with."""
+    if known is not None:
+        return known
+    recorded = (layout_file.identity or {}).get("xxh3_128")
+    return file_digest(path, "xxh3_128") if recorded is not None else None
+
+
+__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "layout_xxh3", "verify_file"]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import re
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from pskd_jax._os.digests import DIGESTS
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, is_key_array, key_data, key_impl_of
-from pskd_jax.errors import BadValueError, MismatchError, NotClosedError, PskdError
+from pskd_jax.checkpoint.options import SaveOptions, check_params_name, is_params_name, save_options
+from pskd_jax.errors import BadValueError, MismatchError, PskdError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Encoding, Rounding
@@ -21,8 +20,6 @@ from pskd_jax.format.keypaths import check_key_depth, path_keys
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.sample_type import header_text
-
-_IDENT = re.compile(r"[^\W\d]\w*")
 
 
 def leaf_name(path: str) -> str:
@@ -96,8 +93,8 @@ def _source(path: str, value: Any, keep_global: bool) -> tuple[Any, sd.Form]:
 
 
 def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: Any) -> list[Encoding | None]:
-    """``encodings``: None, one label for every real leaf, a sequence in storage order, or a dict
-    from key path to label."""
+    """``encodings`` (as :class:`SaveOptions` holds it): None, one label for every real leaf, a
+    sequence in storage order, or a dict from key path to label."""
     if asked is None:
         return [None] * len(leaves)
     if isinstance(asked, (str, Encoding)):
@@ -109,11 +106,8 @@ def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: An
             raise MismatchError(f"encodings given for {sorted(map(str, unknown))[:20]}, which are not leaves of the "
                                 f"tree")
         labels = [asked.get(p) for p, _ in pairs]
-    else:
-        try:
-            labels = list(asked)
-        except TypeError:
-            raise MismatchError(f"encodings={asked!r:.80}: expected a label, a sequence or a dict") from None
+    else:  # (a sequence: SaveOptions made it a tuple)
+        labels = list(asked)
         if len(labels) != len(leaves):
             raise MismatchError(f"{len(labels)} encodings for a tree of {len(leaves)} leaves")
     out: list[Encoding | None] = []
@@ -157,11 +151,9 @@ def _type_name(tree: Any, name: str | None) -> str:
     if name is None:
         kind = type(tree)
         name = kind.__name__ if (dataclasses.is_dataclass(tree) or hasattr(kind, "_fields")) else "Params"
-        if not _IDENT.fullmatch(name) or name in ("params", "idx", "bool", "R", "ℝ"):
+        if not is_params_name(name):
             name = "Params"
-    if not isinstance(name, str) or not _IDENT.fullmatch(name) or name in ("params", "idx", "bool", "R", "ℝ"):
-        raise NotClosedError(f"params name {name!r:.80}: expected an identifier such as 'MiniGPT'")
-    return name
+    return check_params_name(name)
 
 
 def _closed_leaf_text(leaf: Leaf, form: sd.Form) -> str:
@@ -179,8 +171,11 @@ def _closed_form(form: sd.Form, value: Any) -> bool:
     return is_array_like(value) and form.kind == sd.KIND_VALUE and form.dtype != "float16"
 
 
-def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_global: bool = False) -> SavePlan:
-    """The type, layout and encodings a save of ``tree`` writes (no file is touched)."""
+def plan(tree: Any, options: SaveOptions | None = None, *, keep_global: bool = False) -> SavePlan:
+    """The type, layout and encodings a save of ``tree`` with ``options`` writes (no file is
+    touched); ``keep_global`` keeps arrays spread over several processes (a distributed save)."""
+    options = save_options(options)
+    name, encodings = options.name, options.encodings
     pairs, rebuild, description = tree_lib.flatten_described(tree)
     arrays, forms, leaves = [], [], []
     for path, value in pairs:
@@ -219,9 +214,11 @@ def plan(tree: Any, *, name: str | None = None, encodings: Any = None, keep_glob
                     placement, forms, description)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class SaveResult:
-    """What :func:`save` wrote; ``sha256`` or ``xxh3_128`` is the file's digest when asked for."""
+    """What a save wrote: the file, its type, header version, encodings, the largest rounding error
+    of each rounded leaf, its size, its layout file (None when none was written), and the digests
+    computed while writing (``{"xxh3_128": hex}``; empty when none was asked)."""
 
     path: str
     type_text: str
@@ -229,14 +226,17 @@ class SaveResult:
     encodings: tuple[Encoding, ...]
     rounding: list[Rounding]
     bytes: int
-    sha256: str | None = None
-    layout_path: str | None = None
-    xxh3_128: str | None = None
+    layout_path: str | None
+    digests: Mapping[str, str]
 
-    @property
-    def digest(self) -> dict[str, str]:
-        """The digests computed, by algorithm (``{"xxh3_128": hex}``; empty when none was asked)."""
-        return {name: getattr(self, name) for name in DIGESTS if getattr(self, name) is not None}
+    @classmethod
+    def of(cls, path: str, plan_: SavePlan, reports: dict[int, Rounding], digests: Mapping[str, str],
+           layout_path: str | None) -> "SaveResult":
+        """The result of a save of ``plan_``: ``reports`` the rounding of each rounded leaf, by leaf."""
+        encodings = plan_.placement.encodings
+        version = 2 if any(e != Encoding.F64 for e in encodings) else 1
+        return cls(path, plan_.type_text, version, encodings, [reports[i] for i in sorted(reports)], plan_.size,
+                   layout_path, dict(digests))
 
 
 __all__ = ["SavePlan", "SaveResult", "leaf_name", "plan"]

@@ -42,6 +42,7 @@ import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import open_regular, read_whole
+from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
@@ -130,11 +131,13 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
     return tensors, names, metadata
 
 
-def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike, *, name: str | None = None,
-                        durable: bool = True) -> SaveResult:
+def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike,
+                        options: SaveOptions | None = None) -> SaveResult:
     """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file,
-    which keeps the source's ``__metadata__``)."""
+    which keeps the source's ``__metadata__``), saved with ``options`` (the type's name, when they
+    give none: the one the source records as ``pskd.type``, else ``Params``)."""
     source = os.fspath(source)
+    options = save_options(options)
     tensors, names, metadata = _tensors(source)
     if not tensors:
         raise MismatchError(f"{source}: no tensors to convert")
@@ -149,10 +152,10 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
         tree = nest(keys, [tensors[n] for n in order])
     except MismatchError as e:
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
-    if name is None and (metadata or {}).get(TYPE_KEY, "").startswith("params "):
-        name = metadata[TYPE_KEY].split(" ", 1)[1]
+    if options.name is None and (metadata or {}).get(TYPE_KEY, "").startswith("params "):
+        options = options.replace(name=metadata[TYPE_KEY].split(" ", 1)[1])
     extra = {"safetensors": {"metadata": metadata}}  # (None: the source had none, and gets none back)
-    return save_checkpoint(destination, tree, name=name, durable=durable, layout_extra=extra)
+    return save_checkpoint(destination, tree, options, layout_extra=extra)
 
 
 def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
@@ -237,7 +240,7 @@ def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout
     returns a line saying what was written."""
     source, destination = os.fspath(source), os.fspath(destination)
     if source.endswith(".safetensors") and destination.endswith(".psk.d"):
-        result = safetensors_to_pskd(source, destination, name=name)
+        result = safetensors_to_pskd(source, destination, SaveOptions(name=name))
         labels = sorted({e.label for e in result.encodings})
         return (f"wrote {destination} ({len(result.encodings)} leaves of type {result.type_text}, "
                 f"encodings {' '.join(labels)}, {result.bytes} bytes)")

@@ -357,27 +357,12 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     return read_layout_file(candidate, data=checkpoint)
 
 
-def read_layout(path: str | os.PathLike) -> Layout:
-    """The :class:`Layout` in a layout file: leaves in storage order, rebuilt into the recorded
-    tree (version 1: nested dicts of string keys and lists of int keys)."""
-    return read_layout_file(path).layout
-
-
-def find_layout(checkpoint: str | os.PathLike) -> Layout | None:
-    """The layout written beside a checkpoint (proven to belong to it: E9005 naming both files
-    when it does not), or None when there is none."""
-    found = find_layout_file(checkpoint)
-    return found.layout if found is not None else None
-
-
 __all__ = [
     "LAYOUT_FORMAT",
     "LAYOUT_VERSION",
     "LayoutFile",
     "check_belongs",
-    "find_layout",
     "find_layout_file",
     "header_digest",
-    "read_layout",
     "read_layout_file",
 ]

@@ -12,10 +12,12 @@ import sys
 import numpy as np
 import pytest
 
+from pskd_jax import checkpoint as ck
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.names import save_lock
-from pskd_jax import checkpoint as ck
-from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index, verify_directory
+from pskd_jax.checkpoint import CheckpointManager, read_index, verify_directory
+from pskd_jax.checkpoint.index import INDEX
+from pskd_jax.checkpoint.takeover import LOCK
 from tests.helpers import pskd, python, wait_until, wait_until_waiting_for_lock
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -63,7 +65,7 @@ def test_a_second_manager_is_refused_until_the_first_closes(tmp_path):
         assert refused.startswith("E9014 ") and str(directory) in refused and "another CheckpointManager" in refused
         # the lock file upsets neither listing nor `pskd verify`, which takes no lock
         assert (directory / LOCK).exists()
-        assert [e["step"] for e in verify_directory(str(directory))] == [1]
+        assert [e.step for e in verify_directory(str(directory))] == [1]
         verify = pskd("verify", directory)
         assert verify.returncode == 0 and verify.stdout.endswith(f"1 checkpoint verified in {directory}\n"), \
             verify.stderr
@@ -76,19 +78,19 @@ def test_a_second_manager_is_refused_until_the_first_closes(tmp_path):
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
-    assert [e["step"] for e in verify_directory(str(directory))] == [1, 2]
+    assert [e.step for e in verify_directory(str(directory))] == [1, 2]
 
 
 RACER = """
     import os, sys, time, numpy as np
     from pskd_jax.errors import PskdError
-    from pskd_jax.checkpoint import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions
     directory, go, me = sys.argv[1], sys.argv[2], int(sys.argv[3])
     print("ready", flush=True)  # imported: both try at once once told
     while not os.path.exists(go):
         time.sleep(0.001)
     try:
-        manager = CheckpointManager(directory, keep=3, durable=False)
+        manager = CheckpointManager(directory, retention=Retention(keep=3), save_options=SaveOptions(durable=False))
     except PskdError as e:
         open(f"{go}.refused", "w").close()
         print(e.code, e.message)
@@ -113,11 +115,11 @@ def test_two_processes_opening_one_directory_at_once(tmp_path):
     assert sorted(o.split(" ")[0].strip() for o in outcomes) == ["E9014", "saved"], outcomes
     winner = 1 + [o.strip() for o in outcomes].index("saved")
     entries = read_index(str(directory))
-    assert [e["step"] for e in entries] == [winner * 100 + i for i in (9, 10, 11)]
-    assert all(e["extra"] == {"me": winner} for e in entries)
+    assert [e.step for e in entries] == [winner * 100 + i for i in (9, 10, 11)]
+    assert all(e.extra == {"me": winner} for e in entries)
     verify_directory(str(directory))
     names = sorted(os.listdir(directory))
-    assert names == sorted([LOCK, INDEX] + [f"step-{e['step']:08d}.{x}" for e in entries for x in ("psk.d", "layout.json")])
+    assert names == sorted([LOCK, INDEX] + [name for e in entries for name in e.names])
 
 
 SAVER = """
@@ -133,7 +135,7 @@ SAVER = """
             tree = {"a": np.full(20000, i, np.float32)}
         else:
             tree = {"b": [np.full(3000, i, np.float64), np.full(7, i, np.float64)], "c": np.int64(i)}
-        ck.save(path, tree, durable=False)
+        ck.save(path, tree, ck.SaveOptions(durable=False))
         i += 1
     print("saved", i, flush=True)
 """

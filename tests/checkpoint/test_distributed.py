@@ -53,11 +53,11 @@ WORKER = textwrap.dedent(
         "note": host["note"],
     }
     assert not tree["embed"].is_fully_addressable
-    result = ck.save(f"{directory}/multi.psk.d", tree, digest=True)
+    result = ck.save(f"{directory}/multi.psk.d", tree, ck.SaveOptions(digest="sha256"))
     if process == 0:
-        single = ck.save(f"{directory}/single.psk.d", host, digest=True)
+        single = ck.save(f"{directory}/single.psk.d", host, ck.SaveOptions(digest="sha256"))
         assert open(f"{directory}/multi.psk.d", "rb").read() == open(f"{directory}/single.psk.d", "rb").read()
-        assert result.sha256 == single.sha256
+        assert result.digests == single.digests and list(result.digests) == ["sha256"]
         assert open(f"{directory}/multi.layout.json").read() == open(f"{directory}/single.layout.json").read()
 
     # restoring into the same global shardings: each process reads its own shards
@@ -76,7 +76,7 @@ WORKER = textwrap.dedent(
     bad[3, 11] = np.nan  # column 11 lives on the last model device: process 1's... and 0's rows
     broken = dict(tree, blocks=[{"w": global_array(bad, specs["blocks"][0]["w"]), "b": tree["blocks"][0]["b"]}])
     try:
-        ck.save(f"{directory}/broken.psk.d", broken, finite_only=True)
+        ck.save(f"{directory}/broken.psk.d", broken, ck.SaveOptions(finite_only=True))
     except PskdError as e:
         print(f"process {process} refused: {e.code}", flush=True)
     else:

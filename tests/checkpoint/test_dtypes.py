@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pskd_jax import checkpoint as ck
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.errors import PskdError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.reader import Reader
@@ -123,7 +124,7 @@ def test_the_layout_file_records_what_restore_needs(tmp_path, dtype, kind, bound
 def test_a_reader_without_the_layout_sees_the_stored_view(tmp_path):
     tree = {"i": np.array([-1, 5], np.int16), "c": np.array([1 + 2j], np.complex64), "h": np.array([0.5], np.float16)}
     ck.save(tmp_path / "c.psk.d", tree)
-    layout = ck.read_layout(tmp_path / "c.layout.json")
+    layout = ck.read_layout_file(tmp_path / "c.layout.json").layout
     with Reader(tmp_path / "c.psk.d", layout=layout) as reader:
         i, c, h = reader.leaves()
     assert i[0].tolist() == [65535, 5] and i.dtype == np.uint16  # the two's-complement pattern
@@ -147,7 +148,7 @@ def test_nan_payloads_and_infinities_are_kept_unless_finite_only(tmp_path):
     assert back["best"] == float("inf") and type(back["best"]) is float
     for key in ("f32", "f64", "bf", "f16", "best", "c"):
         with pytest.raises(PskdError) as e:
-            ck.save(tmp_path / "d.psk.d", {key: tree[key]}, finite_only=True)
+            ck.save(tmp_path / "d.psk.d", {key: tree[key]}, SaveOptions(finite_only=True))
         assert e.value.code == "E9004" and f"['{key}']" in e.value.message
     assert not (tmp_path / "d.psk.d").exists()
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.checkpoint import restoring
+from pskd_jax.checkpoint import SaveOptions, restoring
 from pskd_jax.errors import PskdError
 
 HOSTILE_LEAVES = st.one_of(
@@ -59,7 +59,7 @@ OPTIONS = st.fixed_dictionaries({}, optional={
     "encodings": st.sampled_from([None, "bf16", "f16", 123, ["f32"], {"nothing": "f32"}, object()]),
     "name": st.sampled_from([None, "Net", "1abc", 5, "params", ""]),
     "round_to_encoding": st.booleans(), "finite_only": st.booleans(),
-    "digest": st.sampled_from([False, True, "xxh3_128", "md5", 3]),
+    "digest": st.sampled_from([None, True, "xxh3_128", "sha256", "md5", 3]),
 })
 
 
@@ -69,7 +69,7 @@ OPTIONS = st.fixed_dictionaries({}, optional={
 @given(tree=trees(), options=OPTIONS)
 def test_save_and_restore_raise_only_pskd_errors(tmp_path_factory, tree, options):
     path = tmp_path_factory.mktemp("fuzz") / "c.psk.d"
-    saved = only_pskd_errors(lambda: ck.save(path, tree, **options))
+    saved = only_pskd_errors(lambda: ck.save(path, tree, ck.SaveOptions(**options)))
     if isinstance(saved, PskdError) or not path.exists():
         return
     only_pskd_errors(lambda: ck.restore(path))
@@ -101,6 +101,6 @@ def test_restore_into_a_hostile_target_raises_only_pskd_errors(tmp_path_factory,
 ])
 def test_every_refusal_names_the_key_path(tmp_path, tree, where):
     with pytest.raises(PskdError) as e:
-        ck.save(tmp_path / "c.psk.d", tree, finite_only=True)
+        ck.save(tmp_path / "c.psk.d", tree, SaveOptions(finite_only=True))
     assert where in e.value.message
     assert not (tmp_path / "c.psk.d").exists()

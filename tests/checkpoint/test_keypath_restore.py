@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.errors import PskdError
 from pskd_jax.format.reader import Reader
 
@@ -75,7 +76,8 @@ def test_shapes_and_kinds_are_checked_at_the_key_path(tmp_path):
 
 
 def test_without_a_layout_file_leaves_match_by_position_and_the_error_says_other_order(tmp_path):
-    ck.save(tmp_path / "c.psk.d", {"b": np.ones(2, np.float32), "a": np.zeros(3, np.float32)}, layout_file=False)
+    ck.save(tmp_path / "c.psk.d", {"b": np.ones(2, np.float32), "a": np.zeros(3, np.float32)},
+            SaveOptions(layout_file=False))
     back = ck.restore(tmp_path / "c.psk.d", {"b": np.zeros(2, np.float32), "a": np.zeros(3, np.float32)})
     assert back["b"].tolist() == [1.0, 1.0]
     saved_order = {"b": np.zeros(2, np.float32), "a": np.zeros(3, np.float32)}
@@ -147,7 +149,8 @@ def test_a_layout_file_read_once_serves_several_restores(tmp_path):
     assert back["b"].dtype == np.int8 and int(back["b"]) == -2 and back["a"].dtype == np.float16
     stored_view = ck.restore(tmp_path / "c.psk.d", layout=layout_file.layout, as_numpy=True)  # a bare Layout
     assert stored_view["b"].dtype == np.uint8 and int(stored_view["b"]) == 254
-    ck.save(tmp_path / "c.psk.d", {"b": np.int8(-2)}, layout_file=False)  # another save: it no longer belongs
+    # another save: it no longer belongs
+    ck.save(tmp_path / "c.psk.d", {"b": np.int8(-2)}, SaveOptions(layout_file=False))
     with pytest.raises(PskdError) as e:
         ck.restore(tmp_path / "c.psk.d", layout=layout_file)
     assert e.value.code == "E9005"

@@ -6,17 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pskd_jax.format import keypaths
 from pskd_jax import checkpoint as ck
 from pskd_jax.errors import PskdError
+from pskd_jax.format import keypaths
+from pskd_jax.format.keypaths import nest, path_keys
 
 
 def test_path_keys_and_nest():
-    assert ck.path_keys("['blocks'][0]['w']") == ["blocks", 0, "w"]
-    assert ck.path_keys(".params['a.b'][3]") == ["params", "a.b", 3]
-    assert ck.path_keys("") == []
-    assert ck.nest([["a", 1], ["a", 0], ["b"]], [1, 0, 2]) == {"a": [0, 1], "b": 2}
-    assert ck.nest([["a", 2], ["a", 0]], [1, 2]) == {"a": {2: 1, 0: 2}}
+    assert path_keys("['blocks'][0]['w']") == ["blocks", 0, "w"]
+    assert path_keys(".params['a.b'][3]") == ["params", "a.b", 3]
+    assert path_keys("") == []
+    assert nest([["a", 1], ["a", 0], ["b"]], [1, 0, 2]) == {"a": [0, 1], "b": 2}
+    assert nest([["a", 2], ["a", 0]], [1, 2]) == {"a": {2: 1, 0: 2}}
 
 
 def nested(depth: int, leaf) -> dict:
@@ -39,5 +40,5 @@ def test_trees_nest_at_most_max_key_depth(tmp_path):
     assert not (tmp_path / "deeper.psk.d").exists() and not (tmp_path / "deeper.layout.json").exists()
     for depth in (65, 3000):
         with pytest.raises(PskdError) as e:
-            ck.nest([["a"] * depth, ["b"]], [1, 2])
+            nest([["a"] * depth, ["b"]], [1, 2])
         assert e.value.code == "E9005" and f"({depth} keys)" in e.value.message

@@ -7,16 +7,17 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.errors import PskdError
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.data.export import export_json
 from pskd_jax.data.info import info_lines
+from pskd_jax.errors import PskdError
 
 
 def test_layout_file_opens_params_checkpoints_for_info_and_export(tmp_path):
     tree = {"emb": np.arange(4, dtype=np.float32).reshape(2, 2), "layers": [{"w": np.float64(0.5)}],
             "count": np.uint16(9)}
-    ck.save(tmp_path / "m.psk.d", tree, name="Mini")
-    layout = ck.find_layout(tmp_path / "m.psk.d")
+    ck.save(tmp_path / "m.psk.d", tree, SaveOptions(name="Mini"))
+    layout = ck.find_layout_file(tmp_path / "m.psk.d").layout
     assert [leaf.path for leaf in layout.leaves] == ["['emb']", "['layers'][0]['w']", "['count']"]
     lines = info_lines(str(tmp_path / "m.psk.d"), layout=layout, values=True)
     assert lines[0] == "type    params Mini"

@@ -14,7 +14,8 @@ import pytest
 
 from pskd_jax import checkpoint as ck
 from pskd_jax._os.names import step_file, step_layout
-from pskd_jax.checkpoint.manager import INDEX, CheckpointManager, verify_directory
+from pskd_jax.checkpoint import CheckpointManager, SaveOptions, verify_directory
+from pskd_jax.checkpoint.index import INDEX
 from tests.helpers import pskd, raises
 
 
@@ -22,13 +23,13 @@ def other_shapes_layout(tmp_path, directory, step: int, *, digest="xxh3_128") ->
     """Puts beside step ``step`` the layout file of a save of {"w": (4, 2)}, where the step holds
     {"w": (2, 4)}: the same type, leaf count, encodings and size."""
     other = tmp_path / "other"
-    with CheckpointManager(other, digest=digest) as manager:
+    with CheckpointManager(other, save_options=SaveOptions(digest=digest)) as manager:
         manager.save(step, {"w": np.arange(8, dtype=np.float32).reshape(4, 2) + 100})
     shutil.copyfile(other / step_layout(step), directory / step_layout(step))
 
 
 def saved(directory, steps, *, digest="xxh3_128"):
-    with CheckpointManager(directory, digest=digest) as manager:
+    with CheckpointManager(directory, save_options=SaveOptions(digest=digest)) as manager:
         for step in steps:
             manager.save(step, {"w": np.arange(8, dtype=np.float32).reshape(2, 4) + step})
 
@@ -44,7 +45,7 @@ def test_a_layout_of_other_shapes_is_not_adopted(tmp_path, digest):
     (directory / INDEX).unlink()
     before = sorted(os.listdir(directory))
     with raises("E9014", "cannot be adopted", step_layout(2), "xxh3_128", "Nothing was changed") as e:
-        CheckpointManager(directory, digest=digest)
+        CheckpointManager(directory, save_options=SaveOptions(digest=digest))
     assert step_file(1) not in e.value.message.split("adopted:")[1]
     assert sorted(os.listdir(directory)) == before and not (directory / INDEX).exists()
 
@@ -61,11 +62,11 @@ def test_its_own_layout_is_adopted(tmp_path):
 def test_verify_checks_each_steps_layout_file_belongs(tmp_path):
     directory = tmp_path / "run"
     saved(directory, [1, 2])
-    assert [e["step"] for e in verify_directory(str(directory))] == [1, 2]
+    assert [e.step for e in verify_directory(str(directory))] == [1, 2]
     other_shapes_layout(tmp_path, directory, 2)
     with raises("E9005", f"step 2 {directory / step_file(2)}", str(directory / step_layout(2)), "xxh3_128"):
         verify_directory(str(directory))
-    assert [e["step"] for e in verify_directory(str(directory), step=1)] == [1]
+    assert [e.step for e in verify_directory(str(directory), step=1)] == [1]
 
 
 def test_verify_names_a_listed_layout_file_that_is_missing_or_damaged(tmp_path):

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 from pskd_jax._os.digests import file_digest, file_sha256
-from pskd_jax.errors import PskdError
 from pskd_jax._os.names import step_file
-from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager, read_index
+from pskd_jax.checkpoint import Retention, SaveOptions
+from pskd_jax.checkpoint.index import INDEX, read_index
+from pskd_jax.checkpoint.manager import CheckpointManager
+from pskd_jax.checkpoint.takeover import LOCK
+from pskd_jax.errors import PskdError
 from tests.helpers import pskd
 
 
@@ -41,18 +44,18 @@ def test_save_list_restore_and_extra(tmp_path):
 
 
 def test_keep_prunes_oldest_and_never_the_newest(tmp_path):
-    manager = CheckpointManager(tmp_path, keep=2)
+    manager = CheckpointManager(tmp_path, retention=Retention(keep=2))
     for step in range(1, 6):
         manager.save(step, params(step))
     assert manager.all_steps() == [4, 5]
     assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, "step-00000004.layout.json", "step-00000004.psk.d",
                                             "step-00000005.layout.json", "step-00000005.psk.d"]
     manager.close()
-    one = CheckpointManager(tmp_path, keep=1)
+    one = CheckpointManager(tmp_path, retention=Retention(keep=1))
     one.save(6, params(6))
     assert one.all_steps() == [6]
     with pytest.raises(PskdError) as e:
-        CheckpointManager(tmp_path, keep=0)
+        CheckpointManager(tmp_path, retention=Retention(keep=0))
     assert e.value.code == "E9014"
 
 
@@ -79,7 +82,7 @@ def test_async_errors_surface_in_wait(tmp_path):
     manager.save(1, params(1))
     bad = params(2)
     bad["w"][1, 2] = np.inf
-    manager.save_async(2, bad, finite_only=True)  # (checkpoints keep ±inf unless asked)
+    manager.save_async(2, bad, options=SaveOptions(finite_only=True))  # (checkpoints keep ±inf unless asked)
     with pytest.raises(PskdError) as e:
         manager.wait()
     assert e.value.code == "E9004" and "['w'] at index [1, 2]" in e.value.message
@@ -88,7 +91,7 @@ def test_async_errors_surface_in_wait(tmp_path):
 
 
 def test_several_async_saves_in_a_row(tmp_path):
-    with CheckpointManager(tmp_path, keep=3) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=3)) as manager:
         for step in range(6):
             manager.save_async(step, params(step), extra={"step": step})
     assert manager.all_steps() == [3, 4, 5]
@@ -126,7 +129,7 @@ def test_verify_names_the_damaged_checkpoint(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, params(1))
     manager.save(2, params(2))
-    assert [e["step"] for e in manager.verify()] == [1, 2]
+    assert [e.step for e in manager.verify()] == [1, 2]
     path = tmp_path / step_file(2)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x10
@@ -178,8 +181,8 @@ def test_a_version_1_index_recording_sha256_still_verifies(tmp_path):
     manager.close()
     old = CheckpointManager(tmp_path)
     assert old.all_steps() == [1, 2] and old.extra(2) == {"step": 2}
-    assert read_index(str(tmp_path))[0]["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
-    assert [e["step"] for e in old.verify()] == [1, 2]
+    assert read_index(str(tmp_path))[0].digest == {"sha256": file_sha256(tmp_path / step_file(1))}
+    assert [e.step for e in old.verify()] == [1, 2]
     assert int(old.restore(2, params(0), verify=True)["step"]) == 2
     path = tmp_path / step_file(2)
     data = bytearray(path.read_bytes())
@@ -197,7 +200,7 @@ def test_a_version_1_index_recording_sha256_still_verifies(tmp_path):
     digests = {e["step"]: e["digest"] for e in index["checkpoints"]}
     assert digests[1] == {"sha256": file_sha256(tmp_path / step_file(1))} and list(digests[3]) == ["xxh3_128"]
     assert all("sha256" not in e for e in index["checkpoints"])
-    assert [e["step"] for e in old.verify(1)] == [1] and old.verify(3)[0]["step"] == 3
+    assert [e.step for e in old.verify(1)] == [1] and old.verify(3)[0].step == 3
     old.restore(1, params(0), verify=True)
 
 
@@ -226,7 +229,7 @@ def test_an_entry_with_only_unknown_digests_is_e9014(tmp_path):
 
 
 def test_a_manager_may_record_sha256_instead(tmp_path):
-    manager = CheckpointManager(tmp_path, digest="sha256")
+    manager = CheckpointManager(tmp_path, save_options=SaveOptions(digest="sha256"))
     manager.save(1, params(1))
     entry = json.loads((tmp_path / INDEX).read_text())["checkpoints"][0]
     assert entry["digest"] == {"sha256": file_sha256(tmp_path / step_file(1))}
@@ -235,10 +238,10 @@ def test_a_manager_may_record_sha256_instead(tmp_path):
     manager.close()
     mixed = CheckpointManager(tmp_path)
     mixed.save(2, params(2))
-    assert [list(e["digest"]) for e in read_index(str(tmp_path))] == [["sha256"], ["xxh3_128"]]
-    assert [e["step"] for e in mixed.verify()] == [1, 2]
+    assert [list(e.digest) for e in read_index(str(tmp_path))] == [["sha256"], ["xxh3_128"]]
+    assert [e.step for e in mixed.verify()] == [1, 2]
     with pytest.raises(PskdError, match="E9012.*md5"):
-        CheckpointManager(tmp_path, digest="md5")
+        CheckpointManager(tmp_path, save_options=SaveOptions(digest="md5"))
 
 
 @pytest.mark.parametrize("what, text", [
@@ -275,7 +278,7 @@ def test_one_manager_at_a_time_has_a_directory(tmp_path):
     with pytest.raises(PskdError, match="E9014.*read_only"):
         reader.save(2, params(2))
     # the lock file is not a checkpoint
-    assert (tmp_path / LOCK).exists() and first.all_steps() == [1] and [e["step"] for e in first.verify()] == [1]
+    assert (tmp_path / LOCK).exists() and first.all_steps() == [1] and [e.step for e in first.verify()] == [1]
     first.close()
     with pytest.raises(PskdError, match="E9014.*closed"):
         first.save(2, params(2))
@@ -321,7 +324,7 @@ def test_leftovers_are_removed_only_when_no_live_writer_holds_them(tmp_path):
 def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, which):
     import shutil
 
-    from pskd_jax.checkpoint.manager import verify_directory
+    from pskd_jax.checkpoint import verify_directory
 
     directory = tmp_path / "ckpts"
     with CheckpointManager(directory) as manager:

@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax._os.digests import file_digest, file_sha256
 from pskd_jax._os.names import step_file, step_layout
+from pskd_jax.checkpoint import Retention, SaveOptions, verify_directory
 from pskd_jax.checkpoint import manager as manager_module
-from pskd_jax.checkpoint.manager import INDEX, LOCK, MAX_STEP, CheckpointManager, read_index, verify_directory
+from pskd_jax.checkpoint.index import INDEX, MAX_STEP, read_index
+from pskd_jax.checkpoint.manager import CheckpointManager
+from pskd_jax.checkpoint.takeover import LOCK
 from pskd_jax.errors import PskdError
 
 
@@ -133,12 +137,12 @@ def test_a_hostile_entry_is_refused_and_nothing_is_removed(tmp_path, case):
     # the step files are all still there, whole: put a good index back and they verify
     write_index_json(tmp_path, {"format": "pskd-checkpoints", "version": 3,
                                 "checkpoints": [good_entry_from(tmp_path, 1), good_entry_from(tmp_path, 2)]})
-    assert [e["step"] for e in verify_directory(str(tmp_path))] == [1, 2]
+    assert [e.step for e in verify_directory(str(tmp_path))] == [1, 2]
 
 
 def good_entry_from(directory: pathlib.Path, step: int) -> dict:
     return {"step": step, "file": step_file(step), "layout": step_layout(step),
-            "digest": {"xxh3_128": ck.file_digest(directory / step_file(step))}}
+            "digest": {"xxh3_128": file_digest(directory / step_file(step))}}
 
 
 @pytest.mark.parametrize("leftovers", ["3", [True], [-1], [1.5], [MAX_STEP + 1], {"3": 1}])
@@ -168,7 +172,7 @@ def test_an_index_of_an_earlier_version_naming_its_own_files_is_read(tmp_path):
     content["version"] = 2
     del content["leftovers"]
     write_index_json(tmp_path, content)
-    with CheckpointManager(tmp_path, keep=2) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=2)) as manager:
         assert manager.all_steps() == [1, 2]
         manager.save(3, params(3))
         assert manager.all_steps() == [2, 3]
@@ -200,7 +204,7 @@ def test_an_index_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, kind)
 
 
 def test_pruning_never_removes_the_index_or_the_lock(tmp_path):
-    with CheckpointManager(tmp_path, keep=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=1)) as manager:
         for step in range(6):
             manager.save(step, params(step))
     assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, step_layout(5), step_file(5)]
@@ -213,21 +217,21 @@ def test_complete_step_files_without_an_index_are_adopted(tmp_path):
     saved(tmp_path, [1, 2, 3])
     with CheckpointManager(tmp_path) as manager:  # a closed-type step: one array, no layout file
         manager.save(4, np.arange(5, dtype=np.float32))
-    recorded = {e["step"]: e["digest"] for e in read_index(str(tmp_path))}
+    recorded = {e.step: e.digest for e in read_index(str(tmp_path))}
     (tmp_path / INDEX).unlink()
     files = snapshot(tmp_path)
     with pytest.raises(PskdError, match="E9014.*no checkpoint index.*adopts"):
         verify_directory(str(tmp_path))  # verify adopts nothing
     assert CheckpointManager(tmp_path, read_only=True).all_steps() == []  # nor does a reader
-    with CheckpointManager(tmp_path, keep=10) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=10)) as manager:
         assert manager.all_steps() == [1, 2, 3, 4]
         assert int(manager.restore(2, params(0))["step"]) == 2  # verified against the digest taken now
         assert manager.restore(4, as_numpy=True).tolist() == [0, 1, 2, 3, 4]
         assert manager.extra(3) is None
         entries = read_index(str(tmp_path))
-        assert [e["digest"] for e in entries] == [recorded[s] for s in (1, 2, 3, 4)]
-        assert all(e["adopted"] is True for e in entries)
-        assert [e.get("layout") for e in entries] == [step_layout(1), step_layout(2), step_layout(3), None]
+        assert [e.digest for e in entries] == [recorded[s] for s in (1, 2, 3, 4)]
+        assert all(e.adopted is True for e in entries)
+        assert [e.layout_name for e in entries] == [step_layout(1), step_layout(2), step_layout(3), None]
         manager.save(5, params(5))
         assert manager.all_steps() == [1, 2, 3, 4, 5]
     after = snapshot(tmp_path)
@@ -237,8 +241,8 @@ def test_complete_step_files_without_an_index_are_adopted(tmp_path):
 def test_adoption_records_the_managers_digest(tmp_path):
     saved(tmp_path, [1])
     (tmp_path / INDEX).unlink()
-    with CheckpointManager(tmp_path, digest="sha256") as manager:
-        assert read_index(str(tmp_path))[0]["digest"] == {"sha256": ck.file_sha256(tmp_path / step_file(1))}
+    with CheckpointManager(tmp_path, save_options=SaveOptions(digest="sha256")) as manager:
+        assert read_index(str(tmp_path))[0].digest == {"sha256": file_sha256(tmp_path / step_file(1))}
         manager.restore(1, params(0))
 
 
@@ -340,7 +344,7 @@ def test_files_of_other_programs_are_never_touched(tmp_path):
     tmp_path.mkdir(exist_ok=True)
     foreign_files(tmp_path)
     foreign = snapshot(tmp_path)
-    with CheckpointManager(tmp_path, keep=2) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=2)) as manager:
         for step in (1, 2, 3, 4, 2):
             manager.save(step, params(step))
     CheckpointManager(tmp_path).close()
@@ -355,7 +359,7 @@ def test_an_unlisted_step_file_not_claimed_is_kept_and_not_replaced(tmp_path):
     saved(tmp_path, [1])
     foreign = tmp_path / step_file(7)
     foreign.write_bytes(b"someone else's step 7")
-    with CheckpointManager(tmp_path, keep=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=1)) as manager:
         assert manager.all_steps() == [1]
         manager.save(8, params(8))
         with pytest.raises(PskdError) as e:
@@ -382,7 +386,7 @@ def test_what_stands_at_a_step_name_and_is_no_file_is_never_removed(tmp_path, ki
     content["leftovers"] = [5]  # even where a save of step 5 is claimed
     write_index_json(tmp_path, content)
     before = snapshot(tmp_path)[step_file(5)]
-    with CheckpointManager(tmp_path, keep=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=1)) as manager:
         with pytest.raises(PskdError) as e:
             manager.save(5, params(5))
         assert e.value.code == "E9014" and "move it away" in e.value.message
@@ -407,7 +411,7 @@ def test_a_listed_step_file_that_is_a_fifo_is_refused_without_blocking(tmp_path)
 def test_an_entry_whose_file_is_missing(tmp_path):
     saved(tmp_path, [1, 2, 3])
     (tmp_path / step_file(2)).unlink()
-    with CheckpointManager(tmp_path, keep=2) as manager:  # opening does not read the files
+    with CheckpointManager(tmp_path, retention=Retention(keep=2)) as manager:  # opening does not read the files
         assert manager.all_steps() == [1, 2, 3]
         for attempt in (lambda: manager.restore(2, params(0)), lambda: manager.verify(2), lambda: manager.verify()):
             with pytest.raises(PskdError) as e:
@@ -530,8 +534,8 @@ def test_a_resave_refused_before_writing_keeps_the_step(tmp_path):
 def test_a_step_saved_again_without_its_layout_loses_the_old_layout(tmp_path):
     saved(tmp_path, [1])
     with CheckpointManager(tmp_path) as manager:
-        manager.save(1, params(1), layout_file=False)
-        assert read_index(str(tmp_path))[0].get("layout") is None
+        manager.save(1, params(1), options=SaveOptions(layout_file=False))
+        assert read_index(str(tmp_path))[0].layout_name is None
     assert not (tmp_path / step_layout(1)).exists()
 
 
@@ -539,7 +543,7 @@ def test_pruning_a_step_whose_listed_file_is_a_link_removes_neither_link_nor_tar
     saved(tmp_path, [1, 2])
     os.replace(tmp_path / step_file(1), tmp_path / "copy-of-step-1.psk.d")
     os.symlink("copy-of-step-1.psk.d", tmp_path / step_file(1))  # inside the directory: restores
-    with CheckpointManager(tmp_path, keep=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=1)) as manager:
         assert int(manager.restore(1, params(0))["step"]) == 1
         manager.save(3, params(3))
         assert manager.all_steps() == [3]

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from pskd_jax._os.names import step_file
+from pskd_jax.checkpoint import Retention, SaveOptions
 from pskd_jax.checkpoint import manager as manager_module
-from pskd_jax.checkpoint.manager import INDEX, CheckpointManager, read_index
+from pskd_jax.checkpoint.index import INDEX, read_index
+from pskd_jax.checkpoint.manager import CheckpointManager, ManagerState
 from pskd_jax.errors import PskdError
 from tests.helpers import HANG_GUARD_S, wait_until
 
@@ -37,7 +39,7 @@ def files_of(directory) -> list[int]:
 
 
 def test_keep_period_also_keeps_every_multiple(tmp_path):
-    with CheckpointManager(tmp_path, keep=2, keep_period=3) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=2, keep_period=3)) as manager:
         for step in range(11):
             manager.save(step, params(step))
         assert manager.all_steps() == [0, 3, 6, 9, 10]
@@ -45,7 +47,7 @@ def test_keep_period_also_keeps_every_multiple(tmp_path):
 
 
 def test_keep_period_alone_keeps_everything(tmp_path):
-    with CheckpointManager(tmp_path, keep_period=4) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep_period=4)) as manager:
         for step in range(6):
             manager.save(step, params(step))
         assert manager.all_steps() == list(range(6))
@@ -56,7 +58,8 @@ LOSSES = {1: 0.9, 2: 0.5, 3: 0.7, 4: 0.3, 5: 0.8, 6: 0.6, 7: 0.95}
 
 @pytest.mark.parametrize("mode, best", [("min", [4, 2]), ("max", [7, 1])])
 def test_keep_best_by_a_score_of_the_metrics(tmp_path, mode, best):
-    with CheckpointManager(tmp_path, keep=1, best_fn=lambda m: m["loss"], best_mode=mode, keep_best=2) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m["loss"], best_mode=mode, keep_best=2)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), metrics={"loss": np.float32(loss)})
         kept = sorted(set(best) | {7})
@@ -67,7 +70,8 @@ def test_keep_best_by_a_score_of_the_metrics(tmp_path, mode, best):
 
 
 def test_keep_best_without_keep_keeps_the_best_and_the_newest(tmp_path):
-    with CheckpointManager(tmp_path, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1) as manager:
+    policy = Retention(best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), metrics={"loss": loss})
             assert step in manager.all_steps(), "the newest complete checkpoint was removed"
@@ -75,19 +79,20 @@ def test_keep_best_without_keep_keeps_the_best_and_the_newest(tmp_path):
 
 
 def test_the_score_comes_from_extra_when_no_metrics_are_given(tmp_path):
-    with CheckpointManager(tmp_path, best_fn=lambda e: e["eval"]["loss"], best_mode="min", keep_best=1,
-                           keep=1) as manager:
+    policy = Retention(best_fn=lambda e: e["eval"]["loss"], best_mode="min", keep_best=1, keep=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step, loss in LOSSES.items():
             manager.save(step, params(step), extra={"eval": {"loss": loss}, "batch": step})
         assert manager.all_steps() == [4, 7] and manager.extra(4)["batch"] == 4
-    assert [e.get("score") for e in read_index(str(tmp_path))] == [0.3, 0.95]
+    assert [e.score for e in read_index(str(tmp_path))] == [0.3, 0.95]
 
 
 def test_steps_without_a_score_are_kept_by_the_other_rules_only(tmp_path):
     def best(metrics):
         return metrics.get("loss")  # None: no score
 
-    with CheckpointManager(tmp_path, keep=2, best_fn=best, best_mode="min", keep_best=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(keep=2, best_fn=best, best_mode="min", keep_best=1)) \
+            as manager:
         manager.save(1, params(1), metrics={"loss": 0.1})
         manager.save(2, params(2), metrics={"loss": float("nan")})  # a diverged run: saved, not ranked
         manager.save(3, params(3))  # no metrics, no extra
@@ -99,7 +104,8 @@ def test_steps_without_a_score_are_kept_by_the_other_rules_only(tmp_path):
 
 
 def test_equal_scores_prefer_the_newer_step(tmp_path):
-    with CheckpointManager(tmp_path, keep=1, best_fn=lambda m: m, best_mode="max", keep_best=1) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m, best_mode="max", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         for step in (1, 2, 3):
             manager.save(step, params(step), metrics=5)
         manager.save(4, params(4), metrics=1)
@@ -114,7 +120,7 @@ def test_equal_scores_prefer_the_newer_step(tmp_path):
     (lambda m: 1j, "returned 1j"),
 ])
 def test_a_best_fn_that_fails_is_e9012_naming_the_step_and_nothing_is_written(tmp_path, best_fn, why):
-    with CheckpointManager(tmp_path, best_fn=best_fn, best_mode="min", keep_best=1) as manager:
+    with CheckpointManager(tmp_path, retention=Retention(best_fn=best_fn, best_mode="min", keep_best=1)) as manager:
         manager.save(1, params(1))  # no metrics, no extra: best_fn is not asked
         before = (tmp_path / INDEX).read_bytes()
         for attempt in (lambda: manager.save(2, params(2), metrics={"loss": 1}),
@@ -127,7 +133,8 @@ def test_a_best_fn_that_fails_is_e9012_naming_the_step_and_nothing_is_written(tm
 
 def test_a_best_fn_may_return_numpy_and_jax_scalars(tmp_path):
     jnp = pytest.importorskip("jax.numpy")
-    with CheckpointManager(tmp_path, keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1) as manager:
+    policy = Retention(keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as manager:
         manager.save(1, params(1), metrics={"loss": jnp.float32(0.25)})
         manager.save(2, params(2), metrics={"loss": np.float64(0.5)})
         manager.save(3, params(3), metrics={"loss": np.array(0.75)})
@@ -149,17 +156,20 @@ def test_a_best_fn_may_return_numpy_and_jax_scalars(tmp_path):
 ])
 def test_bad_retention_options_are_e9014(tmp_path, options, fragment):
     with pytest.raises(PskdError) as e:
-        CheckpointManager(tmp_path, **options)
+        if "save_interval_steps" in options:
+            CheckpointManager(tmp_path, **options)
+        else:
+            CheckpointManager(tmp_path, retention=Retention(**options))
     assert e.value.code == "E9014" and fragment in e.value.message
     assert not os.path.exists(tmp_path / INDEX)
 
 
 def test_retention_resumes_with_the_scores_recorded_before(tmp_path):
-    options = dict(keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
-    with CheckpointManager(tmp_path, **options) as first:
+    policy = Retention(keep=1, best_fn=lambda m: m["loss"], best_mode="min", keep_best=1)
+    with CheckpointManager(tmp_path, retention=policy) as first:
         first.save(1, params(1), metrics={"loss": 0.1})
         first.save(2, params(2), metrics={"loss": 0.5})
-    with CheckpointManager(tmp_path, **options) as second:  # a resumed run
+    with CheckpointManager(tmp_path, retention=policy) as second:  # a resumed run
         second.save(3, params(3), metrics={"loss": 0.4})
         assert second.all_steps() == [1, 3]
 
@@ -221,16 +231,16 @@ def test_restore_verifies_by_default(tmp_path):
         assert damaged["w"].shape == (4, 3)
         assert int(manager.restore(1, params(0))["step"]) == 1
         with pytest.raises(PskdError, match="E9012.*verify=False"):
-            manager.restore(1, params(0), xxh3_128="0" * 32)
+            manager.restore(1, params(0), digests={"xxh3_128": "0" * 32})
 
 
 # -- a manager made again in the same process --------------------------------------------------------
 
 
 def test_a_second_manager_in_the_same_process_takes_over(tmp_path):
-    first = CheckpointManager(tmp_path, keep=3)
+    first = CheckpointManager(tmp_path, retention=Retention(keep=3))
     first.save(1, params(1))
-    second = CheckpointManager(tmp_path, keep=3)  # the notebook cell run again
+    second = CheckpointManager(tmp_path, retention=Retention(keep=3))  # the notebook cell run again
     second.save(2, params(2))
     with pytest.raises(PskdError) as e:
         first.save(3, params(3))
@@ -250,11 +260,11 @@ def test_a_second_manager_in_the_same_process_takes_over(tmp_path):
 def test_a_cell_run_twice_rebinding_its_variable(tmp_path):
     kept = []
     for run in range(3):
-        manager = CheckpointManager(tmp_path / "ckpt", keep=2)
+        manager = CheckpointManager(tmp_path / "ckpt", retention=Retention(keep=2))
         kept.append(manager)  # (what a notebook's output history may hold on to)
         manager.save(run, params(run))
     assert manager.all_steps() == [1, 2]
-    assert [m._superseded for m in kept] == [True, True, False]
+    assert [m.state for m in kept] == [ManagerState.SUPERSEDED, ManagerState.SUPERSEDED, ManagerState.OPEN]
 
 
 def test_a_take_over_waits_for_the_background_save(tmp_path, monkeypatch):
@@ -294,7 +304,8 @@ def test_a_take_over_waits_for_the_background_save(tmp_path, monkeypatch):
 
 def test_a_take_over_keeps_the_old_managers_error_for_its_wait(tmp_path):
     first = CheckpointManager(tmp_path)
-    first.save_async(1, {"x": np.full(2, 0.1)}, encodings="bf16")  # refused: narrowing without rounding
+    # refused: narrowing without rounding
+    first.save_async(1, {"x": np.full(2, 0.1)}, options=SaveOptions(encodings="bf16"))
     second = CheckpointManager(tmp_path)
     with pytest.raises(PskdError) as e:
         first.wait()
@@ -358,7 +369,7 @@ def test_another_process_is_still_refused_after_a_take_over(tmp_path):
 
 
 def test_index_version_3_records_scores_and_claims(tmp_path):
-    with CheckpointManager(tmp_path, best_fn=lambda m: m, best_mode="min") as manager:
+    with CheckpointManager(tmp_path, retention=Retention(best_fn=lambda m: m, best_mode="min")) as manager:
         manager.save(1, params(1), metrics=2)
     content = json.loads((tmp_path / INDEX).read_text())
     assert content["version"] == 3 and content["leftovers"] == []

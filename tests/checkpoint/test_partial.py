@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.checkpoint import restoring
+from pskd_jax.checkpoint import SaveOptions, restoring
 from pskd_jax.errors import PskdError
 
 
@@ -64,16 +64,16 @@ def test_partial_restore_does_not_read_a_damaged_leaf_it_does_not_ask_for(tmp_pa
 
 
 def test_a_verified_partial_restore_hashes_the_whole_file(tmp_path):
-    result = ck.save(tmp_path / "c.psk.d", train_state(), digest="xxh3_128")
+    result = ck.save(tmp_path / "c.psk.d", train_state(), SaveOptions(digest="xxh3_128"))
     back = ck.restore(tmp_path / "c.psk.d", {"opt": {"nu": np.ones((10, 100), np.float32)}}, partial=True,
-                      xxh3_128=result.xxh3_128, as_numpy=True)
+                      as_numpy=True, digests=result.digests)
     assert back["opt"]["nu"].sum() == 0
     data = bytearray((tmp_path / "c.psk.d").read_bytes())
     data[-1000] ^= 1  # in a leaf not asked for
     (tmp_path / "c.psk.d").write_bytes(bytes(data))
     with pytest.raises(PskdError) as e:
         ck.restore(tmp_path / "c.psk.d", {"opt": {"nu": np.ones((10, 100), np.float32)}}, partial=True,
-                   xxh3_128=result.xxh3_128, as_numpy=True)
+                   as_numpy=True, digests=result.digests)
     assert e.value.code == "E9013"
 
 

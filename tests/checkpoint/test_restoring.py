@@ -8,14 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pskd_jax.checkpoint import restoring
 from pskd_jax import checkpoint as ck
+from pskd_jax._os.digests import file_sha256
+from pskd_jax.checkpoint import SaveOptions, restoring
 from pskd_jax.errors import PskdError
+
 from .helpers import BF16, bits, random_finite
 
 
 def test_params_without_target_or_layout_is_e9001(tmp_path):
-    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2)}, layout_file=False)
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2)}, SaveOptions(layout_file=False))
     with pytest.raises(PskdError) as e:
         ck.restore(tmp_path / "c.psk.d", as_numpy=True)
     assert e.value.code == "E9001" and "c.layout.json" in e.value.message
@@ -30,7 +32,7 @@ def test_params_without_target_or_layout_is_e9001(tmp_path):
 
 def saved(tmp_path, **options):
     tree = {"embed": np.ones((4, 8), np.float32), "blocks": [{"w": np.ones((8, 8), np.float32)}]}
-    ck.save(tmp_path / "c.psk.d", tree, **options)
+    ck.save(tmp_path / "c.psk.d", tree, SaveOptions(**options))
     return tree
 
 
@@ -139,10 +141,11 @@ def test_large_restore_reads_on_threads_and_hashes_in_order(tmp_path, monkeypatc
     monkeypatch.setattr(restoring, "PARALLEL_READ_BYTES", 1)
     monkeypatch.setattr(restoring, "HASH_PIECE", 1000)
     tree = {f"l{i}": random_finite(rng, np.float32, (50, 7 + i)) for i in range(6)}
-    result = ck.save(tmp_path / "c.psk.d", tree, digest="xxh3_128")
-    sha = ck.file_sha256(tmp_path / "c.psk.d")
-    for digests in ({"xxh3_128": result.xxh3_128}, {"sha256": sha}, {"xxh3_128": result.xxh3_128, "sha256": sha}, {}):
-        back = ck.restore(tmp_path / "c.psk.d", tree, **digests)
+    result = ck.save(tmp_path / "c.psk.d", tree, SaveOptions(digest="xxh3_128"))
+    sha = file_sha256(tmp_path / "c.psk.d")
+    xxh = result.digests["xxh3_128"]
+    for digests in ({"xxh3_128": xxh}, {"sha256": sha}, {"xxh3_128": xxh, "sha256": sha}, {}, None):
+        back = ck.restore(tmp_path / "c.psk.d", tree, digests=digests)
         for key in tree:
             np.testing.assert_array_equal(bits(back[key]), bits(tree[key]))
 
@@ -151,11 +154,11 @@ def test_a_failed_verified_restore_leaves_no_thread_behind(tmp_path, rng):
     import threading
 
     tree = {"w": random_finite(rng, np.float32, (100,))}
-    digest = ck.save(tmp_path / "c.psk.d", tree, digest="xxh3_128").xxh3_128
+    digest = ck.save(tmp_path / "c.psk.d", tree, SaveOptions(digest="xxh3_128")).digests["xxh3_128"]
     data = (tmp_path / "c.psk.d").read_bytes()
     (tmp_path / "c.psk.d").write_bytes(data[:-1])
     with pytest.raises(PskdError, match="E9003"):
-        ck.restore(tmp_path / "c.psk.d", tree, xxh3_128=digest)
+        ck.restore(tmp_path / "c.psk.d", tree, digests={"xxh3_128": digest})
     assert not [t for t in threading.enumerate() if t.name.startswith("pskd-")]
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.checkpoint import safetensors as convert
 from pskd_jax.errors import PskdError
 
@@ -88,7 +89,7 @@ def test_pskd_to_safetensors_to_pskd_gives_the_same_bytes(tmp_path):
     tree = {"z": random_bits(rng, np.float32, (3, 4)), "a": [random_bits(rng, BF16, (5,)),
             random_bits(rng, np.float64, (2,))], "half": np.array([0.5, -2.0], np.float16),
             "mask": np.array([True, False, True])}
-    ck.save(tmp_path / "orig.psk.d", tree, name="Net")
+    ck.save(tmp_path / "orig.psk.d", tree, SaveOptions(name="Net"))
     convert.pskd_to_safetensors(tmp_path / "orig.psk.d", tmp_path / "x.safetensors")
     loaded = safetensors_numpy.load_file(str(tmp_path / "x.safetensors"))
     assert loaded["half"].dtype == np.float16 and loaded["mask"].dtype == np.bool_
@@ -97,7 +98,7 @@ def test_pskd_to_safetensors_to_pskd_gives_the_same_bytes(tmp_path):
 
 
 def test_params_without_a_layout_cannot_be_converted(tmp_path):
-    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2, np.float32)}, layout_file=False)
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2, np.float32)}, SaveOptions(layout_file=False))
     with pytest.raises(PskdError) as e:
         convert.pskd_to_safetensors(tmp_path / "c.psk.d", tmp_path / "c.safetensors")
     assert e.value.code == "E9001"
@@ -171,6 +172,7 @@ def test_an_export_keeps_its_temporary_file_locked_until_it_is_in_place(tmp_path
     """Another writer of the same destination removes the temporary files nobody holds (a killed
     writer's): the export's own must be held from its creation to its rename."""
     import contextlib
+
     import safetensors.numpy
 
     from pskd_jax._os.atomic import remove_stale_temporaries

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pskd_jax.checkpoint import encode
 from pskd_jax import checkpoint as ck
-from pskd_jax.format.reader import Reader
+from pskd_jax.checkpoint import SaveOptions, encode
 from pskd_jax.errors import PskdError
-from .helpers import BF16, all_files, bits, random_finite
+from pskd_jax.format.reader import Reader
 
+from .helpers import BF16, all_files, bits, random_finite
 
 # ------------------------------------------------------------------------------------------------
 # Exactness
@@ -62,7 +62,7 @@ def test_all_f64_checkpoint_is_version_1(tmp_path):
 
 
 def test_golden_bytes(tmp_path):
-    ck.save(tmp_path / "g.psk.d", {"w": np.array([1.0, -2.0], np.float32), "n": np.uint8(7)}, name="G")
+    ck.save(tmp_path / "g.psk.d", {"w": np.array([1.0, -2.0], np.float32), "n": np.uint8(7)}, SaveOptions(name="G"))
     assert (tmp_path / "g.psk.d").read_bytes().hex(" ") == (
         "50 53 4b 44 02 00 08 00 00 00 70 61 72 61 6d 73 20 47 "  # PSKD v2 "params G"
         "01 00 00 00 00 00 00 00 02 00 00 00 01 00 "  # count 1, 2 leaves: f32, idx
@@ -89,11 +89,11 @@ def test_higher_precision_inputs_round_once_to_f64(tmp_path):
 def test_narrowing_is_refused_unless_asked_and_then_reported(tmp_path):
     tree = {"w": np.array([[1.0, 1.0 + 2**-20], [3.0, 0.1]])}
     with pytest.raises(PskdError) as e:
-        ck.save(tmp_path / "c.psk.d", tree, encodings="bf16")
+        ck.save(tmp_path / "c.psk.d", tree, SaveOptions(encodings="bf16"))
     assert e.value.code == "E9004"
     assert "['w'] at index [0, 1]" in e.value.message and "round_to_encoding" in e.value.message
     assert not (tmp_path / "c.psk.d").exists()
-    result = ck.save(tmp_path / "c.psk.d", tree, encodings={"['w']": "bf16"}, round_to_encoding=True)
+    result = ck.save(tmp_path / "c.psk.d", tree, SaveOptions(encodings={"['w']": "bf16"}, round_to_encoding=True))
     [report] = result.rounding
     assert report.encoding.label == "bf16" and report.where == (1, 1)
     assert report.max_error == pytest.approx(abs(0.1 - float(np.float64(0.1).astype(BF16))))
@@ -114,7 +114,7 @@ def test_nan_and_inf_are_refused_naming_the_key_path(tmp_path, bad, dtype):
     w = np.zeros((3, 4), dtype)
     w[2, 1] = bad
     with pytest.raises(PskdError) as e:
-        ck.save(tmp_path / "c.psk.d", {"blocks": [{"w": np.zeros(2, dtype)}, {"w": w}]}, finite_only=True)
+        ck.save(tmp_path / "c.psk.d", {"blocks": [{"w": np.zeros(2, dtype)}, {"w": w}]}, SaveOptions(finite_only=True))
     assert e.value.code == "E9004"
     assert "['blocks'][1]['w'] at index [2, 1]" in e.value.message
 
@@ -124,12 +124,12 @@ def test_nan_deep_in_a_large_leaf_names_its_index(tmp_path, monkeypatch):
     w = np.ones((10, 30), np.float32)
     w[7, 29] = np.nan
     with pytest.raises(PskdError, match=r"\['w'\] at index \[7, 29\]"):
-        ck.save(tmp_path / "c.psk.d", {"w": w}, finite_only=True)
+        ck.save(tmp_path / "c.psk.d", {"w": w}, SaveOptions(finite_only=True))
     big = np.ones((10, 30))
     big[8, 3] = 0.1
     with pytest.raises(PskdError, match=r"\['w'\] at index \[8, 3\]"):
-        ck.save(tmp_path / "c.psk.d", {"w": big}, encodings="f32")
-    result = ck.save(tmp_path / "c.psk.d", {"w": big}, encodings="f32", round_to_encoding=True)
+        ck.save(tmp_path / "c.psk.d", {"w": big}, SaveOptions(encodings="f32"))
+    result = ck.save(tmp_path / "c.psk.d", {"w": big}, SaveOptions(encodings="f32", round_to_encoding=True))
     assert result.rounding[0].where == (8, 3)
 
 
@@ -171,7 +171,7 @@ def test_declaration_order_not_sorted_order(tmp_path):
             "blocks": [Block(np.full(1, 5.0), np.full(1, 6.0))],
             "od": collections.OrderedDict([("y", np.full(1, 7.0)), ("b", np.full(1, 8.0))])}
     ck.save(tmp_path / "c.psk.d", tree)
-    with Reader(tmp_path / "c.psk.d", layout=ck.read_layout(tmp_path / "c.layout.json")) as r:
+    with Reader(tmp_path / "c.psk.d", layout=ck.read_layout_file(tmp_path / "c.layout.json").layout) as r:
         stored = np.frombuffer(r.raw_data(), np.float64)
     np.testing.assert_array_equal(stored, [1, 2, 3, 4, 5, 6, 7, 8])
     back = ck.restore(tmp_path / "c.psk.d", tree)
@@ -187,7 +187,7 @@ def test_the_callers_tree_is_not_modified(tmp_path):
     w = np.array([1.0, 0.1])
     tree = {"w": w, "n": [np.int32(3)], "f": fractions.Fraction(1, 3)}
     before = {"w": w.copy(), "ids": (id(tree["w"]), id(tree["n"])), "keys": list(tree)}
-    ck.save(tmp_path / "c.psk.d", tree, encodings={"['w']": "bf16"}, round_to_encoding=True)
+    ck.save(tmp_path / "c.psk.d", tree, SaveOptions(encodings={"['w']": "bf16"}, round_to_encoding=True))
     assert list(tree) == before["keys"] and (id(tree["w"]), id(tree["n"])) == before["ids"]
     np.testing.assert_array_equal(bits(tree["w"]), bits(before["w"]))
     assert tree["w"].dtype == np.float64 and tree["f"] == fractions.Fraction(1, 3)
@@ -217,14 +217,14 @@ def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path)
     before = (tmp_path / "c.psk.d").read_bytes()
     bad = {"w": np.full(3, 2.0, np.float32), "v": np.array([1.0, np.nan], np.float32)}
     with pytest.raises(PskdError):
-        ck.save(tmp_path / "c.psk.d", bad, finite_only=True)
+        ck.save(tmp_path / "c.psk.d", bad, SaveOptions(finite_only=True))
     assert (tmp_path / "c.psk.d").read_bytes() == before
     assert all_files(tmp_path) == ["c.layout.json", "c.psk.d"]
 
 
 def test_a_refused_save_writes_no_file_not_even_the_layout(tmp_path):
     with pytest.raises(PskdError) as e:
-        ck.save(tmp_path / "new.psk.d", {"w": np.array([1.0, np.nan], np.float32)}, finite_only=True)
+        ck.save(tmp_path / "new.psk.d", {"w": np.array([1.0, np.nan], np.float32)}, SaveOptions(finite_only=True))
     assert e.value.code == "E9004"
     assert all_files(tmp_path) == []
     # over an older checkpoint of another structure, the old checkpoint and its layout stay a pair

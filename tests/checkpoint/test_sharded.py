@@ -12,9 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from pskd_jax.checkpoint import restoring
 from pskd_jax import checkpoint as ck
-
+from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint import restoring
 from tests.helpers import ENV, run_python
 
 SCRIPT = textwrap.dedent(
@@ -74,8 +74,8 @@ SCRIPT = textwrap.dedent(
     np.testing.assert_array_equal(np.asarray(again["rows"]), host["rows"].astype(ml_dtypes.bfloat16))
 
     # verified restore into shards
-    digest = ck.save(path, arrays, digest=True).sha256
-    ck.restore(path, target, sha256=digest)
+    digest = ck.save(path, arrays, ck.SaveOptions(digest="sha256")).digests["sha256"]
+    ck.restore(path, target, digests={"sha256": digest})
     print("ok")
     """
 )
@@ -107,7 +107,7 @@ def test_read_region_reads_exactly_the_box(tmp_path, shape, index):
     values = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     path = tmp_path / "r.psk.d"
     ck.save(path, {"pad": np.zeros(3, np.uint8), "v": values})
-    layout = ck.read_layout(ck.layout_path_for(path))
+    layout = ck.read_layout_file(layout_path_for(path)).layout
     from pskd_jax.format.reader import Reader
 
     with Reader(path, layout=layout) as reader:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.data.export import export_json
 from pskd_jax.data.info import info_lines
 from pskd_jax.errors import PskdError
@@ -37,7 +38,7 @@ def stale_beside(tmp_path) -> pathlib.Path:
 def test_a_layout_left_by_another_save_is_refused_naming_both_files(tmp_path):
     path = stale_beside(tmp_path)
     with pytest.raises(PskdError) as e:
-        ck.find_layout(path)
+        ck.find_layout_file(path).layout
     assert e.value.code == "E9005"
     assert str(tmp_path / "m.layout.json") in e.value.message and str(path) in e.value.message
     with pytest.raises(PskdError) as e:
@@ -78,7 +79,7 @@ def test_the_commands_refuse_a_layout_of_another_save(tmp_path, command, make):
 
 def test_a_save_that_writes_no_layout_removes_the_one_of_the_data_it_replaces(tmp_path):
     ck.save(tmp_path / "c.psk.d", {"w": np.ones(3, np.float32)})
-    ck.save(tmp_path / "c.psk.d", {"v": np.ones(3, np.float32)}, layout_file=False)
+    ck.save(tmp_path / "c.psk.d", {"v": np.ones(3, np.float32)}, SaveOptions(layout_file=False))
     assert not (tmp_path / "c.layout.json").exists()
     ck.save(tmp_path / "c.psk.d", {"w": np.ones(3, np.float32)})
     ck.save(tmp_path / "c.psk.d", (np.ones(2), np.ones(3)))  # a closed type: no layout file
@@ -123,10 +124,10 @@ def test_identity_size_and_header(tmp_path):
     with pytest.raises(PskdError) as e:
         ck.find_layout_file(tmp_path / "c.psk.d")
     assert e.value.code == "E9005"
-    ck.save(tmp_path / "d.psk.d", {"w": np.ones(8, np.float32)}, name="Other")  # same size, another header
+    ck.save(tmp_path / "d.psk.d", {"w": np.ones(8, np.float32)}, SaveOptions(name="Other"))  # same size, another header
     os.replace(tmp_path / "d.psk.d", tmp_path / "c.psk.d")
     with pytest.raises(PskdError) as e:
-        ck.find_layout(tmp_path / "c.psk.d")
+        ck.find_layout_file(tmp_path / "c.psk.d").layout
     assert e.value.code == "E9005" and "another header" in e.value.message
 
 
@@ -177,15 +178,15 @@ def test_convert_gives_the_stored_values_never_a_dtype_they_do_not_hold(tmp_path
 
 def test_info_and_export_use_a_layout_that_belongs(tmp_path):
     ck.save(tmp_path / "m.psk.d", {"w": np.arange(2, dtype=np.float32), "s": np.int16(-2)})
-    layout = ck.find_layout(tmp_path / "m.psk.d")
+    layout = ck.find_layout_file(tmp_path / "m.psk.d").layout
     assert info_lines(str(tmp_path / "m.psk.d"), layout=layout)[0] == "type    params Params"
     export_json(str(tmp_path / "m.psk.d"), str(tmp_path / "m.json"), layout=layout)
     assert json.loads((tmp_path / "m.json").read_text())["samples"][0]["w"] == [0.0, 1.0]
 
 
 def test_a_layout_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
-    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2)}, layout_file=False)
+    ck.save(tmp_path / "c.psk.d", {"w": np.ones(2)}, SaveOptions(layout_file=False))
     os.mkfifo(tmp_path / "c.layout.json")
     with pytest.raises(PskdError) as e:
-        ck.find_layout(tmp_path / "c.psk.d")
+        ck.find_layout_file(tmp_path / "c.psk.d").layout
     assert e.value.code in ("E9001", "E9002")

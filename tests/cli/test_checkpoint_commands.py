@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.checkpoint.manager import INDEX, CheckpointManager
+from pskd_jax._os.digests import file_digest, file_sha256
+from pskd_jax.checkpoint import CheckpointManager, SaveOptions
+from pskd_jax.checkpoint.index import INDEX
 from tests.helpers import pskd
 from tests.helpers import pskd_fails as fails
 
@@ -24,12 +26,12 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
     result = pskd("verify", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"pskd: ok step 1 step-00000001.psk.d xxh3_128 {ck.file_digest(manager.path(1), 'xxh3_128')}"
+    assert lines[0] == f"pskd: ok step 1 step-00000001.psk.d xxh3_128 {file_digest(manager.path(1), 'xxh3_128')}"
     assert lines[-1] == f"pskd: 2 checkpoints verified in {tmp_path / 'run'}"
     assert pskd("verify", tmp_path / "run", "--step", "2").returncode == 0
     one = pskd("verify", manager.path(2))
     assert one.returncode == 0
-    assert one.stdout == f"pskd: ok {manager.path(2)} xxh3_128 {ck.file_digest(manager.path(2))}\n"
+    assert one.stdout == f"pskd: ok {manager.path(2)} xxh3_128 {file_digest(manager.path(2))}\n"
     # a flipped byte
     path = pathlib.Path(manager.path(2))
     data = bytearray(path.read_bytes())
@@ -45,28 +47,29 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
 
 @pytest.mark.slow
 def test_verify_a_lone_file(tmp_path):
-    result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, digest="xxh3_128")
-    sha = ck.file_sha256(tmp_path / "c.psk.d")
+    result = ck.save(tmp_path / "c.psk.d", {"w": np.ones(3)}, SaveOptions(digest="xxh3_128"))
+    sha = file_sha256(tmp_path / "c.psk.d")
     plain = pskd("verify", tmp_path / "c.psk.d")
     assert plain.returncode == 0 and "no recorded digest" in plain.stdout
-    assert plain.stdout.startswith(f"pskd: {tmp_path / 'c.psk.d'}: xxh3_128 {result.xxh3_128} sha256 {sha} ")
-    given = pskd("verify", tmp_path / "c.psk.d", "--xxh3-128", result.xxh3_128)
-    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.xxh3_128}\n"
+    assert plain.stdout.startswith(f"pskd: {tmp_path / 'c.psk.d'}: xxh3_128 {result.digests['xxh3_128']} sha256 {sha} ")
+    given = pskd("verify", tmp_path / "c.psk.d", "--xxh3-128", result.digests["xxh3_128"])
+    xxh = result.digests["xxh3_128"]
+    assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {xxh}\n"
     given = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha.upper())
     assert given.returncode == 0 and given.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} sha256 {sha}\n"
-    both = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha, "--xxh3-128", result.xxh3_128)
+    both = pskd("verify", tmp_path / "c.psk.d", "--sha256", sha, "--xxh3-128", result.digests["xxh3_128"])
     assert both.returncode == 0
-    assert both.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.xxh3_128} sha256 {sha}\n"
+    assert both.stdout == f"pskd: ok {tmp_path / 'c.psk.d'} xxh3_128 {result.digests['xxh3_128']} sha256 {sha}\n"
     fails("E9013", "verify", tmp_path / "c.psk.d", "--sha256", "0" * 32)
     assert "xxh3_128" in fails("E9013", "verify", tmp_path / "c.psk.d", "--xxh3-128", "0" * 32)
-    fails("E9012", "verify", tmp_path, "--xxh3-128", result.xxh3_128)
+    fails("E9012", "verify", tmp_path, "--xxh3-128", result.digests["xxh3_128"])
 
 
 @pytest.mark.slow
 def test_verify_a_directory_whose_index_records_sha256(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, {"w": np.full(64, 1, np.float32)})
-    sha = ck.file_sha256(tmp_path / "step-00000001.psk.d")
+    sha = file_sha256(tmp_path / "step-00000001.psk.d")
     entry = {"step": 1, "file": "step-00000001.psk.d", "sha256": sha}  # as versions before xxh3_128 wrote it
     (tmp_path / INDEX).write_text(json.dumps({"format": "pskd-checkpoints", "version": 1, "checkpoints": [entry]}))
     result = pskd("verify", tmp_path)

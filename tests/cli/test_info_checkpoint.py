@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.format import write
 from tests.helpers import pskd, pskd_fails, pskd_ok
 
@@ -54,7 +55,7 @@ def other_save(tmp_path):
     type, of the same size)."""
     ck.save(tmp_path / "c.psk.d", {"w": np.arange(4, dtype=np.float32)})
     ck.save(tmp_path / "o.psk.d", {"w": np.arange(2, dtype=np.float32), "k": np.arange(2, dtype=np.float32)},
-            name="Other")
+            SaveOptions(name="Other"))
     write(tmp_path / "d.psk.d", "ℝ[4]", np.ones((1, 4)))
     return tmp_path / "o.layout.json"
 
@@ -82,8 +83,9 @@ def test_a_layout_option_of_another_file_is_refused_naming_both(tmp_path, comman
 @pytest.mark.slow
 def test_diff_layout_for_a_b_without_one_must_belong_to_b_too(tmp_path):
     ck.save(tmp_path / "a.psk.d", {"w": np.arange(4, dtype=np.float32)})
-    ck.save(tmp_path / "b.psk.d", {"w": np.arange(4, dtype=np.float32) + 1}, layout_file=False)
-    ck.save(tmp_path / "x.psk.d", {"w": np.arange(2, dtype=np.float64)}, layout_file=False)  # other encodings
+    ck.save(tmp_path / "b.psk.d", {"w": np.arange(4, dtype=np.float32) + 1}, SaveOptions(layout_file=False))
+    # other encodings
+    ck.save(tmp_path / "x.psk.d", {"w": np.arange(2, dtype=np.float64)}, SaveOptions(layout_file=False))
     assert pskd_ok("diff", tmp_path / "a.psk.d", tmp_path / "b.psk.d", "--layout", tmp_path / "a.layout.json")[0] \
         .startswith("‖a − b‖₂ = 2.0")
     message = pskd_fails("E9005", "diff", tmp_path / "a.psk.d", tmp_path / "x.psk.d", "--layout",

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from pskd_jax._os.names import step_file, step_layout
-from pskd_jax.checkpoint.manager import INDEX, LOCK, CheckpointManager
+from pskd_jax.checkpoint import CheckpointManager
+from pskd_jax.checkpoint.index import INDEX
+from pskd_jax.checkpoint.takeover import LOCK
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

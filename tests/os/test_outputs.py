@@ -14,6 +14,7 @@ import pytest
 
 from pskd_jax import data
 from pskd_jax._os.atomic import atomic_output, destination_for, text_output
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, Writer, write
 
@@ -151,8 +152,8 @@ def test_the_commands_write_text_to_dash_and_refuse_it_for_binary_outputs(tmp_pa
 @pytest.mark.slow
 def test_export_to_dash_that_fails_writes_nothing(tmp_path):
     path = tmp_path / "bad.psk.d"
-    from pskd_jax.format.header import encode_header
     from pskd_jax.format.encodings import Encoding
+    from pskd_jax.format.header import encode_header
     path.write_bytes(encode_header("idx[10][]", 3, [Encoding.F64]) + bytes([1, 2, 12]))
     run = pskd("export", path, "-o", "-", cwd=tmp_path)
     assert run.returncode == 1 and run.stdout == "" and run.stderr.startswith("pskd: E9004: "), run.stderr
@@ -176,7 +177,7 @@ def test_a_corpus_build_never_removes_what_stands_at_its_manifest_name(tmp_path,
 def test_an_output_that_is_an_input_is_refused(tmp_path):
     from pskd_jax import checkpoint
     (tmp_path / "rows.txt").write_text("1\n2\n")
-    checkpoint.save(tmp_path / "ck.psk.d", {"w": np.ones(2)}, name="M", durable=False)
+    checkpoint.save(tmp_path / "ck.psk.d", {"w": np.ones(2)}, SaveOptions(name="M", durable=False))
     os.link(tmp_path / "rows.txt", tmp_path / "hard.txt")
     layout = (tmp_path / "ck.layout.json").read_bytes()
     for command in (["pack", "rows.txt", "--type", "ℝ[]", "-o", "rows.txt"],

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint, data
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.format import Reader, write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,7 +115,8 @@ def test_a_command_whose_input_is_cut_short_fails_cleanly(tmp_path, command, met
 def test_convert_of_a_file_cut_short_fails_cleanly(tmp_path):
     pytest.importorskip("safetensors")
     path = tmp_path / "ck.psk.d"
-    checkpoint.save(path, {"a": np.arange(1 << 16, dtype=np.float32), "b": np.ones(1 << 16)}, name="M", durable=False)
+    checkpoint.save(path, {"a": np.arange(1 << 16, dtype=np.float32), "b": np.ones(1 << 16)},
+                    SaveOptions(name="M", durable=False))
     out = tmp_path / "out"
     out.mkdir()
     run = run_child(CUT_DURING.replace("{method}", "leaf_range"), path, "convert", path, "-o", out / "ck.safetensors",
@@ -136,7 +138,7 @@ def test_the_toolkits_writers_never_rewrite_a_file_a_reader_holds(tmp_path):
         write(path, "ℝ[]", np.zeros(3), durable=False)
         data.pack_file(str(tmp_path / "rows.txt"), "ℝ[]", str(path))
         data.lm_windows_file(str(tmp_path / "t.tok"), str(path), vocab=4, seq=2)
-        checkpoint.save(path, {"w": np.ones(2)}, name="M", durable=False)
+        checkpoint.save(path, {"w": np.ones(2)}, SaveOptions(name="M", durable=False))
         assert view.tolist() == list(np.arange(100.0))
         assert reader.gather([99])[0] == 99.0 and other.gather([99])[0] == 99.0
         for writer in (lambda p: data.export_json(str(tmp_path / "x.psk.d"), p),

@@ -41,16 +41,17 @@ import sys
 import traceback
 
 import numpy as np
+import pskd_jax.apps.pskd
 import pytest
 
-import pskd_jax.apps.pskd
 from pskd_jax import checkpoint
+from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
+from pskd_jax.checkpoint import CheckpointManager, Retention
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import Writer, write
-from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
-from pskd_jax.checkpoint.manager import CheckpointManager
 from tests.helpers import ENV, ROOT, run_python
 from tests.robustness import kill_points
+
 KILLS = 12  # per writer
 SEED = 20261129
 
@@ -393,7 +394,7 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
     run = os.path.join(directory, "run")
 
     def save(i: int, where: str = run) -> None:
-        with CheckpointManager(where, keep=2) as m:
+        with CheckpointManager(where, retention=Retention(keep=2)) as m:
             m.save(i, _checkpoint_tree(i))
 
     save(0)
@@ -407,7 +408,7 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
         _, signal_number, _ = _fork(lambda i=i: save(i), log=log, plan=plan, root=directory)
         killed += signal_number in kill_points.KILLED
         try:
-            with CheckpointManager(run, keep=2) as manager:
+            with CheckpointManager(run, retention=Retention(keep=2)) as manager:
                 step = manager.latest_step()
                 manager.verify(step)
                 back = manager.restore(step, _checkpoint_tree(0), as_numpy=True)
@@ -417,7 +418,7 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
         left_temporary += bool(_temporaries(run))
 
     def final() -> None:
-        with CheckpointManager(run, keep=2) as m:
+        with CheckpointManager(run, retention=Retention(keep=2)) as m:
             m.save(100, _checkpoint_tree(100))
     status, _, _ = _fork(final)
     results.append({"scenario": "kill CheckpointManager.save", "states": states, "killed": killed,

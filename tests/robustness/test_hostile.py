@@ -40,23 +40,19 @@ import traceback
 import tracemalloc
 
 import numpy as np
+import pskd_jax.apps.pskd
 import pytest
 
-import pskd_jax.apps.pskd
-from pskd_jax import checkpoint
-from pskd_jax import format as container
-from pskd_jax.format import reader as reader_module
-from pskd_jax.checkpoint import safetensors as convert
-from pskd_jax import corpus
-from pskd_jax.corpus import build as corpus_build
+from pskd_jax import checkpoint, corpus, pipeline
 from pskd_jax import data as inspection
-from pskd_jax.checkpoint import manager
-from pskd_jax.data import pack
-from pskd_jax import pipeline
-from pskd_jax.data import text
-from pskd_jax.data import windows
-from pskd_jax.format.reader import Reader
+from pskd_jax import format as container
+from pskd_jax.checkpoint import SaveOptions
+from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax.corpus import build as corpus_build
+from pskd_jax.data import pack, text, windows
 from pskd_jax.errors import PskdError
+from pskd_jax.format import reader as reader_module
+from pskd_jax.format.reader import Reader
 from tests.helpers import ENV, ROOT, SCRIPT, pskd
 
 HOSTILE = ROOT / "testdata" / "hostile"
@@ -132,9 +128,9 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         layout = checkpoint.read_layout_file(path).layout
         inspection.info_lines(str(CHECKPOINT), layout=layout)
     elif kind == "index":
-        manager.verify_directory(path)
+        checkpoint.verify_directory(path)
     elif kind == "safetensors":
-        convert.safetensors_to_pskd(path, out + ".psk.d", durable=False)
+        convert.safetensors_to_pskd(path, out + ".psk.d", SaveOptions(durable=False))
     elif kind == "export":
         inspection.export_json(path, out + ".json")
     elif kind == "output":

@@ -20,7 +20,8 @@ import pytest
 
 from pskd_jax import checkpoint as ck
 from pskd_jax import corpus
-from pskd_jax.checkpoint.manager import CheckpointManager
+from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint import CheckpointManager, Retention
 from tests.helpers import ENV, ROOT, documents
 from tests.robustness import kill_points
 
@@ -32,7 +33,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys, numpy as np
     from pskd_jax import checkpoint as ck
-    from pskd_jax.checkpoint import CheckpointManager
+    from pskd_jax.checkpoint import CheckpointManager, Retention
     from tests.robustness import kill_points
 
     def tree(k):
@@ -44,7 +45,7 @@ CHILD = textwrap.dedent(
     if mode == "file":
         ck.save(path, tree(k))
     else:
-        with CheckpointManager(path, keep=2) as manager:
+        with CheckpointManager(path, retention=Retention(keep=2)) as manager:
             manager.save(k, tree(k), extra={"k": k})
     """
 )
@@ -83,7 +84,7 @@ def test_a_killed_save_leaves_the_old_or_the_new_checkpoint_whole(tmp_path):
         assert got <= k, (got, k)
         for key, value in expected(got).items():
             np.testing.assert_array_equal(back[key], value)
-        assert ck.read_layout(ck.layout_path_for(path)).leaves[0].path == "['w']"
+        assert ck.read_layout_file(layout_path_for(path)).layout.leaves[0].path == "['w']"
     assert save_in_child("file", path, 99, root, {"step": -1}) == 0
     assert sorted(os.listdir(root)) == ["c.layout.json", "c.psk.d"]  # the killed saves' leftovers removed
 
@@ -96,7 +97,8 @@ def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
     step_file = lambda: (directory / "step-00000000.psk.d").stat().st_size  # noqa: E731
     for k, plan in enumerate(plans("manager", directory, root, rng, step_file), start=2):
         assert save_in_child("manager", directory, k, root, plan) in (-signal.SIGKILL, -signal.SIGXFSZ), plan
-        with CheckpointManager(directory, keep=2) as manager:  # (closed: the next child opens the directory)
+        # (closed: the next child opens the directory)
+        with CheckpointManager(directory, retention=Retention(keep=2)) as manager:
             latest = manager.latest_step()
             assert latest is not None
             back = manager.restore(target=expected(0), verify=True)

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint, corpus, data, pipeline
+from pskd_jax._os.digests import file_digest
+from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.checkpoint import safetensors as convert
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.errors import PskdError
@@ -34,7 +36,7 @@ def alarm():
 @pytest.fixture
 def files(tmp_path):
     write(tmp_path / "a.psk.d", "ℝ[2]", np.arange(4.0).reshape(2, 2), durable=False)
-    checkpoint.save(tmp_path / "ck.psk.d", {"w": np.ones(3)}, name="M", durable=False)
+    checkpoint.save(tmp_path / "ck.psk.d", {"w": np.ones(3)}, SaveOptions(name="M", durable=False))
     (tmp_path / "v.json").write_text('["a", "b"]')
     (tmp_path / "t.txt").write_text("ab")
     (tmp_path / "good.jsonl").write_text('{"text": "hi"}\n')
@@ -74,7 +76,7 @@ CALLS = {
     "restore": lambda d, p: checkpoint.restore(p, as_numpy=True),
     "manifest": lambda d, p: corpus.read_manifest(p),
     "corpus-jsonl": lambda d, p: corpus_build.build_corpus([p], str(d / "corpus"), durable=False),
-    "digest": lambda d, p: checkpoint.file_digest(p),
+    "digest": lambda d, p: file_digest(p),
 }
 
 
@@ -96,7 +98,7 @@ def test_safetensors_fifo_is_refused_at_once(files, alarm):
 def test_a_fifo_as_the_layout_sidecar_is_refused_at_once(files, alarm):
     os.replace(files / "ck.layout.json", files / "kept.json")
     fifo(files, "ck.layout.json")
-    refused(checkpoint.find_layout, str(files / "ck.psk.d"))
+    refused(checkpoint.find_layout_file, str(files / "ck.psk.d"))
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])

@@ -1,0 +1,65 @@
+"""A step written into a checkpoint directory, as the index sees it: the claim recorded before its
+files are written (so that what a crash leaves can be proved the manager's own), then its entry,
+with the entries retention lets go dropped — the index first, their files after, so that the index
+never names a missing file. The caller holds the directory (its lock, and the index for the call).
+"""
+
+from __future__ import annotations
+
+import stat
+
+from pskd_jax._os import names
+from pskd_jax._os.checks import mode_words
+from pskd_jax.checkpoint.directory import CheckpointDirectory, step_names
+from pskd_jax.checkpoint.index import CheckpointEntry, Index, listed_names, load_index, write_index
+from pskd_jax.checkpoint.retention import Retention, scores_of
+from pskd_jax.errors import CheckpointDirectoryError
+
+
+def claim_step(directory: CheckpointDirectory, step: int, *, durable: bool) -> None:
+    """Records ``step`` under the index's ``leftovers`` before its files are written; refuses
+    (E9014) a step whose names hold something that is not the manager's own."""
+    index = load_index(directory)
+    check_names_free(directory, step, index)
+    if step not in index.leftovers:
+        write_index(directory, index.entries, leftovers=index.leftovers + (step,), durable=durable)
+
+
+def check_names_free(directory: CheckpointDirectory, step: int, index: Index) -> None:
+    """Refuses to write a step whose names hold something that is not the manager's own: not a
+    regular file, or a file no entry lists and ``leftovers`` does not claim."""
+    listed = index.listed_names()
+    for name in step_names(step):
+        mode = directory.mode(name)
+        if mode is None:
+            continue
+        path = directory.join(name)
+        if not stat.S_ISREG(mode):
+            raise CheckpointDirectoryError(f"{path}: {mode_words(mode)} stands at a name of step {step}; the manager "
+                                           "writes regular files there and removes nothing it did not write: "
+                                           "move it away to save this step")
+        if name not in listed and step not in index.leftovers:
+            raise CheckpointDirectoryError(f"{path}: no index entry lists this file, so it is not the manager's to "
+                                           f"replace: move it away to save step {step}")
+
+
+def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retention: Retention, *,
+                durable: bool) -> None:
+    """Lists ``entry`` (in place of an entry of its step), keeps what ``retention`` keeps, and
+    removes the files of the entries it drops once the index no longer lists them. The dropped
+    files stay claimed (``leftovers``) until they are gone, as do the claims of other steps that
+    still have unlisted files."""
+    index = load_index(directory)
+    before = index.listed_names() | listed_names([entry])  # this save's files too
+    candidates = [e for e in index.entries if e.step != entry.step] + [entry]
+    keep = retention.kept_steps(scores_of(candidates))
+    kept = [e for e in candidates if e.step in keep]
+    after = listed_names(kept)
+    dropped = sorted(before - after)
+    claimed = {names.step_of(name) for name in dropped}
+    claimed.update(s for s in index.leftovers if s != entry.step and directory.unlisted_own(s, after))
+    write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable)
+    directory.remove(dropped)
+
+
+__all__ = ["check_names_free", "claim_step", "commit_step"]

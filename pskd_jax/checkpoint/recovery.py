@@ -1,0 +1,89 @@
+"""What a manager does once it holds a directory's lock: remove what interrupted saves left — the
+files of steps claimed under ``leftovers`` that no entry lists, the entry of a re-save cut short,
+temporary files and save locks no live writer holds — or, in a directory without an index, adopt
+its step files (:mod:`pskd_jax.checkpoint.adoption`). Plain functions of the directory and its
+index; the rules are in ``docs/checkpoints.md``.
+"""
+
+from __future__ import annotations
+
+from pskd_jax._os import names
+from pskd_jax._os.digests import DIGESTS
+from pskd_jax.checkpoint.adoption import adopt
+from pskd_jax.checkpoint.directory import CheckpointDirectory
+from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, Index, listed_names, load_index, write_index
+
+
+def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> None:
+    """Brings a directory the caller holds the lock of to a state its index describes: adopts the
+    step files of a directory without an index (``digest``: the algorithm an adopted entry
+    records), else removes what unfinished saves left; then removes stale temporary files."""
+    index = load_index(directory)
+    listing = directory.names()
+    if not index.exists:
+        adopt(directory, listing, digest=digest, durable=durable)
+    else:
+        remove_unfinished(directory, index, durable=durable)
+    remove_stale(directory, listing)
+
+
+def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: bool) -> None:
+    """Removes the files of the saves ``leftovers`` claims that no entry lists, once no save of
+    them is under way, and drops an entry whose re-save was cut short (its file no longer the one
+    recorded): the index without it is written before its file goes."""
+    if not index.leftovers:
+        return
+    cut_short = {step for step in index.leftovers
+                 if (entry := index.entry(step)) is not None and not still_recorded(directory, entry)}
+    entries = [entry for entry in index.entries if entry.step not in cut_short]
+    if cut_short:
+        write_index(directory, entries, leftovers=index.leftovers, durable=durable)
+    listed = listed_names(entries)
+    busy = []
+    for step in index.leftovers:
+        file = names.step_file(step)
+        if not directory.unlisted_own(step, listed) and not directory.save_lock_exists(file):
+            continue  # nothing of it is left, and no save of it is under way: the claim goes
+        with directory.idle(file) as idle:
+            if not idle:
+                busy.append(step)
+                continue
+            directory.remove(directory.unlisted_own(step, listed))
+    write_index(directory, entries, leftovers=busy, durable=durable)
+
+
+def still_recorded(directory: CheckpointDirectory, entry: CheckpointEntry) -> bool:
+    """Whether a listed step's file still has the digests its entry records (True when nothing
+    the manager wrote is there: the entry is left to say so when it is read)."""
+    if not directory.regular(entry.file):
+        return True
+    digests = {name: value for name, value in entry.digest.items() if name in DIGESTS}
+    return all(directory.digest(entry.file, name) == value.lower() for name, value in digests.items())
+
+
+def remove_stale(directory: CheckpointDirectory, listing: list[str]) -> None:
+    """Temporary files of the index and of step files that no live writer holds, and the
+    distributed temporaries and save locks of step files that no save holds. Only regular files."""
+    temporaries: set[str] = set()
+    distributed: set[str] = set()
+    save_locks: set[str] = set()
+    for name in listing:
+        found = names.leftover(name)
+        if found is None:
+            continue
+        kind, file = found
+        step = names.step_of(file)
+        if kind == "random" and (step is not None or file == INDEX):
+            temporaries.add(file)
+        elif step is not None and file == names.step_file(step) and directory.regular(name):  # a checkpoint's
+            (distributed if kind == "distributed" else save_locks).add(file)
+    for file in sorted(temporaries):
+        directory.remove_stale_temporaries(file)
+    for file in sorted(distributed | save_locks):
+        # each save of a step holds its destination lock until it is done (and removes it then)
+        with directory.idle(file) as idle:
+            if idle and file in distributed:
+                directory.remove_distributed_temporary(file)
+
+
+__all__ = ["recover", "remove_stale", "remove_unfinished", "still_recorded"]

@@ -1,0 +1,79 @@
+"""Checking a checkpoint directory against its index: every listed file against the digests
+recorded when it was written, and each step's layout file against its data file.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pskd_jax._os import names
+from pskd_jax.checkpoint.directory import CheckpointDirectory
+from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, load_index, read_index
+from pskd_jax.checkpoint.integrity import layout_xxh3, verify_file
+from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError
+from pskd_jax.format.layout_file import check_belongs, read_layout_file
+
+
+def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -> list[CheckpointEntry]:
+    """Checks the checkpoints of a directory (or one step) against their recorded digests (every
+    algorithm an entry records that this version knows), and each step's layout file against its
+    data file; returns the entries checked. E9013 names the first damaged checkpoint; E9005 (naming
+    both files) a layout file written for another file — another header, size, or whole-file
+    xxh3_128 —; E9001 (naming both) a listed layout file that is missing or does not read; E9014 a
+    malformed index, a step the index lacks, or step files without an index (nothing to check them
+    against: a manager opened on the directory adopts them)."""
+    place = CheckpointDirectory.of(directory)
+    index = load_index(place)
+    if not index.exists:
+        found = sorted(name for name in place.names(missing_ok=True) if names.step_of(name) is not None)
+        if found:
+            raise CheckpointDirectoryError(
+                f"{place.path}: no checkpoint index ({INDEX}), but {len(found)} step file"
+                f"{'s' if len(found) != 1 else ''} ({', '.join(found[:4])}{', …' if len(found) > 4 else ''}): "
+                "no recorded digest to check them against (a CheckpointManager opened on the directory adopts "
+                "the complete ones)")
+    entries = list(index.entries)
+    if step is not None:
+        entries = [entry for entry in entries if entry.step == step]
+        if not entries:
+            raise CheckpointDirectoryError(f"{place.path}: no complete checkpoint for step {step}")
+    for entry in entries:
+        path = place.readable(entry.step, entry.file, entry.layout_name)
+        digests = entry.checkable_digests()
+        verify_file(path, digests)
+        _verify_layout(place, entry, path, digests)
+    return entries
+
+
+def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path: str, digests: dict[str, str]) -> None:
+    """Checks that the layout file of a verified step is its own (E9005 naming both files when it
+    was written for another file; E9001 naming both when the index lists one that is missing or
+    does not read): by its header digest and size, and by the whole file's xxh3_128 it records.
+    A step the index lists without a layout file is checked only when one lies beside it (restore
+    would use it)."""
+    listed = entry.layout_name
+    layout_path = directory.join(listed) if listed else names.layout_path_for(path)
+    if not listed and not os.path.lexists(layout_path):
+        return
+    where = f"step {entry.step} {path}"
+    try:
+        layout_file = read_layout_file(layout_path)
+    except PskdError as e:
+        raise NotClosedError(f"{where}: its layout file does not read: {e.message}") from None
+    try:
+        check_belongs(layout_file, path, xxh3_128=layout_xxh3(path, layout_file, digests.get("xxh3_128")))
+    except MismatchError as e:
+        raise MismatchError(f"{where}: {e.message}") from None
+
+
+def recorded_digests(path: str | os.PathLike) -> dict[str, str]:
+    """The digests the index of a checkpoint file's directory records for it (empty when the
+    directory has no index, or the index does not list the file)."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    for entry in read_index(directory):
+        if entry.file == name:
+            return entry.checkable_digests()
+    return {}
+
+
+__all__ = ["recorded_digests", "verify_directory"]
