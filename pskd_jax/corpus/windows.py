@@ -9,10 +9,12 @@ hooks and pickling are :mod:`pskd_jax.format.source`'s. See ``docs/corpus.md`` (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -63,10 +65,8 @@ class _OpenShard:
 
     def __del__(self) -> None:
         # A shard a refresh dropped closes once no snapshot (no gather in flight) holds it.
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: BLE001 (interpreter shutdown)
-            pass
 
 
 @dataclasses.dataclass(eq=False)
@@ -196,7 +196,7 @@ class CorpusWindows(RandomAccessSource):
                 shards.append(shard)
             if verify and new:
                 fresh = {id(s) for s in new}
-                check_shards(manifest, lambda i: content_problem(shards[i].bytes.fd, shards[i].path,
+                check_shards(manifest, lambda i: content_problem(shards[i].bytes.fileno(), shards[i].path,
                                                                  shards[i].header, manifest.shards[i],
                                                                  manifest.tokenizer)
                              if id(shards[i]) in fresh else None, self.workers)
@@ -462,9 +462,6 @@ class CorpusWindows(RandomAccessSource):
         """What a closed source keeps: the manifest and the lengths, no file."""
         empty = np.zeros(0, np.uint8)
         return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, sources=[], needed_list=[])
-
-    def __enter__(self) -> "CorpusWindows":
-        return self
 
 
 __all__ = ["CorpusWindows"]

@@ -17,7 +17,7 @@ import dataclasses
 import io
 import mmap
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class Runs:
     sources: np.ndarray | None = None
 
     @classmethod
-    def of_records(cls, positions: np.ndarray, record_bytes: int, first_byte: int) -> "Runs":
+    def of_records(cls, positions: np.ndarray, record_bytes: int, first_byte: int) -> Runs:
         """The runs of consecutive records among ``positions`` (record ``p`` at ``first_byte + p *
         record_bytes``), read into one array of ``len(positions)`` records in that order."""
         if not len(positions):
@@ -51,7 +51,7 @@ class Runs:
 
     @classmethod
     def of_rows(cls, offsets: np.ndarray, row_bytes: int, sources: np.ndarray | None = None,
-                rows: np.ndarray | None = None) -> "Runs":
+                rows: np.ndarray | None = None) -> Runs:
         """One run of ``row_bytes`` a row: row ``rows[j]`` (default ``j``) of the output read from
         ``offsets[j]`` (a window's tokens, one leaf of a large sample)."""
         rows = np.arange(len(offsets), dtype=np.int64) if rows is None else rows.astype(np.int64)
@@ -60,7 +60,7 @@ class Runs:
 
     def spans(self, out: np.ndarray) -> list[memoryview]:
         """The run's pieces of ``out`` (a C-contiguous array), as writable byte buffers."""
-        flat = memoryview(out.reshape(-1).view(np.uint8))
+        flat = out.reshape(-1).view(np.uint8).data
         return [flat[start : start + length] for start, length in zip(self.starts.tolist(), self.lengths.tolist())]
 
 
@@ -82,7 +82,7 @@ class ByteSource(abc.ABC):
         self.read_spans([buffer], [offset])
 
     @classmethod
-    def read_spans_of(cls, sources: Sequence["ByteSource"], which: Sequence[int], spans: Sequence[memoryview],
+    def read_spans_of(cls, sources: Sequence[ByteSource], which: Sequence[int], spans: Sequence[memoryview],
                       offsets: Sequence[int], name: str) -> None:
         """Fills span ``j`` from ``sources[which[j]]``: spans of several sources of this kind read
         together. One source after the other here; a kind that can have reads of several sources in
@@ -144,10 +144,10 @@ class FileBytes(ByteSource):
             raise TruncatedError(f"{self.name}: cannot read: {e.strerror or e}") from e
 
     def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
-        pread_spans(self._open_fd(), spans, offsets, self.name)
+        pread_spans(self.fileno(), spans, offsets, self.name)
 
     def read_at(self, buffer: memoryview, offset: int) -> None:
-        read_into(self._open_fd(), buffer, offset, self.name)
+        read_into(self.fileno(), buffer, offset, self.name)
 
     @classmethod
     def read_spans_of(cls, sources: Sequence[ByteSource], which: Sequence[int], spans: Sequence[memoryview],
@@ -157,7 +157,8 @@ class FileBytes(ByteSource):
             raise TruncatedError(f"{name}: a file was closed")
         pread_spans(fds, spans, offsets, name)  # one preadv a span, through map
 
-    def _open_fd(self) -> int:
+    def fileno(self) -> int:
+        """The descriptor (E9003 once closed)."""
         if self.fd is None:
             raise TruncatedError(f"{self.name}: the file was closed")
         return self.fd
@@ -170,7 +171,7 @@ class FileBytes(ByteSource):
         if self.map is not None and len(self.map) == size:
             return self.map
         try:
-            fresh = mmap.mmap(self._open_fd(), size, access=mmap.ACCESS_READ)
+            fresh = mmap.mmap(self.fileno(), size, access=mmap.ACCESS_READ)
         except ValueError:  # shorter than its size a moment ago
             raise TruncatedError(f"{self.name}: the file was cut short while being opened") from None
         except OSError as e:
@@ -190,7 +191,7 @@ def first_cut_short(sources: Sequence[FileBytes], needed: Sequence[int]) -> tupl
     """``(j, size now)`` of the first file shorter than ``needed[j]``, None when none is: one
     ``fstat`` a file, what a copy out of their maps checks first."""
     try:
-        sizes = [status.st_size for status in map(os.fstat, [source._open_fd() for source in sources])]
+        sizes = [status.st_size for status in map(os.fstat, [source.fileno() for source in sources])]
     except OSError as e:
         raise TruncatedError(f"{sources[0].name}: cannot read: {e.strerror or e}") from e
     for j, (size, want) in enumerate(zip(sizes, needed)):

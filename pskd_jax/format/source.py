@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -181,7 +182,7 @@ class RandomAccessSource:
 
     # -- data-loader hooks (grain, PyTorch) -------------------------------------------------------
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         """The samples at ``indices`` as a list, read in one gather: the batched-read hook grain's
         ``MapDataset`` calls as ``_getitems`` and PyTorch's ``DataLoader`` as ``__getitems__``."""
         leaves = self.gather_leaves(indices)
@@ -207,10 +208,10 @@ class RandomAccessSource:
 
     # -- lifetime -----------------------------------------------------------------------------------
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

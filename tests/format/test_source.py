@@ -221,7 +221,7 @@ class MemoryBytes(ByteSource):
 
 
 def test_a_byte_source_that_only_reads_spans_serves_runs_over_several_sources():
-    a, b = MemoryBytes(bytes(range(0, 50)), "a"), MemoryBytes(bytes(range(100, 150)), "b")
+    a, b = MemoryBytes(bytes(range(50)), "a"), MemoryBytes(bytes(range(100, 150)), "b")
     runs = Runs.of_rows(np.array([10, 0, 40, 3]), 4, sources=np.array([1, 0, 1, 0]))
     out = read_runs([a, b], runs, np.zeros((4, 4), np.uint8), "ab")
     assert out.tolist() == [[110, 111, 112, 113], [0, 1, 2, 3], [140, 141, 142, 143], [3, 4, 5, 6]]
