@@ -280,7 +280,7 @@ class Reader(RandomAccessSource):
         return self.header.count
 
     def _check_readable(self) -> None:
-        if self.placement is None or self._bytes.fd is None:  # (the common case, in one test)
+        if self.placement is None or self._bytes.fd is None:  # one test on the way of every read
             self._require_layout()
             self._require_open()
 
