@@ -38,7 +38,10 @@ own codes start at E9010.
 |       |                            | store client not installed, a request that kept failing      |
 
 ``PskdError(code, message)`` builds the subclass of ``code``, so code that names errors by their
-code and code that names them by their class raise the same objects.
+code and code that names them by their class raise the same objects. Two subclasses carry a
+Python error as well, so that sources of samples keep Python's sequence protocol:
+:class:`IndexOutOfRangeError` (E9003 and ``IndexError``) and :class:`IndexTypeError` (E9012 and
+``TypeError``).
 """
 
 from __future__ import annotations
@@ -118,6 +121,15 @@ class TruncatedError(PskdError):
     code = "E9003"
 
 
+class IndexOutOfRangeError(TruncatedError, IndexError):
+    """E9003 that is also an ``IndexError``: an index beyond a source's samples (``reader[len(reader)]``).
+
+    Python's sequence protocol ends a loop over ``source[i]`` at the first ``IndexError``, so an
+    index out of range is both the toolkit's error and the one every loop, ``list(source)`` and
+    numpy expect; ``except TruncatedError`` and ``except IndexError`` both catch it.
+    """
+
+
 class BadValueError(PskdError):
     """E9004: a value outside its bound or its encoding; text that is not a number."""
 
@@ -146,6 +158,14 @@ class UsageError(PskdError):
     """E9012: bad usage of a command or function."""
 
     code = "E9012"
+
+
+class IndexTypeError(UsageError, TypeError):
+    """E9012 that is also a ``TypeError``: an index that is not an integer (a float, a str, a bool).
+
+    What a Python sequence raises for ``seq[1.5]``; ``except UsageError`` and ``except TypeError``
+    both catch it.
+    """
 
 
 class DigestMismatchError(PskdError):
@@ -209,6 +229,8 @@ __all__ = [
     "CorpusDirectoryError",
     "CorpusInputError",
     "DigestMismatchError",
+    "IndexOutOfRangeError",
+    "IndexTypeError",
     "MismatchError",
     "NotClosedError",
     "NotPskdError",

@@ -1,25 +1,28 @@
-"""Training windows cut on the fly from a corpus's global token stream, and taken up anew while
-the corpus is built or rebuilt (:meth:`CorpusWindows.refresh`).
+"""Training windows cut on the fly from a corpus's global token stream: :class:`CorpusWindows`.
+
+Each window's shard is found with one ``searchsorted`` and every window inside a shard is gathered
+with one fancy index over views spanning all the shards' maps (or one positional read a window);
+the few that cross a boundary are assembled from pieces. The windows are taken up anew while the
+corpus is built or rebuilt (:meth:`CorpusWindows.refresh`). The index rules, iteration, grain's
+hooks and pickling are :mod:`pskd_jax.format.source`'s. See ``docs/corpus.md`` (Training windows).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
-import mmap
-import operator
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from pskd_jax._os.checks import checked_integer, first_true
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES
-from pskd_jax._os.positional import pread_spans
 from pskd_jax.corpus.maintain import (
     ShardProblem,
     check_shards,
@@ -32,8 +35,9 @@ from pskd_jax.corpus.maintain import (
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.windows import lm_window_count, window_type
-from pskd_jax.errors import BadValueError, CorpusDirectoryError, ShardMismatchError, TruncatedError, UsageError
-from pskd_jax.format.reader import ACCESS_MODES
+from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
+from pskd_jax.format.byte_sources import FileBytes, Runs, cut_short, first_cut_short, read_runs
+from pskd_jax.format.source import RandomAccessSource, checked_access
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
 
@@ -42,15 +46,14 @@ _largest = np.maximum.reduce  # a batch's largest token: called per batch, witho
 
 @dataclasses.dataclass(eq=False)
 class _OpenShard:
-    """One shard as the windows hold it: its own descriptor (``pread`` and verification) and, with
+    """One shard as the windows hold it: the file (positional reads and verification) and, with
     ``access="mmap"``, a map of that same file, so what is verified is what is served."""
 
     entry: Shard
     path: str
-    file: io.FileIO  # closed when the last snapshot holding it is collected, or by close()
+    bytes: FileBytes  # closed when the last snapshot holding it is collected, or by close()
     header: Any
     tokens: np.ndarray  # a view of the map (mmap), or an empty array (pread)
-    map: mmap.mmap | None
 
     @property
     def key(self) -> tuple:
@@ -58,10 +61,7 @@ class _OpenShard:
         return self.path, self.entry.tokens, self.entry.documents, self.entry.sha256
 
     def close(self) -> None:
-        if self.map is not None:
-            with contextlib.suppress(BufferError, ValueError):  # a view still held: it closes with it
-                self.map.close()
-        self.file.close()
+        self.bytes.close()
 
     def __del__(self) -> None:
         # A shard a refresh dropped closes once no snapshot (no gather in flight) holds it.
@@ -86,60 +86,34 @@ class _Snapshot:
     inputs: np.ndarray
     targets: np.ndarray
     shift: np.ndarray
-    fds: list[int]
+    sources: list[FileBytes]  # shard k's bytes
     data_offsets: np.ndarray
     needed_list: list[int]  # each shard's size when whole: its data offset and its tokens
 
 
-class CorpusWindows:
+class CorpusWindows(RandomAccessSource):
     """Language-model windows ``(idx[V][seq: T], idx[V][seq: T])`` cut from the global token stream.
 
     Window w starts at token ``w * stride`` of the stream (the shards concatenated in manifest
-    order): its input is the T tokens from there, its target the same shifted by one. Windows
-    cross shard boundaries freely; the samples are those ``pskd lm-windows`` writes from the
-    concatenated tokens. A source for :class:`pskd_jax.loader.Loader` and a pipeline like a
-    Reader: ``len``, ``[w]`` and ``gather(indices)``.
-
-    Each shard is opened once (``access="mmap"``: and mapped). ``gather`` finds every window's
-    shard with one ``searchsorted``, gathers the inputs and the targets of every window that lies
-    inside a shard with one fancy index each over views spanning all the maps (see
-    ``_address_views``), and assembles the few that cross a boundary from pieces. Gathered tokens
-    are checked against the vocabulary size (E9004 naming the shard and the token): a damaged
-    shard never hands a model an index its embedding does not have.
-
-    Each shard's header (version, type, count) and size are checked against the manifest when it
-    is opened (E9017). ``verify=True`` also reads every shard once through the descriptor it is
-    served from (``workers`` threads): its sha256, every token below the vocabulary size, its
-    boundary tokens equal to its documents (see :func:`pskd_jax.corpus.verify_corpus`).
-
-    ``tokenizer`` (a :class:`Tokenizer`, or a ``tokenizer.json`` or vocabulary file) refuses a
-    corpus built with another tokenizer (E9016, naming both; see :func:`check_tokenizer`).
-
-    ``access="pread"`` reads each window's T + 1 tokens with one ``preadv`` instead (pieces for a
-    window across shards), as ``Reader(access="pread")`` does: slower per window, but the shards'
-    pages never join the process's resident set. A shard cut short under the windows by another
-    program (the corpus's own builds never shorten a file) is E9003 naming it: under ``"pread"``
-    always; under ``"mmap"`` each gather first checks the size of every shard it copies from (one
-    ``fstat`` a shard the batch touches), and only a shard cut short between that check and the
-    copy still kills the process with SIGBUS, as any memory map does.
-
-    Reading while a build runs: the windows keep the corpus they opened (its files stay open
-    even when a rebuild renames new shards over them) until :meth:`refresh` takes up the manifest
-    as it is now. :attr:`complete` says whether the manifest is that of a finished build.
+    order): its input is the T tokens from there, its target the same shifted by one; they equal
+    what ``pskd lm-windows`` writes from the concatenated tokens. A source like a Reader: ``len``,
+    ``[w]`` (negative from the end), iteration and ``gather(indices)``; gathered tokens are checked
+    against the vocabulary size (E9004). ``verify=True`` reads every shard once (``workers``
+    threads) to check it against the manifest; ``tokenizer`` refuses a corpus built with another
+    (E9016); ``access="pread"`` keeps the shards' pages out of the resident set. The details (a
+    shard cut short, reading while a build runs): ``docs/corpus.md``.
     """
+
+    _what = "window"
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
                  verify: bool = False, workers: int | None = None, access: str = "mmap",
                  tokenizer: Tokenizer | str | os.PathLike | None = None):
-        if access not in ACCESS_MODES:
-            raise UsageError(f"{manifest_path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
-        self.access = access
-        stride = seq if stride is None else stride
-        for name, value in (("seq", seq), ("stride", stride)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
         self.path = os.fspath(manifest_path)
-        self.seq, self.stride = int(seq), int(stride)
+        self.access = checked_access(access, self.path)
+        stride = seq if stride is None else stride
+        self.seq = checked_integer(seq, "seq", low=1)
+        self.stride = checked_integer(stride, "stride", low=1)
         self.verify, self.workers = verify, workers
         self._closed = False
         self._expected_tokenizer = tokenizer  # checked before any shard is opened or hashed
@@ -222,7 +196,7 @@ class CorpusWindows:
                 shards.append(shard)
             if verify and new:
                 fresh = {id(s) for s in new}
-                check_shards(manifest, lambda i: content_problem(shards[i].file.fileno(), shards[i].path,
+                check_shards(manifest, lambda i: content_problem(shards[i].bytes.fileno(), shards[i].path,
                                                                  shards[i].header, manifest.shards[i],
                                                                  manifest.tokenizer)
                              if id(shards[i]) in fresh else None, self.workers)
@@ -239,23 +213,23 @@ class CorpusWindows:
             fd = open_shard(path)
         except ShardProblem as e:
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
-        file = io.FileIO(fd, "rb", closefd=True)
+        source = FileBytes(path, fd=fd)
         try:
             size = os.fstat(fd).st_size
             header = shard_header(fd, size, path)
             problem = header_problem(header, size, entry, tokenizer)
             if problem is not None:
                 raise ShardProblem(problem)
-            tokens, mapped = np.zeros(0, tokenizer.dtype), None
+            tokens = np.zeros(0, tokenizer.dtype)
             if self.access == "mmap" and entry.tokens:
-                mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-                tokens = np.frombuffer(mapped, tokenizer.dtype, count=entry.tokens, offset=header.data_offset)
-            return _OpenShard(entry, path, file, header, tokens, mapped)
+                tokens = np.frombuffer(source.mapped(size), tokenizer.dtype, count=entry.tokens,
+                                       offset=header.data_offset)
+            return _OpenShard(entry, path, source, header, tokens)
         except ShardProblem as e:
-            file.close()
+            source.close()
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
-        except (OSError, ValueError) as e:  # mmap of a file cut short meanwhile
-            file.close()
+        except (PskdError, OSError, ValueError) as e:  # a map of a file cut short meanwhile
+            source.close()
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})") from e
 
     def _snapshot(self, raw: bytes, manifest: Manifest, shards: list[_OpenShard]) -> _Snapshot:
@@ -266,7 +240,7 @@ class CorpusWindows:
         data_offsets = np.array([s.header.data_offset for s in shards], dtype=np.int64)
         return _Snapshot(raw, manifest, shards, counts, offsets, offsets[1:-1], offsets[:-1] + counts - self.seq,
                          total, lm_window_count(total, self.seq, self.stride), inputs, targets, shift,
-                         [s.file.fileno() for s in shards], data_offsets,
+                         [s.bytes for s in shards], data_offsets,
                          (data_offsets + counts * np.dtype(manifest.tokenizer.dtype).itemsize).tolist())
 
     def _address_views(self, tokens: list[np.ndarray], offsets: np.ndarray
@@ -334,17 +308,23 @@ class CorpusWindows:
         """The sample type, as an ``lm-windows`` file of the same windows has it."""
         return window_type(self.vocab_size, self.seq)
 
-    def __len__(self) -> int:
-        return self._state.length
+    # -- what the source core reads (see pskd_jax.format.source) ----------------------------------
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Window ``index`` as ``(inputs, targets)``, each ``(seq,)``."""
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise UsageError(f"{self.path}: a window index is an integer, got {index!r}") from None
-        inputs, targets = self.gather(np.array([index], dtype=np.int64))
-        return inputs[0], targets[0]
+    def _now(self) -> _Snapshot:
+        return self._state  # one snapshot for a whole read, whatever a refresh does meanwhile
+
+    def _length(self, now: _Snapshot) -> int:
+        return now.length
+
+    def _check_readable(self) -> None:
+        self._require_open()
+
+    def _sample_bytes(self) -> int:
+        return 2 * self.seq * self.dtype.itemsize
+
+    def _assemble(self, leaves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        inputs, targets = leaves
+        return inputs, targets
 
     def _require_open(self) -> None:
         if self._closed:
@@ -369,7 +349,8 @@ class CorpusWindows:
                 local = at - int(state.offsets[k])
                 take = min(stop - at, int(state.counts[k]) - local)
                 if self.access == "pread":
-                    self._read_tokens(state, k, local, out[at - start : at - start + take])
+                    state.sources[k].read_at(memoryview(out[at - start : at - start + take].view(np.uint8)),
+                                             int(state.data_offsets[k]) + local * self.dtype.itemsize)
                 else:
                     self._check_still_whole(state, (k,))
                     out[at - start : at - start + take] = state.shards[k].tokens[local : local + take]
@@ -380,35 +361,23 @@ class CorpusWindows:
     def _check_still_whole(self, state: _Snapshot, shards: Sequence[int]) -> None:
         """Refuses to copy out of the maps of ``shards`` (indices) when one was cut short since it
         was opened (E9003 naming it): touching a page past the end of a mapped file kills the
-        process with SIGBUS. One ``fstat`` a shard. As for a mapped Reader, a shard cut short
-        between this check and the copy still kills the process (only another program rewriting
-        a shard in place does that: the corpus's builds never shorten a file); ``access="pread"``
-        turns even that into E9003."""
-        fds, needed = state.fds, state.needed_list
-        try:
-            sizes = [status.st_size for status in map(os.fstat, [fds[k] for k in shards])]
-        except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot read a shard: {e.strerror or e}") from e
-        for k, size in zip(shards, sizes):
-            if size < needed[k]:
-                shard = state.shards[k]
-                raise TruncatedError(f"{self.path}: shard {k} {shard.path}: truncated since it was opened: {size} "
-                                     f"bytes now, {needed[k]} needed for its {shard.entry.tokens} tokens")
+        process with SIGBUS. One ``fstat`` a shard; a shard cut short between this check and the
+        copy still kills the process, as for a mapped Reader (see ``docs/corpus.md``)."""
+        short = first_cut_short([state.sources[k] for k in shards], [state.needed_list[k] for k in shards])
+        if short is not None:
+            k = shards[short[0]]
+            shard = state.shards[k]
+            raise cut_short(f"{self.path}: shard {k} {shard.path}", short[1], state.needed_list[k],
+                            f"its {shard.entry.tokens} tokens")
 
-    def _read_tokens(self, state: _Snapshot, shard: int, local: int, out: np.ndarray) -> None:
-        """Tokens ``local ..`` of a shard into ``out`` with one ``preadv`` (``access="pread"``)."""
-        item = self.dtype.itemsize
-        pread_spans(state.fds[shard], [memoryview(out.view(np.uint8))],
-                    [int(state.data_offsets[shard]) + local * item], state.shards[shard].path)
-
-    def _check_tokens(self, state: _Snapshot, tokens: np.ndarray, position_of) -> None:
+    def _check_tokens(self, state: _Snapshot, tokens: np.ndarray, position_of: Callable[[int], int]) -> None:
         """E9004 naming the shard and the token when a token is not below the vocabulary size
         (``position_of(i)``: the stream position of the i-th token of ``tokens`` in C order, asked
         for the first bad one only)."""
         bound = self._bound
         if not self._bounded or tokens.size == 0 or tokens.max() < bound:
             return
-        flat = int(np.flatnonzero(tokens.reshape(-1) >= bound)[0])
+        flat = first_true(tokens >= bound)
         position = int(position_of(flat))
         k = int(np.searchsorted(state.offsets, position, side="right")) - 1
         raise BadValueError(f"{self.path}: shard {k} {state.manifest.shards[k].path}: token "
@@ -418,55 +387,39 @@ class CorpusWindows:
     def _gather_read(self, state: _Snapshot, starts: np.ndarray, shard: np.ndarray, inside: np.ndarray
                      ) -> np.ndarray:
         """The ``(n, seq + 1)`` tokens of each window with ``access="pread"``: each window inside
-        one shard read with one ``preadv`` (through ``map``), the rare one across shards from pieces."""
+        one shard read as one run, the rare one across shards from pieces."""
         n, seq, item = len(starts), self.seq, self.dtype.itemsize
         windows = np.empty((n, seq + 1), self.dtype)
-        flat = memoryview(windows.reshape(-1).view(np.uint8))
-        width = (seq + 1) * item
-        rows = np.flatnonzero(inside).tolist()
         inner_shards = shard[inside]
-        fds = [state.fds[k] for k in inner_shards.tolist()]
         offsets = state.data_offsets.take(inner_shards) + (starts[inside] - state.offsets.take(inner_shards)) * item
-        pread_spans(fds, [flat[r * width : (r + 1) * width] for r in rows], offsets.tolist(), self.path)
+        runs = Runs.of_rows(offsets, (seq + 1) * item, inner_shards, np.flatnonzero(inside))
+        read_runs(state.sources, runs, windows, self.path)
         for row in np.flatnonzero(~inside).tolist():
             windows[row] = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
         return windows
 
-    def gather(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Windows ``indices`` as ``(inputs, targets)``, each ``(len(indices), seq)`` and contiguous."""
-        state = self._state  # one snapshot for the whole batch, whatever a refresh does meanwhile
-        indices = np.asarray(indices)
-        if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
-            raise UsageError(f"{self.path}: window indices are one axis of integers, got "
-                             f"{indices.dtype} of shape {indices.shape}")
-        n, count = len(indices), state.length
-        if n and (indices.min() < -count or indices.max() >= count):
-            bad = indices[(indices < -count) | (indices >= count)][0]
-            raise TruncatedError(f"{self.path}: window {bad} is beyond the {count} windows of the corpus")
-        self._require_open()
-        seq, dtype = self.seq, self.dtype
-        position = indices.astype(np.int64)
-        if n and indices.min() < 0:
-            position %= count
-        position *= self.stride  # each window's start in the stream
-        shard = state.bounds.searchsorted(position, side="right")
-        inside = position < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
+    def _rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
+        """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``
+        and contiguous."""
+        n, seq, dtype = len(positions), self.seq, self.dtype
+        starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
+        shard = state.bounds.searchsorted(starts, side="right")
+        inside = starts < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
         if self.access == "pread":
-            windows = self._gather_read(state, position, shard, inside)
+            windows = self._gather_read(state, starts, shard, inside)
             if self._bounded and n and _largest(windows, None) >= self._bound:
-                self._check_tokens(state, windows, lambda i: int(position[i // (seq + 1)]) + i % (seq + 1))
-            return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
-        crossing = np.flatnonzero(~inside) if n else position[:0]
-        starts = position.copy() if len(crossing) else None
-        position += state.shift.take(shard)  # now a record index of the views
+                self._check_tokens(state, windows, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
+            return [np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])]
+        crossing = np.flatnonzero(~inside) if n else starts[:0]
         if len(state.inputs) and len(crossing) < n:
             touched = shard[inside]  # the shards copied from, each checked once
             distinct = np.flatnonzero(np.bincount(touched)) if len(state.shards) <= 8 * n else np.unique(touched)
             self._check_still_whole(state, distinct.tolist())
+            records = starts + state.shift.take(shard)  # a record index of the views
             if len(crossing):
-                position[crossing] = position[np.argmax(inside)]  # any record inside: those rows are redone
-            inputs = state.inputs[position].view(dtype).reshape(n, seq)
-            targets = state.targets[position].view(dtype).reshape(n, seq)
+                records[crossing] = records[np.argmax(inside)]  # any record inside: those rows are redone
+            inputs = state.inputs[records].view(dtype).reshape(n, seq)
+            targets = state.targets[records].view(dtype).reshape(n, seq)
         else:
             inputs, targets = np.empty((n, seq), dtype), np.empty((n, seq), dtype)
         for row in crossing.tolist():  # across a shard boundary: from pieces
@@ -475,47 +428,27 @@ class CorpusWindows:
         # The inputs and each target's last token (the rest of the targets are inputs) below V.
         if self._bounded and n and (_largest(inputs, None) >= self._bound or _largest(targets[:, -1]) >= self._bound):
             tokens = np.concatenate([inputs, targets[:, -1:]], axis=1)
-            starts = self._starts(indices, state.length)
             self._check_tokens(state, tokens, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
-        return inputs, targets
+        return [inputs, targets]
 
-    def _starts(self, indices: np.ndarray, count: int) -> np.ndarray:
-        """Each window's first token in the stream (for an error message)."""
-        return (indices.astype(np.int64) % count) * self.stride
+    # -- identity and pickling (the source core's repr and worker processes) ----------------------
 
-    # -- data-loader hooks (grain, PyTorch) -----------------------------------------------------
-
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Windows ``indices`` as a list of ``(inputs, targets)``, read in one :meth:`gather`: the
-        batched-read hook grain's ``MapDataset`` calls as ``_getitems`` and PyTorch's
-        ``DataLoader`` as ``__getitems__``."""
-        inputs, targets = self.gather(np.asarray(indices, dtype=np.int64) if len(indices) else
-                                      np.zeros(0, dtype=np.int64))
-        return [(inputs[k], targets[k]) for k in range(len(indices))]
-
-    _getitems = __getitems__
-
-    def __repr__(self) -> str:
-        """The corpus and what identifies it, stable across processes and new sources of one
-        corpus (grain checks a data loader's saved state against ``repr(data_source)``): the
-        manifest's absolute path, the window shape and count, and an xxh3 of the manifest, which
-        records every shard's sha256."""
+    def _identity(self) -> str:
+        """The window shape and count, and an xxh3 of the manifest, which records every shard's sha256."""
         digest = DIGESTS["xxh3_128"](self.manifest.to_bytes()).hexdigest()
-        return (f"CorpusWindows({os.path.abspath(self.path)!r}, seq={self.seq}, stride={self.stride}, "
-                f"windows={len(self)}, type={self.type_text!r}, manifest_xxh3={digest})")
+        return f"seq={self.seq}, stride={self.stride}, windows={len(self)}, type={self.type_text!r}, " \
+               f"manifest_xxh3={digest}"
 
-    # -- pickling (worker processes) and lifetime ----------------------------------------------
+    def _reopen(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.path,), {"seq": self.seq, "stride": self.stride, "access": self.access}
 
-    def __getstate__(self) -> dict[str, Any]:
-        """The manifest path and the window shape; the shards are opened again where unpickled."""
-        return {"path": self.path, "seq": self.seq, "stride": self.stride,
-                "manifest": self.manifest.to_bytes(), "access": self.access}
+    def _witness(self) -> bytes:
+        return self.manifest.to_bytes()
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], seq=state["seq"], stride=state["stride"], access=state.get("access", "mmap"))
-        if self.manifest.to_bytes() != state["manifest"]:
-            self.close()
-            raise ShardMismatchError(f"{self.path}: the manifest changed since the source was pickled")
+    def _changed(self, then: bytes) -> PskdError:
+        return ShardMismatchError(f"{self.path}: the manifest changed since the source was pickled")
+
+    # -- lifetime --------------------------------------------------------------------------------
 
     def close(self) -> None:
         if self._closed:
@@ -528,13 +461,7 @@ class CorpusWindows:
     def _closed_state(self, state: _Snapshot) -> _Snapshot:
         """What a closed source keeps: the manifest and the lengths, no file."""
         empty = np.zeros(0, np.uint8)
-        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, fds=[], needed_list=[])
-
-    def __enter__(self) -> "CorpusWindows":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, sources=[], needed_list=[])
 
 
 __all__ = ["CorpusWindows"]

@@ -9,10 +9,12 @@ from pskd_jax.format.header import MAGIC, Header, encode_header, read_header
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.sample_type import format_type, header_text, parse_type
+from pskd_jax.format.source import ACCESS_MODES, Source
 from pskd_jax.format.tree import flatten, layout_of_template
 from pskd_jax.format.writer import Writer, WriteResult, write, write_encoded, write_stream
 
 __all__ = [
+    "ACCESS_MODES",
     "MAGIC",
     "Encoding",
     "Header",
@@ -20,6 +22,7 @@ __all__ = [
     "Leaf",
     "Reader",
     "Rounding",
+    "Source",
     "WriteResult",
     "Writer",
     "encode_header",

@@ -1,4 +1,9 @@
-"""Random access to the samples of a ``.psk.d`` file.
+"""Random access to the samples of a ``.psk.d`` file: :class:`Reader`.
+
+A reader checks a file's header against its size, then serves ``reader[k]``, ``gather`` (one
+vectorised read per leaf or per record) and read-only views, through a memory map or positional
+reads. The rules it shares with every source of samples (indices, access modes, iteration, grain's
+hooks, pickling) are :mod:`pskd_jax.format.source`'s. See ``docs/format.md`` (Reading and writing).
 """
 
 from __future__ import annotations
@@ -6,15 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import mmap
-import operator
 import os
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from pskd_jax._os.checks import first_true, not_below
 from pskd_jax._os.digests import sampled_digest
-from pskd_jax._os.files import open_fd
-from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import (
     BadValueError,
     MismatchError,
@@ -25,12 +28,14 @@ from pskd_jax.errors import (
     UsageError,
 )
 from pskd_jax.format import tree as tree_lib
+from pskd_jax.format.byte_sources import FileBytes, Runs, cut_short, read_runs
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.layout_file import find_layout_file
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.sample_type import ParamsType, parse_type
+from pskd_jax.format.source import RandomAccessSource, checked_access, checked_index
 
 
 def template_mismatch(template_paths: list[str], file_paths: list[str], *, listed: int = 20) -> str | None:
@@ -56,40 +61,16 @@ def template_mismatch(template_paths: list[str], file_paths: list[str], *, liste
 
 MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
 
-ACCESS_MODES = ("mmap", "pread")  # how Reader.gather reaches the file (see Reader)
 
-
-class Reader:
-    """Random access to the samples of a ``.psk.d`` file through a read-only memory map.
+class Reader(RandomAccessSource):
+    """Random access to the samples of a ``.psk.d`` file, through a read-only memory map
+    (``access="mmap"``, the default) or positional reads (``access="pread"``).
 
     ``layout`` supplies the leaves of a ``params`` file: a :class:`Layout` or a template pytree
-    (arrays or ``jax.ShapeDtypeStruct``s in declaration order). Closed types need none.
-
-    ``access`` says how :meth:`gather` and indexing reach the samples:
-
-    - ``"mmap"`` (default): records are copied out of the map, the fastest way
-      (``bench/bench_gather.py`` compares the two). The pages touched stay mapped, so the process's resident set grows
-      toward the file's size as training visits it (clean page cache the kernel can drop, but
-      counted in RSS).
-    - ``"pread"``: each run of consecutive records is read with one ``preadv`` straight into the
-      batch, ~4× slower per record, and the resident set stays that of the batches in flight
-      whatever the file's size (samples over 2 GiB: one ``preadv`` a leaf and sample). The file
-      is not mapped at all until :meth:`leaves`, :meth:`samples` or :meth:`raw_data` (views, by
-      design) asks for a map.
-
-    A file cut short while a reader holds it (rewritten in place by another program): under
-    ``"pread"`` a gather raises E9003 naming the file. Under ``"mmap"`` each gather first checks
-    the file's size (E9003 when it shrank); a file cut short between that check and the copy, or
-    under a view returned by :meth:`leaves`, still kills the process with SIGBUS, as any memory
-    map does. The commands that read a whole file (``info``, ``export``, ``convert``) read with
-    ``"pread"``. The toolkit's own writers never rewrite a file in place: they write a new file
-    and rename it, which leaves a reader holding the old one untouched.
-
-    The file is opened once, as a regular file (a FIFO or a device is E9002 at once, never waited
-    on); :meth:`refresh` takes in samples appended since.
-
-    Gathered idx values are checked against their bound (E9004 names the sample and the leaf):
-    a damaged file never hands a model an index its embedding does not have.
+    (arrays or ``jax.ShapeDtypeStruct``s in declaration order); closed types need none. Indices
+    follow Python's rules (negative from the end; :class:`~pskd_jax.errors.IndexOutOfRangeError`
+    past the end, so ``for sample in reader`` stops). What each access mode costs, what happens to
+    a file cut short under a reader, and :meth:`refresh`: ``docs/format.md``.
 
     >>> import numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "w.psk.d")
@@ -102,13 +83,11 @@ class Reader:
 
     def __init__(self, path: str | os.PathLike, *, layout: Layout | Any | None = None, access: str = "mmap"):
         self.path = os.fspath(path)
-        if access not in ACCESS_MODES:
-            raise UsageError(f"{self.path}: access is one of {', '.join(ACCESS_MODES)}, got {access!r}")
-        self.access = access
-        self._map = self._file = self._fd = None
+        self.access = checked_access(access, self.path)
         # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
-        self._file = open(open_fd(self.path, NotPskdError), "rb", buffering=0)
-        self._fd = self._file.fileno()
+        self._bytes = FileBytes(self.path)
+        self._views: list[np.ndarray] | None = None  # made when first needed (see _leaf_views)
+        self._records: np.ndarray | None = None  # made when first needed (see _record_array)
         try:
             try:
                 # A file being appended to (a corpus shard, chunk by chunk) grows its data before
@@ -116,7 +95,8 @@ class Reader:
                 self.header, self.file_size = self._read_header()
             except OSError as e:
                 raise NotPskdError(f"{self.path}: cannot read: {e.strerror or e}") from e
-            self._map = self._open_map() if self.file_size and access == "mmap" else None
+            if access == "mmap":
+                self._bytes.mapped(self.file_size)
             if self.header.count > MAX_COUNT:
                 raise TruncatedError(f"{self.path}: a count of {self.header.count} samples, beyond the 2^63 - 1 a "
                                      f"reader can index")
@@ -125,8 +105,6 @@ class Reader:
             raise
         self.layout: Layout | None = None
         self.placement: Placement | None = None
-        self._views: list[np.ndarray] | None = None  # made when first needed (see _leaf_views)
-        self._records: np.ndarray | None = None  # made when first needed (see _record_array)
         self._record: np.dtype | None = None  # a whole sample as one opaque record, if numpy holds one
         self._bounded: list[int] = []
         try:
@@ -146,22 +124,15 @@ class Reader:
     def _read_header(self) -> tuple[Header, int]:
         """The header, read with plain reads of the descriptor (never through the map), and the
         file's size taken after it."""
-        size = os.fstat(self._fd).st_size
-        self._file.seek(0)
-        header = read_header(self._file, self.path, size)
-        return header, os.fstat(self._fd).st_size
-
-    def _open_map(self) -> mmap.mmap:
-        try:
-            return mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_READ)
-        except ValueError:  # shorter than its size a moment ago
-            raise TruncatedError(f"{self.path}: the file was cut short while being opened") from None
-        except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot map: {e.strerror or e}") from e
+        file = self._bytes.file
+        size = os.fstat(file.fileno()).st_size
+        file.seek(0)
+        header = read_header(file, self.path, size)
+        return header, os.fstat(file.fileno()).st_size
 
     # -- layout ------------------------------------------------------------------------------
 
-    def with_layout(self, layout: Layout | Any) -> "Reader":
+    def with_layout(self, layout: Layout | Any) -> Reader:
         """Supplies (or replaces) the layout; returns the reader. A template (not a :class:`Layout`)
         for a ``params`` file with its layout file beside it is checked against that file: the
         same key paths in the same order, the same shapes and storage (E9005 otherwise)."""
@@ -245,12 +216,15 @@ class Reader:
                                  "(Reader(path, layout=template) or reader.with_layout(...))")
         return self.placement
 
+    def _require_open(self) -> FileBytes:
+        if self._bytes.fd is None:
+            raise UsageError(f"{self.path}: the reader is closed")
+        return self._bytes
+
     def _mapped(self) -> mmap.mmap | None:
         """The map of the file, made now if this reader had none yet (``access="pread"`` maps only
-        for the views asked of it); None for an empty file."""
-        if self._map is None and self._fd is not None and self.file_size:
-            self._map = self._open_map()
-        return self._map
+        for the views asked of it); None for an empty file or a closed reader."""
+        return self._bytes.mapped(self.file_size) if self._bytes.fd is not None else None
 
     def _map_bytes(self) -> np.ndarray:
         """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
@@ -261,8 +235,7 @@ class Reader:
         """Every leaf's view over the map (:meth:`_leaf_view`), built on first use and kept: a
         reader that only reads positionally (a restore, ``access="pread"``) never pays for them."""
         if self._views is None:
-            if self._file is None:
-                raise UsageError(f"{self.path}: the reader is closed")
+            self._require_open()
             self._views = [self._leaf_view(i) for i in range(len(self.placement.layout.leaves))]
         return self._views
 
@@ -301,63 +274,37 @@ class Reader:
         """Bytes after the last sample (left by an interrupted append)."""
         return self.file_size - self.header.data_offset - self.header.count * self.sample_bytes
 
-    def __len__(self) -> int:
+    # -- what the source core reads (see pskd_jax.format.source) ----------------------------------
+
+    def _length(self, now: Any) -> int:
         return self.header.count
 
-    def _check_index(self, index: int) -> int:
-        count = self.header.count
-        position = index + count if index < 0 else index
-        if not 0 <= position < count:
-            raise TruncatedError(f"{self.path}: sample {index} is beyond the count {count}")
-        return position
+    def _check_readable(self) -> None:
+        if self.placement is None or self._bytes.fd is None:  # one test on the way of every read
+            self._require_layout()
+            self._require_open()
 
-    def __getitem__(self, index: int) -> Any:
-        """Sample ``index`` as its pytree of fresh arrays."""
-        placement = self._require_layout()
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise TruncatedError(f"{self.path}: a sample index is an integer, got {index!r}") from None
-        position = self._check_index(index)
-        leaves = self._gathered_leaves(np.array([position], dtype=np.intp))
-        return placement.layout.unflatten([leaf[0, ...] for leaf in leaves])  # 0-d arrays, not scalars
+    def _sample_bytes(self) -> int:
+        return self._require_layout().sample_bytes
 
-    def gather(self, indices: Sequence[int] | np.ndarray) -> Any:
-        """The samples at ``indices``, stacked under a leading batch axis: one vectorised read per leaf."""
-        return self._require_layout().layout.unflatten(self.gather_leaves(indices))
+    def _assemble(self, leaves: list[np.ndarray]) -> Any:
+        return self._require_layout().layout.unflatten(leaves)  # (only after _check_readable)
 
-    def gather_leaves(self, indices: Sequence[int] | np.ndarray) -> list[np.ndarray]:
-        """:meth:`gather` as the list of leaves in storage order, each ``(len(indices), *shape)``."""
-        self._require_layout()
-        indices = np.asarray(indices)
-        if indices.ndim != 1:
-            raise TruncatedError(f"{self.path}: sample indices form one axis, got shape {indices.shape}")
-        if indices.dtype.kind not in "iu" and indices.size:  # [] comes as float64: nothing to read
-            raise TruncatedError(f"{self.path}: sample indices must be integers, got {indices.dtype}")
-        count = self.header.count
-        if indices.size and (indices.min() < -count or indices.max() >= count):
-            bad = indices[(indices < -count) | (indices >= count)][0]
-            raise TruncatedError(f"{self.path}: sample {bad} is beyond the count {count}")
-        positions = indices.astype(np.intp, copy=False)
-        if positions.size and positions.min() < 0:  # a negative index counts from the end
-            positions = np.where(positions < 0, positions + count, positions)
-        return self._gathered_leaves(positions)
-
-    def _gathered_leaves(self, positions: np.ndarray) -> list[np.ndarray]:
-        """Each leaf of the samples at ``positions`` (valid, non-negative), bounds checked."""
+    def _rows(self, now: Any, positions: np.ndarray) -> list[np.ndarray]:
+        """Each leaf of the samples at ``positions`` (checked, from 0), bounds checked: whole records
+        as opaque bytes (alignment 1: a plain copy per record, never a copy of the file as numpy
+        makes for unaligned or strided sources), split per leaf; a sample too large to be one numpy
+        record, leaf by leaf."""
         placement = self.placement
         leaf_count = len(placement.layout.leaves)
         if self.access == "mmap" and len(positions):
             self._check_still_whole()
         if self._record is None and placement.sample_bytes and len(positions):
-            # Samples too large to be one numpy record: a copy of each leaf's rows, leaf by leaf.
             if self.access == "pread":
                 leaves = [self._read_leaf_rows(i, positions) for i in range(leaf_count)]
             else:
                 leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._leaf_views()]
         else:
-            # Whole records are gathered as opaque bytes (alignment 1: a plain copy per record, never
-            # a copy of the file as numpy makes for unaligned or strided sources), then split per leaf.
             records = None
             if self._record is not None and len(positions):
                 records = self._read_records(positions) if self.access == "pread" else \
@@ -368,34 +315,26 @@ class Reader:
         return leaves
 
     def _check_still_whole(self) -> None:
-        """Refuses to copy out of the map a file that was cut short since it was opened (E9003):
-        touching a page past the end of a mapped file kills the process with SIGBUS.
-
-        One ``fstat`` a gather. The check cannot close the window between it and the copy: a file
-        cut short in that instant still kills the process. Only a file rewritten in place does that
-        (the toolkit's own writers write a new file and rename it, which never affects a reader);
-        ``access="pread"`` turns even that into E9003."""
-        try:
-            size = os.fstat(self._fd).st_size
-        except OSError as e:
-            raise TruncatedError(f"{self.path}: cannot read: {e.strerror or e}") from e
+        """Refuses to copy out of the map a file cut short since it was opened (E9003): one
+        ``fstat`` a gather. A file cut short between this check
+        and the copy still kills the process; only a file rewritten in place does that (the
+        toolkit's writers write a new file and rename it); ``access="pread"`` turns even that into
+        E9003."""
         needed = self.header.data_offset + self.header.count * self.placement.sample_bytes
+        size = self._bytes.size()
         if size < needed:
-            raise TruncatedError(f"{self.path}: truncated since it was opened: {size} bytes now, {needed} "
-                                 f"needed for its {self.header.count} samples")
+            raise cut_short(self.path, size, needed, f"its {self.header.count} samples")
 
     def _read_leaf_rows(self, i: int, positions: np.ndarray) -> np.ndarray:
-        """Leaf i of the samples at ``positions``, read with ``preadv`` (one call a row): the path
-        of samples too large for a numpy record under ``access="pread"``."""
+        """Leaf i of the samples at ``positions``, one positional read a row: the path of samples
+        too large for a numpy record under ``access="pread"``."""
         placement = self.placement
         leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
         out = np.empty((len(positions), *leaf.shape), dtype=disk)
         if out.size:
-            flat = out.reshape(len(positions), -1).view(np.uint8)
-            spans = [memoryview(flat[row]) for row in range(len(positions))]
             offsets = (self.header.data_offset + placement.offsets[i]
-                       + positions.astype(np.int64) * placement.sample_bytes).tolist()
-            pread_spans(self._fd, spans, offsets, self.path)
+                       + positions.astype(np.int64) * placement.sample_bytes)
+            read_runs([self._bytes], Runs.of_rows(offsets, out[0].nbytes), out, self.path)
         return out.view(placement.value_dtype(i))
 
     def leaf_range(self, index: int, i: int, start: int, stop: int) -> np.ndarray:
@@ -403,14 +342,14 @@ class Reader:
         on their own with a positional read (never the whole sample): what shows or writes a
         sample of a few GiB in part. idx values are checked against their bound (E9004)."""
         placement = self._require_layout()
-        position = self._check_index(operator.index(index))
+        position = checked_index(index, self.header.count, self.path, "sample")
         leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
         start, stop = max(0, int(start)), min(int(stop), leaf.size)
         out = np.empty(max(0, stop - start), dtype=disk)
         if out.size:
             offset = (self.header.data_offset + position * placement.sample_bytes + placement.offsets[i]
                       + start * disk.itemsize)
-            read_into(self._fd, memoryview(out.view(np.uint8)), offset, self.path)
+            self._require_open().read_at(memoryview(out.view(np.uint8)), offset)
         values = out.view(placement.value_dtype(i))
         if i in self._bounded:
             self._check_bound(i, values.reshape(1, -1), np.array([position]))
@@ -424,9 +363,7 @@ class Reader:
         start, stop = max(0, int(start)), max(0, int(stop))
         out = np.empty(max(0, stop - start), dtype=np.uint8)
         if out.size:
-            if self._fd is None:
-                raise UsageError(f"{self.path}: the reader is closed")
-            read_into(self._fd, memoryview(out), self.header.data_offset + start, self.path)
+            self._require_open().read_at(memoryview(out), self.header.data_offset + start)
         return out
 
     def _check_bound(self, i: int, values: np.ndarray, positions: np.ndarray) -> None:
@@ -435,27 +372,17 @@ class Reader:
         bound = self.placement.layout.leaves[i].bound
         if values.size == 0 or values.max() < bound:
             return
-        over = values.reshape(len(values), -1).max(axis=1) >= bound
-        row = int(np.argmax(over))
+        row = first_true(values.reshape(len(values), -1).max(axis=1) >= bound)
         leaf = self.placement.layout.leaves[i]
         raise BadValueError(f"{self.path}: sample {int(positions[row])}, leaf {leaf.path or '(root)'}: stored value "
-                            f"{int(values[row].max())} is not below its bound idx[{bound}]")
+                            f"{not_below(int(values[row].max()), bound)}")
 
     def _read_records(self, positions: np.ndarray) -> np.ndarray:
-        """The records at ``positions`` read with ``preadv``: one call per run of consecutive
-        records, straight into the batch (``access="pread"``)."""
-        size = self._record.itemsize
+        """The records at ``positions``, one positional read a run of consecutive records, straight
+        into the batch (``access="pread"``)."""
         out = np.empty(len(positions), dtype=self._record)
-        if not len(positions):
-            return out
-        flat = memoryview(out.view(np.uint8))
-        breaks = np.flatnonzero(np.diff(positions) != 1) + 1
-        firsts = np.concatenate(([0], breaks)).tolist()
-        ends = np.concatenate((breaks, [len(positions)])).tolist()
-        spans = [flat[a * size : b * size] for a, b in zip(firsts, ends)]
-        offsets = (self.header.data_offset + positions[firsts].astype(np.int64) * size).tolist()
-        pread_spans(self._fd, spans, offsets, self.path)
-        return out
+        runs = Runs.of_records(positions, self._record.itemsize, self.header.data_offset)
+        return read_runs([self._bytes], runs, out, self.path)
 
     def _record_dtype(self) -> np.dtype | None:
         """A sample as one opaque record, or None when samples are empty or larger than the
@@ -503,35 +430,20 @@ class Reader:
 
     def raw_data(self) -> memoryview:
         """The bytes of the ``count`` samples (whole data region if the layout is unknown)."""
-        if self._mapped() is None:
+        mapped = self._mapped()
+        if mapped is None:
             return memoryview(b"")
         end = self.file_size
         if self.placement is not None:
             end = self.header.data_offset + self.header.count * self.placement.sample_bytes
-        return memoryview(self._map)[self.header.data_offset : end]
+        return memoryview(mapped)[self.header.data_offset : end]
 
-    # -- data-loader hooks (grain, PyTorch) -----------------------------------------------------
+    # -- identity and pickling (the source core's repr and worker processes) ----------------------
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """The samples at ``indices`` as a list of pytrees, read in one :meth:`gather`.
-
-        The batched-read hook of data loaders: grain's ``MapDataset`` calls it as ``_getitems``
-        (its ``SupportsBatchedReadRandomAccessDataSource``), PyTorch's ``DataLoader`` as
-        ``__getitems__``. Each sample's leaves are 0-d or n-d arrays, as ``reader[i]`` gives.
-        """
-        leaves = self.gather_leaves(np.asarray(indices, dtype=np.int64) if len(indices) else [])
-        unflatten = self._require_layout().layout.unflatten
-        return [unflatten([leaf[k, ...] for leaf in leaves]) for k in range(len(indices))]
-
-    _getitems = __getitems__
-
-    def __repr__(self) -> str:
-        """The file and what identifies it, stable across processes and new readers of one file:
-        grain checks a data loader's saved state against ``repr(data_source)``, so a state saved
-        over one reader restores over a new reader of the same file, and is refused over another.
-
-        Identity: the absolute path, the type, the count, the size, and an xxh3 of the header and
-        the first and last 4 KiB of data (cheap; no object id, no modification time)."""
+    def _identity(self) -> str:
+        """The type, the count, the size, and an xxh3 of the header and the first and last 4 KiB
+        of data (cheap; no object id, no modification time): a state grain saved over one reader
+        restores over a new reader of the same file, and is refused over another."""
         key = (self.file_size, self.header.count)
         cached = self.__dict__.get("_repr_identity")
         if cached is None or cached[0] != key:
@@ -543,8 +455,20 @@ class Reader:
                 sampled = "unreadable"
             cached = (key, sampled)
             self.__dict__["_repr_identity"] = cached
-        return (f"Reader({os.path.abspath(self.path)!r}, type={self.header.type_text!r}, count={self.header.count}, "
-                f"bytes={self.file_size}, sampled_xxh3={cached[1]})")
+        return f"type={self.header.type_text!r}, count={self.header.count}, bytes={self.file_size}, " \
+               f"sampled_xxh3={cached[1]}"
+
+    def _reopen(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # A layout built from a template rebuilds through a closure, which ``pickle`` refuses and
+        # ``cloudpickle`` (what grain sends workers with) accepts.
+        return (self.path,), {"layout": self.layout, "access": self.access}
+
+    def _witness(self) -> tuple[Header, int]:
+        return self.header, self.file_size
+
+    def _changed(self, then: tuple[Header, int]) -> PskdError:
+        return MismatchError(f"{self.path}: the file changed since the reader was pickled (count {then[0].count}, "
+                             f"{then[1]} bytes then; count {self.header.count}, {self.file_size} bytes now)")
 
     # -- a file that grows --------------------------------------------------------------------
 
@@ -558,10 +482,9 @@ class Reader:
         header now says something else than the count; E9003 when it holds fewer samples or bytes
         than before, or than its new count needs.
         """
-        if self._fd is None:
-            raise UsageError(f"{self.path}: the reader is closed")
+        fd = self._require_open().fileno()
         try:
-            held, named = os.fstat(self._fd), os.stat(self.path)
+            held, named = os.fstat(fd), os.stat(self.path)
         except OSError as e:
             raise NotPskdError(f"{self.path}: no longer names the file the reader opened ({e.strerror or e})") from e
         if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino):
@@ -583,68 +506,29 @@ class Reader:
                                  f"index")
         if (header, size) == (before, self.file_size):
             return header.count
-        old = (self.header, self.file_size, self._map)
+        old = (self.header, self.file_size)
         self.header, self.file_size = header, size
         try:
             if self.placement is not None:
                 self._check_size(self.placement.sample_bytes)
                 self._check_addressable(self.placement)
                 self._check_params_size(self.placement.sample_bytes)
-            self._map = self._open_map() if size and (self.access == "mmap" or old[2] is not None) else None
+            if self.access == "mmap" or self._bytes.map is not None:
+                self._bytes.mapped(size)  # the map before closes now, or with the last view taken of it
         except BaseException:
-            self.header, self.file_size, self._map = old
+            self.header, self.file_size = old
             raise
         self._views, self._records = None, None  # made again over the new map when asked for
-        self._release_map(old[2])  # closes now, or with the last view taken of it
         return header.count
-
-    @staticmethod
-    def _release_map(mapped: mmap.mmap | None) -> None:
-        if mapped is None:
-            return
-        try:
-            mapped.close()
-        except BufferError:
-            pass  # a caller still holds a view of it; it closes with them
-
-    # -- pickling (for worker processes: grain's, multiprocessing's) ---------------------------
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The path, the layout and what identifies the file; the map is not sent, it is reopened.
-
-        A layout built from a template rebuilds through a closure, which ``pickle`` refuses and
-        ``cloudpickle`` (what grain sends workers with) accepts.
-        """
-        return {"path": self.path, "layout": self.layout, "header": self.header, "file_size": self.file_size,
-                "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], layout=state["layout"], access=state.get("access", "mmap"))
-        then, now = (state["header"], state["file_size"]), (self.header, self.file_size)
-        if then != now:
-            self.close()
-            raise MismatchError(f"{self.path}: the file changed since the reader was pickled "
-                                f"(count {then[0].count}, {then[1]} bytes then; count {now[0].count}, {now[1]} bytes "
-                                f"now)")
 
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Closes the file and its map (a caller still holding a view of the map keeps it valid; it
+        closes with them). Idempotent; ``len`` and the header stay."""
         self._views = None
         self._records = None
-        if self._file is not None:
-            self._file.close()
-            self._file = self._fd = None
-        if self._map is not None:
-            # A caller still holding a view of the map keeps it valid; it closes with them.
-            self._release_map(self._map)
-            self._map = None
-
-    def __enter__(self) -> "Reader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        self._bytes.close()
 
 
-__all__ = ["ACCESS_MODES", "MAX_RECORD_BYTES", "Reader"]
+__all__ = ["MAX_RECORD_BYTES", "Reader", "template_mismatch"]

@@ -20,22 +20,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Sequence
 
 import jax
 import numpy as np
 
 from pskd_jax.errors import BadValueError, PipelineError
+from pskd_jax.format.source import Source
 from pskd_jax.pipeline.batches import IteratorState, Pipeline
-
-
-class Source(Protocol):
-    """What a loader reads from: a ``.psk.d`` Reader, or any random-access source of samples."""
-
-    def __len__(self) -> int: ...
-
-    def gather(self, indices: np.ndarray) -> Any: ...
-
 
 _DONE = object()
 GROUP_SIZE = 4  # host batches moved to the device by one device_put call
@@ -254,4 +246,4 @@ class Loader:
             pass
 
 
-__all__ = ["GROUP_SIZE", "Loader", "Source", "local_rows"]
+__all__ = ["GROUP_SIZE", "Loader", "local_rows"]

@@ -10,7 +10,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.errors import PskdError
+from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError
 from pskd_jax.data.windows import lm_windows_file
 from .helpers import write_corpus
 
@@ -48,17 +48,57 @@ def test_windows_equal_lm_windows_of_the_concatenation(tmp_path, seq, stride, ac
 def test_windows_refuse_bad_indices(tmp_path):
     with CorpusWindows(write_corpus(tmp_path / "c", [np.arange(10)]), seq=4) as w:
         assert len(w) == 2
-        with pytest.raises(PskdError, match="E9003.*window 2 is beyond the 2 windows"):
-            w.gather([0, 2])
-        with pytest.raises(PskdError, match="E9012"):
-            w.gather(np.zeros((2, 2), np.int64))
-        with pytest.raises(PskdError, match="E9012"):
+        for past in (lambda: w.gather([0, 2]), lambda: w[2], lambda: w[-3], lambda: w.__getitems__([1, 5])):
+            with pytest.raises(IndexOutOfRangeError, match="E9003.*window (2|-3|5) is beyond the 2 windows"):
+                past()
+        for wrong in (lambda: w.gather(np.zeros((2, 2), np.int64)), lambda: w.gather([0.5]), lambda: w[1.5],
+                      lambda: w["1"], lambda: w[True], lambda: w.gather([True])):
+            with pytest.raises(IndexTypeError, match="E9012.*integer"):
+                wrong()
+        with pytest.raises(PskdError, match="E9012.*seq=0: expected an integer >= 1"):
             CorpusWindows(w.path, seq=0)
-        with pytest.raises(PskdError, match="E9012.*an integer"):
-            w[1.5]
+        with pytest.raises(PskdError, match="E9012.*stride=2.5"):
+            CorpusWindows(w.path, seq=2, stride=2.5)
         np.testing.assert_array_equal(w[np.int64(1)][1], np.arange(5, 9))
-    with pytest.raises(PskdError, match="E9012.*closed"):
-        w.gather([0])
+        np.testing.assert_array_equal(w[np.uint8(1)][0], np.arange(4, 8))
+    assert len(w) == 2
+    for closed in (lambda: w.gather([0]), lambda: w[0], lambda: list(w)):
+        with pytest.raises(PskdError, match="E9012.*closed"):
+            closed()
+
+
+def test_windows_keep_pythons_sequence_protocol_as_a_reader_does(tmp_path):
+    """Iteration stops, negative indices count from the end in both, the same errors for the same
+    indices, and numpy stacks a list of windows."""
+    path = write_corpus(tmp_path / "c", [np.arange(40) % 257, np.arange(7) % 257, np.arange(30) % 257])
+    stream = np.concatenate([np.arange(40), np.arange(7), np.arange(30)]).astype(np.uint16)
+    tokens_text = tmp_path / "tokens.txt"
+    tokens_text.write_text(" ".join(map(str, stream.tolist())) + "\n")
+    lm_windows_file(str(tokens_text), str(tmp_path / "w.psk.d"), vocab=257, seq=6, stride=5)
+    with CorpusWindows(path, seq=6, stride=5) as windows, pskd_jax.Reader(tmp_path / "w.psk.d") as reader:
+        n = len(windows)
+        assert n == len(reader) and n > 2
+        got = list(windows)
+        assert len(got) == n and len([w for w in windows]) == n
+        for k, (inputs, targets) in enumerate(got):
+            np.testing.assert_array_equal(inputs, stream[5 * k : 5 * k + 6])
+            np.testing.assert_array_equal(targets, stream[5 * k + 1 : 5 * k + 7])
+        stacked = np.asarray(got)
+        assert stacked.shape == (n, 2, 6) and stacked.dtype == np.uint16
+        np.testing.assert_array_equal(stacked[:, 0], windows.gather(np.arange(n))[0])
+        for index in (-1, -n, 0, n - 1):
+            for a, b in zip(windows[index], reader[index]):
+                np.testing.assert_array_equal(a, b)
+        for index in (n, -n - 1, 2**63, -2**70):
+            for source in (windows, reader):
+                with pytest.raises(IndexError) as caught:
+                    source[index]
+                assert caught.value.code == "E9003"
+        for index in (1.0, "0", None, False):
+            for source in (windows, reader):
+                with pytest.raises(TypeError) as caught:
+                    source[index]
+                assert caught.value.code == "E9012"
 
 
 def test_windows_pickle_and_verify(tmp_path):

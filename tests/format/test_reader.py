@@ -9,7 +9,10 @@ import struct
 import numpy as np
 import pytest
 
+from pskd_jax.errors import TruncatedError, UsageError
+from pskd_jax.format import source as source_module
 from pskd_jax.format.reader import Reader
+from pskd_jax.format.source import RandomAccessSource
 from pskd_jax.format.writer import write
 from pskd_jax.format.header import encode_header
 from pskd_jax.format.encodings import Encoding
@@ -133,12 +136,22 @@ def test_getitem_negative_and_numpy_indices(windows_file):
         assert reader[4][0].tolist() == tokens[4].tolist()
 
 
-@pytest.mark.parametrize("index", [50, 51, -51, 2**63, 1.5, 1.0, "1", None])
-def test_getitem_refuses_bad_indices(windows_file, index):
+@pytest.mark.parametrize("index", [50, 51, -51, 2**63, -2**70, np.uint64(2**64 - 1)])
+def test_getitem_past_the_end_is_E9003_and_an_IndexError(windows_file, index):
     path, _, _ = windows_file
     with Reader(path) as reader:
         error = raises("E9003", reader.__getitem__, index)
-        assert str(path) in error.message
+        assert isinstance(error, IndexError) and isinstance(error, TruncatedError)
+        assert str(path) in error.message and "beyond the 50 samples (indices from -50 to 49)" in error.message
+
+
+@pytest.mark.parametrize("index", [1.5, 1.0, "1", None, True, np.bool_(False), slice(0, 2), np.array([1, 2])])
+def test_getitem_of_a_non_integer_is_E9012_and_a_TypeError(windows_file, index):
+    path, _, _ = windows_file
+    with Reader(path) as reader:
+        error = raises("E9012", reader.__getitem__, index)
+        assert isinstance(error, TypeError) and isinstance(error, UsageError)
+        assert str(path) in error.message and "index is an integer" in error.message
 
 
 def test_gather_equals_stacking_getitem(windows_file):
@@ -162,8 +175,8 @@ def test_gather_is_vectorised(windows_file, monkeypatch):
         def per_sample(*args):
             raise AssertionError("gather went through a per-sample path")
 
-        monkeypatch.setattr(Reader, "__getitem__", per_sample)
-        monkeypatch.setattr(Reader, "_check_index", per_sample)
+        monkeypatch.setattr(RandomAccessSource, "__getitem__", per_sample)
+        monkeypatch.setattr(source_module, "checked_index", per_sample)
         got, _ = reader.gather(np.arange(50)[::-1])
         assert got.tolist() == tokens[::-1].tolist()
 
@@ -180,13 +193,21 @@ def test_gather_empty_and_dtypes(windows_file):
         assert got_tokens.shape == (3, 3)
 
 
-@pytest.mark.parametrize("indices", [[0, 50], [-51], [2**40], [2**64 - 1], [0.5], [1.0], ["1"], [True, False],
-                                     3, [[0, 1], [2, 3]]])
-def test_gather_refuses_bad_indices(windows_file, indices):
+@pytest.mark.parametrize("indices", [[0, 50], [-51], [2**40], [2**64 - 1], [2**64], [-2**63 - 1],
+                                     np.array([3, 50], np.uint8)])
+def test_gather_past_the_end_is_E9003_and_an_IndexError(windows_file, indices):
     path, _, _ = windows_file
     with Reader(path) as reader:
         error = raises("E9003", reader.gather, indices)
-        assert str(path) in error.message
+        assert isinstance(error, IndexError) and str(path) in error.message and "beyond the 50 samples" in error.message
+
+
+@pytest.mark.parametrize("indices", [[0.5], [1.0], ["1"], [True, False], 3, [[0, 1], [2, 3]], [1, "a"], [None]])
+def test_gather_of_non_integers_is_E9012_and_a_TypeError(windows_file, indices):
+    path, _, _ = windows_file
+    with Reader(path) as reader:
+        error = raises("E9012", reader.gather, indices)
+        assert isinstance(error, TypeError) and str(path) in error.message
 
 
 def test_samples_and_leaves_are_views_of_the_map(windows_file):

@@ -4,6 +4,7 @@ source of the same file (grain compares ``repr(data_source)``), and refused over
 
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import subprocess
@@ -94,6 +95,36 @@ def test_corpus_windows_are_a_grain_source_with_batched_reads(corpus):
             want_inputs, want_targets = windows[w]
             assert np.array_equal(inputs, want_inputs) and np.array_equal(targets, want_targets)
             assert np.array_equal(inputs[1:], targets[:-1])
+
+
+def test_grain_iterates_a_reader_and_windows_to_their_end_as_a_plain_loop_does(path, corpus):
+    with pskd_jax.Reader(path) as reader, pskd_jax.CorpusWindows(corpus, seq=16) as windows:
+        for source in (reader, windows):
+            plain = list(source)
+            assert len(plain) == len(source)
+            through_grain = list(grain.MapDataset.source(source).to_iter_dataset())
+            assert len(through_grain) == len(plain)
+            assert all(same_samples(g, w) for g, w in zip(through_grain, plain))
+
+
+def test_grain_batches_stack_what_gather_reads(corpus):
+    with pskd_jax.CorpusWindows(corpus, seq=16) as windows:
+        batches = grain.MapDataset.source(windows).batch(5, drop_remainder=True)
+        assert len(batches) == len(windows) // 5
+        for j in (0, len(batches) - 1):
+            inputs, targets = batches[j]
+            want_inputs, want_targets = windows.gather(np.arange(5 * j, 5 * j + 5))
+            assert np.array_equal(inputs, want_inputs) and np.array_equal(targets, want_targets)
+
+
+def test_one_epoch_of_a_data_loader_over_windows_ends_with_each_window_once(corpus):
+    with pskd_jax.CorpusWindows(corpus, seq=16) as windows:
+        sampler = grain.samplers.IndexSampler(num_records=len(windows), shard_options=grain.sharding.NoSharding(),
+                                              shuffle=True, num_epochs=1, seed=2)
+        got = list(grain.DataLoader(data_source=windows, sampler=sampler, worker_count=0))
+        assert len(got) == len(windows)
+        seen = collections.Counter(tuple(inputs.tolist()) for inputs, _ in got)
+        assert seen == collections.Counter(tuple(inputs.tolist()) for inputs, _ in windows)
 
 
 # --- repr: the identity grain checks ---------------------------------------------------------------
