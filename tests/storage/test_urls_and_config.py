@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -70,7 +71,8 @@ def test_explicit_options_win_and_allow_http():
     assert s3_settings(StorageOptions(), {"AWS_ACCESS_KEY_ID": "k", "AWS_ALLOW_HTTP": "true"})[1] == \
         {"allow_http": True}
     config, client = gcs_settings(StorageOptions(), {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"})
-    assert config == {"base_url": "http://127.0.0.1:4443", "skip_signature": True} and client["allow_http"]
+    assert config["base_url"] == "http://127.0.0.1:4443" and config["skip_signature"] and client["allow_http"]
+    assert json.loads(config["service_account_key"])["disable_oauth"] is True  # writes ask no metadata server
 
 
 @pytest.mark.parametrize("bad", [{"retries": -1}, {"concurrency": 0}, {"part_bytes": 10}, {"retry_seconds": 0},
