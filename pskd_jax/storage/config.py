@@ -27,8 +27,10 @@ from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import StorageError, UsageError
 
 EXTRA = "pskd_jax[storage]"  # the optional extra that installs the client
+# The access key's id is no secret, but it names the account: it is kept out of messages too, as
+# the environment's AWS_ACCESS_KEY_ID is.
 _SECRET_KEYS = ("secret_access_key", "session_token", "token", "bearer_token", "service_account_key",
-                "aws_secret_access_key", "aws_session_token")
+                "aws_secret_access_key", "aws_session_token", "access_key_id", "aws_access_key_id")
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 

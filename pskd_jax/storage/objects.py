@@ -131,8 +131,12 @@ class ObjectStore(Store):
             (got,) = self.read_ranges(key, [offset + start], [offset + stop])
             np.copyto(np.frombuffer(out[start:stop], np.uint8), np.frombuffer(got, np.uint8))
 
-        for done in self._executor().map(fill, pieces):
-            del done
+        # Every part is waited for before an error is raised: no part may still be writing into
+        # the caller's buffer once this returns.
+        futures = [self._executor().submit(fill, piece) for piece in pieces]
+        concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
 
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
         result = self._call(key, "read it", self._obstore.get)
@@ -201,10 +205,9 @@ class ObjectStore(Store):
                     return mine
             if refused:
                 raise error if isinstance(error, Conflict) else self._conflict(key, mode) from None
-            if (answered or client_retries or tries > self.options.retries
-                    or time.monotonic() - started >= self.options.retry_seconds):
+            if not self._again(error, tries, started):
                 raise self._write_failed(key, error, started, tries) from None
-            time.sleep(_pause(tries, started, self.options))  # a dropped connection the client left to us
+            time.sleep(_pause(tries, started, self.options))
 
     def _condition(self, key: str, mode: str | Version) -> Any:
         """The client's ``mode`` for a conditional put. GCS matches a generation, not an ETag: the
@@ -254,10 +257,26 @@ class ObjectStore(Store):
         return self._failed(key, "write it", error, started, tries)
 
     def delete(self, key: str) -> None:
-        try:
-            self._call(key, "delete it", self._obstore.delete)
-        except TruncatedError:
-            pass
+        # S3's delete is a POST, which the client does not retry when its connection drops (it
+        # cannot know the server did not act); deleting twice is harmless, so it is retried here.
+        started, tries = time.monotonic(), 0
+        while True:
+            tries += 1
+            try:
+                self._obstore.delete(self._client, key)
+                return
+            except FileNotFoundError:
+                return
+            except Exception as e:
+                if not self._again(e, tries, started):
+                    raise self._failed(key, "delete it", e, started, tries) from None
+            time.sleep(_pause(tries, started, self.options))
+
+    def _again(self, error: BaseException, tries: int, started: float) -> bool:
+        """Whether this store tries a request again itself: when its connection dropped before an
+        answer and the client, having not retried it, left that to the caller."""
+        return (_ANSWERED not in str(error) and not _client_retries(error) and tries <= self.options.retries
+                and time.monotonic() - started < self.options.retry_seconds)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rstrip("/")
