@@ -161,7 +161,7 @@ class FaultProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._server = _Server(("127.0.0.1", 0), _Handler, self)
         # A short poll: stop() waits for the serving loop to notice (half a second by default).
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},

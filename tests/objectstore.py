@@ -23,19 +23,27 @@ ranges, listings) and deletes, but not the client's writes (see ``docs/storage.m
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib.util
 import itertools
+import json
 import logging
+import os
+import platform
+import subprocess
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
-
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.helpers import ENV
+from tests.helpers import ENV, free_port, wait_until
 
-__all__ = ["Bucket", "S3Server", "any_place", "fault_proxy", "faulty_bucket", "s3_bucket", "s3_server"]
+__all__ = ["Bucket", "GcsBucket", "GcsServer", "S3Server", "any_place", "fault_proxy", "faulty_bucket", "gs_bucket",
+           "gs_server", "s3_bucket", "s3_server"]
 
 _BUCKETS = itertools.count()
 KEYS = {"AWS_ACCESS_KEY_ID": "pskdtestkey", "AWS_SECRET_ACCESS_KEY": "pskdtestsecretvalue", "AWS_REGION": "us-east-1",
@@ -202,7 +210,7 @@ def _gcs_emulator() -> str | None:
     if found is None or not found.submodule_search_locations:
         return None
     machine = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "")
-    pattern = os.path.join(list(found.submodule_search_locations)[0], "vendor", "fake-gcs-server", "bin",
+    pattern = os.path.join(next(iter(found.submodule_search_locations)), "vendor", "fake-gcs-server", "bin",
                            f"fake-gcs-server-{platform.system().lower()}-{machine}*")
     programs = sorted(glob.glob(pattern))
     return programs[0] if programs else None

@@ -85,7 +85,7 @@ class StorageOptions:
 
 
 def _seconds(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 DEFAULT_OPTIONS = StorageOptions()
