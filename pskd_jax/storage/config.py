@@ -48,16 +48,16 @@ class StorageOptions:
     ranged read and upload part.
 
     >>> StorageOptions(config={"secret_access_key": "hunter2"})
-    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0, backoff_seconds=0.1, concurrency=16, part_bytes=8388608)
+    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0, concurrency=16, part_bytes=8388608, backoff_seconds=0.1)
     """
 
     config: Mapping[str, str] = dataclasses.field(default_factory=dict)
     allow_http: bool | None = None
     retries: int = 5
     retry_seconds: float = 60.0
-    backoff_seconds: float = 0.1
     concurrency: int = 16
     part_bytes: int = 8 << 20
+    backoff_seconds: float = 0.1  # (last, so that the fields before it keep their places)
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Mapping) or not all(isinstance(k, str) for k in self.config):
@@ -76,9 +76,8 @@ class StorageOptions:
     def __repr__(self) -> str:
         shown = {k: ("***" if k.lower() in _SECRET_KEYS else v) for k, v in self.config.items()}
         return (f"StorageOptions(config={shown!r}, allow_http={self.allow_http!r}, retries={self.retries!r}, "
-                f"retry_seconds={self.retry_seconds!r}, backoff_seconds={self.backoff_seconds!r}, "
-                f"concurrency={self.concurrency!r}, "
-                f"part_bytes={self.part_bytes!r})")
+                f"retry_seconds={self.retry_seconds!r}, concurrency={self.concurrency!r}, "
+                f"part_bytes={self.part_bytes!r}, backoff_seconds={self.backoff_seconds!r})")
 
     def secrets(self) -> list[str]:
         return [str(v) for k, v in self.config.items() if k.lower() in _SECRET_KEYS and v]
