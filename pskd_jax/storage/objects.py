@@ -92,8 +92,8 @@ class ObjectStore(Store):
         return self._info(key, meta)
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
-        result = self._call(key, "read it", self._obstore.get)
         started = time.monotonic()
+        result = self._call(key, "read it", self._obstore.get)
         try:
             data = bytes(result.bytes())
         except Exception as e:
@@ -107,8 +107,8 @@ class ObjectStore(Store):
         if len(starts) == 0:
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
-        found = self._call(key, f"read {len(starts)} byte ranges", self._obstore.get_ranges, starts=starts,
-                           ends=stops)
+        what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
+        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops)
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "
@@ -139,9 +139,9 @@ class ObjectStore(Store):
             future.result()
 
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
+        started, seen = time.monotonic(), 0
         result = self._call(key, "read it", self._obstore.get)
         size = int(result.meta["size"])
-        started, seen = time.monotonic(), 0
         try:
             for chunk in result.stream(min_chunk_size=chunk_bytes):
                 seen += len(memoryview(chunk))

@@ -106,7 +106,7 @@ OPERATIONS = [
     Operation("read_ranges", "GET", "{object}",
               lambda s, k: b"".join(bytes(r) for r in s.read_ranges(k, [5, 150_000], [70_000, 200_000])),
               _equal(PAYLOAD[5:70_000] + PAYLOAD[150_000:]), what="read 2 byte ranges"),
-    Operation("read_into", "GET", "{object}", _read_into, _equal(PAYLOAD[3:]), what="read 1 byte ranges"),
+    Operation("read_into", "GET", "{object}", _read_into, _equal(PAYLOAD[3:]), what="read a byte range"),
     Operation("chunks", "GET", "{object}", lambda s, k: b"".join(bytes(c) for c in s.chunks(k, 1 << 15)),
               _equal(PAYLOAD)),
     Operation("info", "HEAD", "{object}", lambda s, k: s.info(k).size, lambda s, k, got: got == len(PAYLOAD),
