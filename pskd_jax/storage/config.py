@@ -27,8 +27,10 @@ from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import StorageError, UsageError
 
 EXTRA = "pskd_jax[storage]"  # the optional extra that installs the client
+# The access key's id is no secret, but it names the account: it is kept out of messages too, as
+# the environment's AWS_ACCESS_KEY_ID is.
 _SECRET_KEYS = ("secret_access_key", "session_token", "token", "bearer_token", "service_account_key",
-                "aws_secret_access_key", "aws_session_token")
+                "aws_secret_access_key", "aws_session_token", "access_key_id", "aws_access_key_id")
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
@@ -41,11 +43,12 @@ class StorageOptions:
     GCS: ``service_account``, ``base_url``, …). ``allow_http``: accept a plain-HTTP endpoint (a
     local server). ``retries``: how many times a throttled (429, 503) or dropped request is tried
     again, with exponential backoff, before E9018; ``retry_seconds`` bounds the whole of one
-    request's retries. ``concurrency``: requests in flight for one read or write; ``part_bytes``:
-    the size of each ranged read and upload part.
+    request's retries; ``backoff_seconds``: the first pause, doubled at each retry up to 5 s.
+    ``concurrency``: requests in flight for one read or write; ``part_bytes``: the size of each
+    ranged read and upload part.
 
     >>> StorageOptions(config={"secret_access_key": "hunter2"})
-    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0, concurrency=16, part_bytes=8388608)
+    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0, concurrency=16, part_bytes=8388608, backoff_seconds=0.1)
     """
 
     config: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -54,6 +57,7 @@ class StorageOptions:
     retry_seconds: float = 60.0
     concurrency: int = 16
     part_bytes: int = 8 << 20
+    backoff_seconds: float = 0.1  # (last, so that the fields before it keep their places)
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, Mapping) or not all(isinstance(k, str) for k in self.config):
@@ -62,8 +66,10 @@ class StorageOptions:
         checked_integer(self.retries, "retries", low=0, high=100)
         checked_integer(self.concurrency, "concurrency", low=1, high=1024)
         checked_integer(self.part_bytes, "part_bytes", low=1 << 16, high=1 << 32)
-        if not isinstance(self.retry_seconds, (int, float)) or not 0 < self.retry_seconds <= 3600:
+        if not _seconds(self.retry_seconds) or not 0 < self.retry_seconds <= 3600:
             raise UsageError(f"retry_seconds={self.retry_seconds!r}: expected a number of seconds in (0, 3600]")
+        if not _seconds(self.backoff_seconds) or not 0 < self.backoff_seconds <= 5:
+            raise UsageError(f"backoff_seconds={self.backoff_seconds!r}: expected a number of seconds in (0, 5]")
         if self.allow_http is not None and not isinstance(self.allow_http, bool):
             raise UsageError(f"allow_http={self.allow_http!r}: expected True, False or None (the environment's)")
 
@@ -71,10 +77,14 @@ class StorageOptions:
         shown = {k: ("***" if k.lower() in _SECRET_KEYS else v) for k, v in self.config.items()}
         return (f"StorageOptions(config={shown!r}, allow_http={self.allow_http!r}, retries={self.retries!r}, "
                 f"retry_seconds={self.retry_seconds!r}, concurrency={self.concurrency!r}, "
-                f"part_bytes={self.part_bytes!r})")
+                f"part_bytes={self.part_bytes!r}, backoff_seconds={self.backoff_seconds!r})")
 
     def secrets(self) -> list[str]:
         return [str(v) for k, v in self.config.items() if k.lower() in _SECRET_KEYS and v]
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 DEFAULT_OPTIONS = StorageOptions()
@@ -136,19 +146,32 @@ def s3_settings(options: StorageOptions, environ: Mapping[str, str] | None = Non
 
 def gcs_settings(options: StorageOptions, environ: Mapping[str, str] | None = None) -> tuple[dict, dict]:
     """The store config and client options of a GCS store (an emulator when STORAGE_EMULATOR_HOST
-    is set)."""
+    is set).
+
+    For an emulator, requests go unsigned to its address. The client honours ``skip_signature``
+    for reads only: its writes and deletes still ask for a token, from the metadata server of a
+    cloud machine when nothing else is configured (a request to 169.254.169.254 that fails, and
+    must not be made, off the cloud). A service-account key that disables OAuth gives them an
+    empty token instead, which is what an emulator expects (the key holds no secret).
+    """
     environ = os.environ if environ is None else environ
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
     emulator = environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
-        config["base_url"] = emulator if "://" in emulator else f"http://{emulator}"
+        config["base_url"] = (emulator if "://" in emulator else f"http://{emulator}").rstrip("/")
         config["skip_signature"] = True
+        config["service_account_key"] = _EMULATOR_KEY
         client["allow_http"] = True
     config.update(options.config)
     if options.allow_http is not None:
         client["allow_http"] = options.allow_http
     return config, client
+
+
+# A service-account key of no account: the client's tokens for an emulator are empty strings.
+_EMULATOR_KEY = ('{"client_email": "emulator@localhost", "private_key": "", "private_key_id": "", '
+                 '"disable_oauth": true}')
 
 
 def obstore_module() -> Any:
@@ -180,7 +203,7 @@ def retry_config(options: StorageOptions) -> dict[str, Any]:
 
     return {"max_retries": options.retries,
             "retry_timeout": datetime.timedelta(seconds=options.retry_seconds),
-            "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
+            "backoff": {"init_backoff": datetime.timedelta(seconds=options.backoff_seconds),
                         "max_backoff": datetime.timedelta(seconds=5), "base": 2}}
 
 

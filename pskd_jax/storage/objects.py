@@ -1,19 +1,28 @@
 """A bucket of an object store (S3 and S3-compatible stores, GCS, or one process's memory) as a
 :class:`pskd_jax.storage.base.Store`, through the obstore client.
 
-The client retries what is worth retrying (429 and 5xx answers, dropped connections, timeouts of
-reads) with exponential backoff, bounded by :class:`pskd_jax.storage.config.StorageOptions`;
-what still fails is E9018 naming the URL, the operation and how long it was tried, with every
-credential removed from the client's words. A missing object is E9003. Reads of many ranges run
-concurrently (the client merges nearby ranges); a large read is cut into parts read on a pool of
-threads, each copied straight into the caller's buffer. A put of more than one part is a
-multipart upload: the object appears only when the upload completes, and an upload whose data
-fails midway is aborted, leaving nothing.
+The client retries what is worth retrying (429, 408 and 5xx answers, dropped connections, bodies
+cut short) with exponential backoff, bounded by :class:`pskd_jax.storage.config.StorageOptions`;
+what still fails is E9018 naming the URL, the operation, how many tries and how long, with every
+credential removed from the client's words. A missing object is E9003, and so is a read that
+comes back shorter than asked: a read returns all its bytes or raises, never part of them.
+Reads of many ranges run concurrently (the client merges nearby ranges); a large read is cut
+into parts read on a pool of threads, each copied straight into the caller's buffer. A put of
+more than one part is a multipart upload: the object appears only when the upload completes,
+and an upload whose data fails midway is aborted, leaving nothing.
+
+A conditional put reports what happened, not what its last request heard: a try whose answer
+was lost may have landed, so that its retry is refused by the put's own object. When a
+conditional put that was tried more than once is refused, or fails without an answer, the
+object at the key is read back, and if it holds exactly the bytes written the put is done (see
+``docs/storage.md``, "Faults"). A conditional put whose connection dropped, which the client does
+not retry (it cannot know whether the server acted), is retried here under the same rule.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import threading
 import time
 from typing import Any, Iterable, Iterator, Sequence
@@ -26,6 +35,8 @@ from pskd_jax.storage.config import DEFAULT_OPTIONS, StorageOptions, client_stor
 
 _POOL_LOCK = threading.Lock()
 MIN_PART = 5 << 20  # S3's smallest part of a multipart upload (but the last)
+_RETRIED = re.compile(r"after (\d+) retries")  # how the client's messages say it tried again
+_ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal, not a lost answer)
 
 
 class ObjectStore(Store):
@@ -54,17 +65,13 @@ class ObjectStore(Store):
 
     # -- errors ------------------------------------------------------------------------------------
 
-    def _failed(self, key: str, what: str, error: BaseException, started: float) -> PskdError:
+    def _failed(self, key: str, what: str, error: BaseException, started: float, tries: int = 1) -> PskdError:
         if isinstance(error, PskdError):
             return error
         if isinstance(error, FileNotFoundError):
             return TruncatedError(f"{self.url(key)}: no such object (cannot {what})")
-        seconds = time.monotonic() - started
-        words = redact(" ".join(str(error).split()), self.options)
-        if len(words) > 400:
-            words = words[:399] + "…"
-        return StorageError(f"{self.url(key)}: cannot {what}: {type(error).__name__} after {seconds:.1f} s "
-                            f"(retried up to {self.options.retries} times with backoff): {words}")
+        return StorageError(f"{self.url(key)}: cannot {what}: {_tried(error, started, tries, self.options)}: "
+                            f"{type(error).__name__}: {_client_words(error, self.options)}")
 
     def _call(self, key: str, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
@@ -82,23 +89,26 @@ class ObjectStore(Store):
             meta = self._call(key, "look at it", self._obstore.head)
         except TruncatedError:
             return None
-        return _info(key, meta)
+        return self._info(key, meta)
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
-        result = self._call(key, "read it", self._obstore.get)
         started = time.monotonic()
+        result = self._call(key, "read it", self._obstore.get)
         try:
             data = bytes(result.bytes())
         except Exception as e:
             raise self._failed(key, "read it", e, started) from None
-        return data, _info(key, result.meta)
+        info = self._info(key, result.meta)
+        if len(data) != info.size:  # the client checks the body's length; this is a second guard
+            raise TruncatedError(f"{self.url(key)}: read {len(data)} bytes of an object of {info.size}")
+        return data, info
 
     def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
         if len(starts) == 0:
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
-        found = self._call(key, f"read {len(starts)} byte ranges", self._obstore.get_ranges, starts=starts,
-                           ends=stops)
+        what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
+        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops)
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "
@@ -121,16 +131,25 @@ class ObjectStore(Store):
             (got,) = self.read_ranges(key, [offset + start], [offset + stop])
             np.copyto(np.frombuffer(out[start:stop], np.uint8), np.frombuffer(got, np.uint8))
 
-        for done in self._executor().map(fill, pieces):
-            del done
+        # Every part is waited for before an error is raised: no part may still be writing into
+        # the caller's buffer once this returns.
+        futures = [self._executor().submit(fill, piece) for piece in pieces]
+        concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
 
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
+        started, seen = time.monotonic(), 0
         result = self._call(key, "read it", self._obstore.get)
-        started = time.monotonic()
+        size = int(result.meta["size"])
         try:
-            yield from result.stream(min_chunk_size=chunk_bytes)
+            for chunk in result.stream(min_chunk_size=chunk_bytes):
+                seen += len(memoryview(chunk))
+                yield chunk
         except Exception as e:
             raise self._failed(key, "read it", e, started) from None
+        if seen != size:
+            raise TruncatedError(f"{self.url(key)}: the stream ended after {seen} bytes of an object of {size}")
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with _POOL_LOCK:
@@ -144,49 +163,120 @@ class ObjectStore(Store):
     def put(self, key: str, data: Buffer | Iterable[Buffer], *, mode: str | Version = OVERWRITE,
             durable: bool = True) -> ObjectInfo:
         """(``durable`` is always true of a completed put: the store has the object.)"""
-        if mode == OVERWRITE:
-            condition: Any = "overwrite"
-        elif mode == CREATE:
-            condition = "create"
-        elif isinstance(mode, Version):
-            condition = {"e_tag": mode.tag}
-        else:
+        if mode not in (OVERWRITE, CREATE) and not isinstance(mode, Version):
             raise ValueError(f"mode {mode!r}")
         single = isinstance(data, (bytes, bytearray, memoryview, np.ndarray)) or hasattr(data, "__buffer__")
-        if condition != "overwrite" and not single:
-            data = b"".join(bytes(memoryview(piece).cast("B")) for piece in data)  # type: ignore[union-attr]
-            single = True
-        size = len(memoryview(data).cast("B")) if single else None
+        if mode != OVERWRITE:
+            whole = data if single else b"".join(_bytes(piece) for piece in data)  # type: ignore[union-attr]
+            return self._put_conditional(key, _bytes(whole), mode)
+        size = [len(memoryview(data).cast("B"))] if single else [0]  # type: ignore[arg-type]
         failed: list[BaseException] = []  # the caller's own error while making the data
         if not single:
-            data = _watched(data, failed)  # type: ignore[arg-type]
+            data = _watched(data, failed, size)  # type: ignore[arg-type]
         started = time.monotonic()
         try:
-            result = self._obstore.put(self._client, key, data, mode=condition,
+            result = self._obstore.put(self._client, key, data, mode="overwrite",
                                        chunk_size=max(self.options.part_bytes, MIN_PART),
                                        max_concurrency=self.options.concurrency)
         except Exception as e:
             if failed:
                 raise failed[0] from None  # the upload was aborted: nothing is visible
-            exceptions = self._obstore.exceptions
-            if isinstance(e, exceptions.AlreadyExistsError):
-                raise Conflict(self.url(key), "an object is there already") from None
-            if isinstance(e, exceptions.PreconditionError):
-                raise Conflict(self.url(key), "the object there changed since it was read") from None
-            if isinstance(e, FileNotFoundError):
-                raise StorageError(f"{self.url(key)}: cannot write it: the store has no bucket "
-                                   f"{self.bucket!r}") from None
-            raise self._failed(key, "write it", e, started) from None
-        if size is None:
-            found = self.info(key)
-            size = found.size if found is not None else 0
-        return ObjectInfo(key, size, str(result.get("e_tag") or result.get("version") or ""))
+            raise self._write_failed(key, e, started) from None
+        return ObjectInfo(key, size[0], self._tag(result))
+
+    def _put_conditional(self, key: str, data: bytes, mode: str | Version) -> ObjectInfo:
+        """One object put under a condition, retried (when the client would not) and checked so
+        that what it reports is what happened (see the module's documentation)."""
+        started, tries = time.monotonic(), 0
+        exceptions = self._obstore.exceptions
+        while True:
+            tries += 1
+            try:
+                result = self._obstore.put(self._client, key, data, mode=self._condition(key, mode))
+                return ObjectInfo(key, len(data), self._tag(result))
+            except Exception as e:  # noqa: BLE001 (the client's errors are of many types)
+                error: BaseException = e
+            refused = isinstance(error, (Conflict, exceptions.AlreadyExistsError, exceptions.PreconditionError))
+            answered = refused or _ANSWERED in str(error)
+            client_retries = _client_retries(error)
+            if tries > 1 or client_retries or not answered:  # an earlier try of this put may have landed
+                mine = self._holding(key, data, error, started, tries)
+                if mine is not None:
+                    return mine
+            if refused:
+                raise error if isinstance(error, Conflict) else self._conflict(key, mode) from None
+            if not self._again(error, tries, started):
+                raise self._write_failed(key, error, started, tries) from None
+            time.sleep(_pause(tries, started, self.options))
+
+    def _condition(self, key: str, mode: str | Version) -> Any:
+        """The client's ``mode`` for a conditional put. GCS matches a generation, not an ETag: the
+        object's generation is looked up, and a tag that no longer matches is a conflict."""
+        if mode == CREATE:
+            return "create"
+        assert isinstance(mode, Version)
+        if self.scheme != "gs":
+            return {"e_tag": mode.tag}
+        try:
+            meta = self._obstore.head(self._client, key)
+        except FileNotFoundError:
+            raise Conflict(self.url(key), "the object read before is gone") from None
+        if self._tag(meta) != mode.tag or not meta.get("version"):
+            raise Conflict(self.url(key), "the object there changed since it was read")
+        return {"e_tag": meta.get("e_tag"), "version": meta["version"]}
+
+    def _conflict(self, key: str, mode: str | Version) -> Conflict:
+        if mode == CREATE:
+            return Conflict(self.url(key), "an object is there already")
+        return Conflict(self.url(key), "the object there changed since it was read")
+
+    def _holding(self, key: str, data: bytes, error: BaseException, started: float, tries: int
+                 ) -> ObjectInfo | None:
+        """The object at ``key`` when it holds exactly ``data`` (a try of this put landed and its
+        answer was lost), else None; E9018 when the store cannot be asked."""
+        try:
+            meta = self._obstore.head(self._client, key)
+            if int(meta["size"]) != len(data):
+                return None
+            result = self._obstore.get(self._client, key)
+            found = result.bytes()
+        except FileNotFoundError:
+            return None
+        except Exception as check:  # noqa: BLE001 (the client's errors are of many types)
+            raise StorageError(f"{self.url(key)}: cannot write it: {_tried(error, started, tries, self.options)}: "
+                               f"{type(error).__name__}: {_client_words(error, self.options)}; whether a try landed "
+                               f"is unknown: reading the object back failed too: {_client_words(check, self.options)}"
+                               ) from None
+        return self._info(key, result.meta) if memoryview(found) == memoryview(data) else None
+
+    def _write_failed(self, key: str, error: BaseException, started: float, tries: int = 1) -> PskdError:
+        if isinstance(error, FileNotFoundError):
+            return StorageError(f"{self.url(key)}: cannot write it: the store answered 'not found' (no bucket "
+                                f"{self.bucket!r}, or an upload it no longer knows): "
+                                f"{_client_words(error, self.options)}")
+        return self._failed(key, "write it", error, started, tries)
 
     def delete(self, key: str) -> None:
-        try:
-            self._call(key, "delete it", self._obstore.delete)
-        except TruncatedError:
-            pass
+        # S3's delete is a POST, which the client does not retry when its connection drops (it
+        # cannot know the server did not act); deleting twice is harmless, so it is retried here.
+        started, tries = time.monotonic(), 0
+        while True:
+            tries += 1
+            try:
+                self._obstore.delete(self._client, key)
+                return
+            except FileNotFoundError:
+                return
+            except Exception as e:  # noqa: BLE001 (the client's errors are of many types)
+                if not self._again(e, tries, started):
+                    raise self._failed(key, "delete it", e, started, tries) from None
+            time.sleep(_pause(tries, started, self.options))
+
+    def _again(self, error: BaseException, tries: int, started: float) -> bool:
+        """Whether this store tries a request again itself: when its connection dropped before an
+        answer and the client, having not retried it, left that to the caller."""
+        return (_ANSWERED not in str(error) and not _client_retries(error) and tries <= self.options.retries
+                and time.monotonic() - started < self.options.retry_seconds)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rstrip("/")
@@ -195,21 +285,70 @@ class ObjectStore(Store):
             listed = self._obstore.list_with_delimiter(self._client, base + "/" if base else None)
         except Exception as e:
             raise self._failed(prefix, "list it", e, started) from None
-        return sorted((_info(meta["path"], meta) for meta in listed["objects"]), key=lambda o: o.key)
+        return sorted((self._info(meta["path"], meta) for meta in listed["objects"]), key=lambda o: o.key)
+
+    # -- version tags ------------------------------------------------------------------------------
+
+    def _tag(self, meta: Any) -> str:
+        """The version tag of an object the client described (a head, a get, a listing or a put's
+        answer): its ETag. GCS quotes ETags in some answers and not in others (listings), so its
+        tags are unquoted, and the same object has the same tag whichever way it was seen."""
+        tag = meta.get("e_tag") or meta.get("version")
+        if not tag:
+            return f"{meta.get('last_modified')}-{meta.get('size')}"
+        tag = str(tag)
+        return tag.strip('"') if self.scheme == "gs" else tag
+
+    def _info(self, key: str, meta: Any) -> ObjectInfo:
+        return ObjectInfo(str(meta.get("path", key)), int(meta["size"]), self._tag(meta))
 
 
-def _watched(pieces: Iterable[Buffer], failed: list[BaseException]) -> Iterator[Buffer]:
-    """The caller's pieces, with the error that stops them kept for the caller."""
+def _bytes(piece: Buffer) -> bytes:
+    return piece if isinstance(piece, bytes) else bytes(memoryview(piece).cast("B"))
+
+
+def _watched(pieces: Iterable[Buffer], failed: list[BaseException], size: list[int]) -> Iterator[Buffer]:
+    """The caller's pieces, counted into ``size[0]``, with the error that stops them kept for the
+    caller."""
     try:
-        yield from pieces
+        for piece in pieces:
+            size[0] += len(memoryview(piece).cast("B"))
+            yield piece
     except BaseException as e:
         failed.append(e)
         raise
 
 
-def _info(key: str, meta: Any) -> ObjectInfo:
-    tag = meta.get("e_tag") or meta.get("version") or f"{meta.get('last_modified')}-{meta.get('size')}"
-    return ObjectInfo(str(meta.get("path", key)), int(meta["size"]), str(tag))
+def _client_retries(error: BaseException) -> int:
+    """How many times the client says it tried the request again (0 when it does not say)."""
+    found = _RETRIED.search(str(error))
+    return int(found.group(1)) if found else 0
+
+
+def _tried(error: BaseException, started: float, tries: int, options: StorageOptions) -> str:
+    """What was tried, in words: how many requests (when the client says) and for how long."""
+    seconds = time.monotonic() - started
+    words = str(error)
+    if _RETRIED.search(words) or "Error performing" in words:  # the client's account of its retries
+        count = tries + _client_retries(error)
+        done = f"{count} {'try' if count == 1 else 'tries'} in {seconds:.1f} s"
+    else:
+        done = f"given up after {seconds:.1f} s"
+    return f"{done} (at most {options.retries} retries within {options.retry_seconds:g} s)"
+
+
+def _client_words(error: BaseException, options: StorageOptions) -> str:
+    """The client's message on one line, without its debugging dump, credentials removed."""
+    words = " ".join(str(error).split()).split(" Debug source:")[0]
+    words = redact(words, options)
+    return words if len(words) <= 400 else words[:399] + "…"
+
+
+def _pause(tries: int, started: float, options: StorageOptions) -> float:
+    """The backoff before this store's own next try: doubling from ``backoff_seconds``, at most 5 s
+    and never past ``retry_seconds``."""
+    left = options.retry_seconds - (time.monotonic() - started)
+    return max(0.0, min(options.backoff_seconds * 2 ** (tries - 1), 5.0, left))
 
 
 __all__ = ["ObjectStore"]

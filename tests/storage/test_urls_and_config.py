@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -70,11 +71,13 @@ def test_explicit_options_win_and_allow_http():
     assert s3_settings(StorageOptions(), {"AWS_ACCESS_KEY_ID": "k", "AWS_ALLOW_HTTP": "true"})[1] == \
         {"allow_http": True}
     config, client = gcs_settings(StorageOptions(), {"STORAGE_EMULATOR_HOST": "127.0.0.1:4443"})
-    assert config == {"base_url": "http://127.0.0.1:4443", "skip_signature": True} and client["allow_http"]
+    assert config["base_url"] == "http://127.0.0.1:4443" and config["skip_signature"] and client["allow_http"]
+    assert json.loads(config["service_account_key"])["disable_oauth"] is True  # writes ask no metadata server
 
 
 @pytest.mark.parametrize("bad", [{"retries": -1}, {"concurrency": 0}, {"part_bytes": 10}, {"retry_seconds": 0},
-                                 {"allow_http": "yes"}, {"config": ["endpoint"]}])
+                                 {"allow_http": "yes"}, {"config": ["endpoint"]}, {"backoff_seconds": 0},
+                                 {"backoff_seconds": 6}, {"backoff_seconds": True}, {"retry_seconds": "1"}])
 def test_options_are_checked_naming_the_parameter(bad):
     with pytest.raises(UsageError, match=next(iter(bad))):
         StorageOptions(**bad)
@@ -82,7 +85,7 @@ def test_options_are_checked_naming_the_parameter(bad):
 
 def test_secrets_never_shown(monkeypatch):
     options = StorageOptions(config={"access_key_id": "AKIAEXAMPLE", "secret_access_key": "very-secret-words"})
-    assert "very-secret-words" not in repr(options)
+    assert "very-secret-words" not in repr(options) and "AKIAEXAMPLE" not in repr(options)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "environment-secret")
     assert redact("key very-secret-words and environment-secret", options) == "key *** and ***"
 
