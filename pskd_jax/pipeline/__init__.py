@@ -5,7 +5,11 @@ device batches.
 """
 
 from pskd_jax.pipeline.batches import IteratorState, Pipeline
+from pskd_jax.pipeline.mixture import MixSource, Mixture
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
+from pskd_jax.pipeline.schedule import Schedule
 from pskd_jax.pipeline.shuffle import Permutation, shuffle_order
+from pskd_jax.pipeline.streams import StreamFacts, stream_facts
 
-__all__ = ["IteratorState", "Permutation", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"]
+__all__ = ["IteratorState", "MixSource", "Mixture", "Permutation", "Pipeline", "Schedule", "StreamFacts",
+           "load_pipeline", "parse_pipeline", "shuffle_order", "stream_facts"]
