@@ -240,7 +240,7 @@ class Mixture:
         # Blocks of batches at once, as a single stream's iterator does: the schedule and the
         # shuffles cost little more for BLOCK_POSITIONS positions than for one batch's.
         size = self.batch_size
-        per_block = max(1, BLOCK_POSITIONS // size)
+        per_block = max(1, self._block_positions(counts) // size)
         cursor = self.schedule.cursor(j * size)
         while j < stop:
             block = min(per_block, stop - j)
@@ -250,6 +250,14 @@ class Mixture:
                 rows = slice(k * size, (k + 1) * size)
                 yield IteratorState(1, j + 1), (sources[rows], indices[rows])
                 j += 1
+
+    def _block_positions(self, counts: tuple[int, ...]) -> int:
+        """Positions computed at once: BLOCK_POSITIONS, or fewer where a shuffled source is so
+        small that a block would span many of its epochs (each derives its own round keys)."""
+        weights = self.schedule.weights
+        limits = [2 * n * self.schedule.period // w for source, n, w in zip(self.sources, counts, weights)
+                  if source.seed is not None]
+        return min([BLOCK_POSITIONS, *limits])
 
     def _samples(self, sources: np.ndarray, taken: np.ndarray, counts: tuple[int, ...]) -> np.ndarray:
         """The sample index of each position: in its source's own order at its own epoch."""
