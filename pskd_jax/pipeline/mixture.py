@@ -196,8 +196,8 @@ class Mixture:
         if stop < start:
             raise BadValueError(f"stop must be at least start, got start={start!r}, stop={stop!r}")
         first = int(j) * self.batch_size + int(start)
-        sources, taken = self.schedule.run(first, int(stop) - int(start))
-        return sources, self._samples(sources, taken, counts)
+        sources, before = self.schedule.cursor(first).take_sources(int(stop) - int(start))
+        return sources, self._samples(sources, before, counts)
 
     def iter_batch_numbers(self, counts: Sequence[int], state: IteratorState | None = None, *,
                            epochs: int | None = None) -> Iterator[tuple[IteratorState, int, int]]:
@@ -244,11 +244,11 @@ class Mixture:
         cursor = self.schedule.cursor(j * size)
         while j < stop:
             block = min(per_block, stop - j)
-            sources, taken = cursor.take(block * size)
-            indices = self._samples(sources, taken, counts)
+            sources, before = cursor.take_sources(block * size)
+            indices = self._samples(sources, before, counts).reshape(block, size)
+            sources = sources.reshape(block, size)
             for k in range(block):
-                rows = slice(k * size, (k + 1) * size)
-                yield IteratorState(1, j + 1), (sources[rows], indices[rows])
+                yield IteratorState(1, j + 1), (sources[k], indices[k])
                 j += 1
 
     def _block_positions(self, counts: tuple[int, ...]) -> int:
@@ -259,25 +259,35 @@ class Mixture:
                   if source.seed is not None]
         return min([BLOCK_POSITIONS, *limits])
 
-    def _samples(self, sources: np.ndarray, taken: np.ndarray, counts: tuple[int, ...]) -> np.ndarray:
-        """The sample index of each position: in its source's own order at its own epoch."""
+    def _samples(self, sources: np.ndarray, before: tuple[int, ...], counts: tuple[int, ...]) -> np.ndarray:
+        """The sample index of each position: in its source's own order at its own epoch.
+
+        A source's positions in a run take its counts one after another from ``before[i]``, so
+        they are a slice of its stream of samples."""
         indices = np.empty(sources.size, dtype=np.int64)
+        first = sources == 0
         for i, (source, n) in enumerate(zip(self.sources, counts)):
-            rows = np.flatnonzero(sources == i)
-            if not rows.size:
-                continue
-            epochs, positions = np.divmod(taken[rows], n)
-            if source.seed is None or n == 1:
-                indices[rows] = positions
-                continue
-            low, high = int(epochs[0]), int(epochs[-1])  # a source's counts grow along the stream
-            if low == high:
-                indices[rows] = held_permutation(n, seed=source.seed, epoch=low + 1)(positions)
-                continue
-            for epoch in range(low, high + 1):
-                part = epochs == epoch
-                indices[rows[part]] = held_permutation(n, seed=source.seed, epoch=epoch + 1)(positions[part])
+            mine = first if i == 0 else ~first if len(self.sources) == 2 else sources == i
+            length = int(np.count_nonzero(mine))
+            if length:
+                indices[mine] = _source_samples(source.seed, n, before[i], length)
         return indices
+
+
+def _source_samples(seed: int | None, n: int, start: int, length: int) -> np.ndarray:
+    """Samples ``start … start + length - 1`` of a source's stream of ``n``-sample epochs: epoch
+    ``⌊c / n⌋ + 1`` at its position ``c mod n``, in its shuffle's order or in file order."""
+    parts = []
+    c, stop = start, start + length
+    while c < stop:
+        epoch, position = divmod(c, n)
+        run = min(n - position, stop - c)
+        if seed is None:
+            parts.append(np.arange(position, position + run, dtype=np.int64))
+        else:
+            parts.append(held_permutation(n, seed=seed, epoch=epoch + 1).order(position, position + run))
+        c += run
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _numbers(first: int, stop: int) -> Iterator[int]:

@@ -45,6 +45,8 @@ MAX_PERIOD = 2**31 - 1
 MAX_SEQUENTIAL_PERIOD = 2**20
 #: Positions of a mixture's stream are below this.
 MAX_POSITION = 2**63 - 1
+RUN_CHUNK = 4096  # positions the splits evaluate at once
+TILE_SPAN = 256  # positions of whole periods evaluated once and repeated over a longer run
 
 Shape = Union[int, tuple["Shape", "Shape"]]  # a source number, or (left, right)
 
@@ -173,11 +175,17 @@ class Schedule:
 
 
 class ScheduleCursor:
-    """Consecutive runs of a schedule's positions; :meth:`take` returns (source, count) arrays."""
+    """Consecutive runs of a schedule's positions from :attr:`position` on."""
 
     position: int
 
     def take(self, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(source, count) of the next ``length`` positions, int64 both."""
+        raise NotImplementedError
+
+    def take_sources(self, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The source of each of the next ``length`` positions, and each source's count before
+        them (a source's positions in the run then take its next counts one after another)."""
         raise NotImplementedError
 
 
@@ -211,15 +219,25 @@ class _Tree:
         self.nodes = [(int(self.left_child[k]), int(self.right_child[k]), int(self.left_weight[k]), int(self.weight[k]))
                       for k in range(leaves)]
         self.sources = len(weights)
+        self.weights = tuple(weights)
 
     def run(self, first: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-        count = np.arange(length, dtype=np.int64)
-        count += first
-        # The root: every position, one node's constants as scalars (no gathers).
+        if length <= RUN_CHUNK:
+            return self._run(first, length)
+        sources, taken = np.empty(length, dtype=np.int64), np.empty(length, dtype=np.int64)
+        for lo in range(0, length, RUN_CHUNK):  # a chunk's temporaries stay in the cache
+            hi = min(lo + RUN_CHUNK, length)
+            sources[lo:hi], taken[lo:hi] = self._run(first + lo, hi - lo)
+        return sources, taken
+
+    def _run(self, first: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+        count = np.arange(first, first + length, dtype=np.int64)
+        # The root: every position, its constants as scalars (no gathers).
         left, right, a, v = self.nodes[0]
         goes_left, to_left = _split(count, a, v)
+        count -= to_left
+        np.copyto(count, to_left, where=goes_left)
         node = np.where(goes_left, left, right)
-        count = np.where(goes_left, to_left, count - to_left)
         for _ in range(self.depth - 1):
             active = np.flatnonzero(node < self.internal)
             if not active.size:
@@ -227,7 +245,9 @@ class _Tree:
             at, c = node[active], count[active]
             goes_left, to_left = _split(c, self.left_weight[at], self.weight[at])
             node[active] = np.where(goes_left, self.left_child[at], self.right_child[at])
-            count[active] = np.where(goes_left, to_left, c - to_left)
+            c -= to_left
+            np.copyto(c, to_left, where=goes_left)
+            count[active] = c
         node -= self.internal
         return node, count
 
@@ -245,13 +265,25 @@ def _split(count: np.ndarray, a: np.ndarray | int, v: np.ndarray | int) -> tuple
     """For a node of weight v whose left child weighs a, holding ``count`` positions before the
     one at hand: whether that one goes left, and the left child's count before it.
 
-    ``⌊C·a/v + 1/2⌋ = ⌊C/v⌋·a + ⌊(2(C mod v)·a + v) / 2v⌋``: every product stays below 2**63."""
-    whole, rest = np.divmod(count, v)
-    twice = 2 * v
-    scaled = rest * (2 * a) + v
-    before = scaled // twice
-    after = (scaled + 2 * a) // twice
-    return after > before, whole * a + before
+    ``⌊C·a/v + 1/2⌋ = ⌊C/v⌋·a + ⌊(2(C mod v)·a + v) / 2v⌋``: every product stays below 2**63.
+    In place where it can: the temporaries are a chunk's size."""
+    whole = count // v
+    rest = whole * v
+    np.subtract(count, rest, out=rest)
+    rest *= 2 * a
+    rest += v
+    before = rest // (2 * v)
+    rest += 2 * a
+    rest //= 2 * v
+    goes_left = np.greater(rest, before)
+    whole *= a
+    whole += before
+    return goes_left, whole
+
+
+def _check_end(position: int, length: int) -> None:
+    if position + length > MAX_POSITION:
+        raise PipelineError(f"positions of a mixture end at 2**63 - 1, asked for {position} + {length}")
 
 
 def _depth(shape: Shape) -> int:
@@ -263,11 +295,23 @@ class _TreeCursor(ScheduleCursor):
         self.tree, self.position = tree, first
 
     def take(self, length: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.position + length > MAX_POSITION:
-            raise PipelineError(f"positions of a mixture end at 2**63 - 1, asked for {self.position} + {length}")
+        _check_end(self.position, length)
         out = self.tree.run(self.position, length)
         self.position += length
         return out
+
+    def take_sources(self, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        _check_end(self.position, length)
+        before = self.tree.counts(self.position)
+        period = sum(self.tree.weights)
+        if period < length // 2:  # the sources repeat every period: whole periods, repeated
+            span = period * max(1, TILE_SPAN // period)
+            pattern = self.tree.run(self.position, span)[0]
+            sources = np.tile(pattern, -(-length // span))[:length]
+        else:
+            sources = self.tree.run(self.position, length)[0]
+        self.position += length
+        return sources, before
 
 
 class _DeadlineCursor(ScheduleCursor):
@@ -308,9 +352,12 @@ class _DeadlineCursor(ScheduleCursor):
             self.within = [0] * len(weights)
         return best
 
+    def take_sources(self, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        before = tuple(self.counts)
+        return self.take(length)[0], before
+
     def take(self, length: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.position + length > MAX_POSITION:
-            raise PipelineError(f"positions of a mixture end at 2**63 - 1, asked for {self.position} + {length}")
+        _check_end(self.position, length)
         sources = np.empty(length, dtype=np.int64)
         before = np.empty(length, dtype=np.int64)
         for k in range(length):
