@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pathlib
 from fractions import Fraction
 
 import numpy as np
@@ -186,3 +187,11 @@ def test_weights_in_the_same_ratio_give_the_same_stream():
              'mix(stream "a" : 30, stream "b" : 10.0) |> batch(B = 8)']
     streams = {shown(parse_pipeline(text), (9, 9), 5) for text in texts}
     assert len(streams) == 1
+
+
+def test_docs_pin_the_same_vectors():
+    """docs/pipeline.md's table of mixture vectors is this file's: the same first positions."""
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "pipeline.md").read_text(encoding="utf-8")
+    table = docs[docs.index("### Mixture test vectors"):]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and ":" in line.split("|")[-2]]
+    assert [row.split("|")[-2].strip() for row in rows[: len(PINNED)]] == [expected for _, _, expected in PINNED]
