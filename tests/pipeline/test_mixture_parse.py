@@ -113,3 +113,23 @@ def test_a_mixture_file_streams_only_inside_its_directory_or_root(tmp_path):
     with pytest.raises(PskdError) as raised:
         load_pipeline(text_file)
     assert raised.value.message.startswith(f"{text_file}:2:24: weight must be a positive number")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+paths = st.text(st.sampled_from("ab/._-é x"), min_size=1, max_size=12)
+weights = st.builds(lambda whole, part, places: Fraction(whole) + Fraction(part, 10**places),
+                    st.integers(0, 10**6), st.integers(1, 999), st.integers(3, 6))
+mix_sources = st.builds(MixSource, paths, st.one_of(st.none(), st.integers(0, 2**64 - 1)), weights)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(mix_sources, min_size=2, max_size=5), st.integers(1, 10**6), st.one_of(st.none(), st.integers(1, 99)))
+def test_the_canonical_text_of_any_mixture_parses_back_to_it(sources, batch_size, take):
+    try:
+        mixture = Mixture(tuple(sources), batch_size=batch_size, take=take)
+    except PskdError as refused:  # weights of too many digits together
+        assert "2**31 - 1" in refused.message or "2**20" in refused.message
+        return
+    assert parse_pipeline(str(mixture)) == mixture
