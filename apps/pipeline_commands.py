@@ -10,7 +10,7 @@ from pskd_jax.errors import UsageError
 from pskd_jax.pipeline import Mixture, Pipeline, StreamFacts, load_pipeline, parse_pipeline, stream_facts
 
 
-def _pipeline(args) -> Iterator[str]:
+def _pipeline(args: argparse.Namespace) -> Iterator[str]:
     if os.path.lexists(args.text):  # a file (a FIFO or a directory there is refused, not parsed as text)
         pipeline = load_pipeline(args.text, root=args.root)
     else:
@@ -23,7 +23,7 @@ def _pipeline(args) -> Iterator[str]:
     return _stream_lines(pipeline, args)
 
 
-def _facts(path: str, args) -> StreamFacts:
+def _facts(path: str, args: argparse.Namespace) -> StreamFacts:
     return stream_facts(path, seq=args.seq, stride=args.stride)
 
 
@@ -32,7 +32,7 @@ def _cut(facts: StreamFacts) -> str:
     return f" (windows of {facts.seq} tokens every {facts.stride})" if facts.corpus else ""
 
 
-def _first(args, batches: int | None, what: str) -> range:
+def _first(args: argparse.Namespace, batches: int | None, what: str) -> range:
     """The batches to print: from --start, --batches of them, within ``batches`` (None: no end)."""
     if batches is not None and args.start >= batches and args.batches:
         raise UsageError(f"--start {args.start}: {what} has {batches} batches (0 to {batches - 1})")
@@ -40,7 +40,7 @@ def _first(args, batches: int | None, what: str) -> range:
     return range(args.start, stop if batches is None else min(stop, batches))
 
 
-def _stream_lines(pipeline: Pipeline, args) -> Iterator[str]:
+def _stream_lines(pipeline: Pipeline, args: argparse.Namespace) -> Iterator[str]:
     facts = _facts(pipeline.path, args)
     n = facts.count
     epoch = 1 if args.epoch is None else args.epoch
@@ -55,7 +55,7 @@ def _stream_lines(pipeline: Pipeline, args) -> Iterator[str]:
         yield f"epoch {epoch} batch {j}: " + " ".join(map(str, indices.tolist())) + more
 
 
-def _mixture_lines(mixture: Mixture, args) -> Iterator[str]:
+def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
     if args.epoch not in (None, 1):
         raise UsageError(f"--epoch {args.epoch}: a mixture has no epochs of its own (each source starts its next "
                          "epoch when it runs out); print a later part of its stream with --start J")

@@ -184,7 +184,8 @@ class Mixture:
         that source (int64). ``epoch`` is 1: a mixture has no epochs of its own."""
         counts = self.check_counts(counts)
         if epoch != 1 or isinstance(epoch, bool):
-            raise BadValueError(f"a mixture has no epochs of its own: its batches are all of epoch 1, got epoch={epoch!r}")
+            raise BadValueError(f"a mixture has no epochs of its own: its batches are all of epoch 1, got "
+                                f"epoch={epoch!r}")
         last = self._last_batch()
         if not is_integer(j) or not 0 <= j < (last if self.take is None else self.take):
             bound = f"[0, {self.take})" if self.take is not None else "[0, 2**63 / B)"
@@ -215,8 +216,8 @@ class Mixture:
         stop = self._check_iteration(counts, state, epochs)
         return self._iterate(self.check_counts(counts), (state or IteratorState()).batch, stop)
 
-    def _check_iteration(self, counts: Sequence[int], state: IteratorState | None, epochs: int | None) -> int | None:
-        """The batch the stream stops before (None: never), after checking what it starts from."""
+    def _check_iteration(self, counts: Sequence[int], state: IteratorState | None, epochs: int | None) -> int:
+        """The batch the stream stops before, after checking what it starts from."""
         self.check_counts(counts)
         state = IteratorState() if state is None else state
         if not isinstance(state, IteratorState):

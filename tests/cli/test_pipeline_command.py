@@ -84,7 +84,8 @@ def test_pipeline_starts_anywhere_and_cuts_a_corpus_with_seq(tmp_path):
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"format": "pskd-corpus", "version": 1, "tokenizer": {"kind": "bytes"},
                                     "vocab_size": 257, "boundary": 256,
-                                    "shards": [{"path": "s.psk.d", "tokens": 100, "documents": 1, "sha256": "0" * 64}]}))
+                                    "shards": [{"path": "s.psk.d", "tokens": 100, "documents": 1,
+                                                "sha256": "0" * 64}]}))
     text = 'stream "c/shards.json" |> batch(B = 3)'
     message = fails("E9012", "pipeline", text, cwd=tmp_path)
     assert "is a corpus" in message and "--seq" in message

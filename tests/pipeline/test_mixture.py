@@ -24,7 +24,8 @@ PINNED = [
      "0:0 1:0 0:1 2:0 0:2 1:1 0:3 2:1 0:4 1:2 0:5 1:3 0:6 2:2 0:7 1:4"),
     ('mix(stream "a" : 1, stream "b" : 1, stream "c" : 1, stream "d" : 1, stream "e" : 1) |> batch(B = 4)', (100,) * 5,
      "0:0 2:0 4:0 3:0 1:0 0:1 2:1 4:1 3:1 1:1 0:2 2:2 4:2 3:2 1:2 0:3"),
-    ('mix(stream "a" : 12, stream "b" : 12, stream "c" : 3, stream "d" : 3, stream "e" : 1) |> batch(B = 4)', (100,) * 5,
+    ('mix(stream "a" : 12, stream "b" : 12, stream "c" : 3, stream "d" : 3, stream "e" : 1) |> batch(B = 4)',
+     (100,) * 5,
      "0:0 1:0 0:1 1:1 2:0 0:2 1:2 0:3 1:3 3:0 0:4 1:4 0:5 1:5 2:1 0:6"),
     ('mix(stream "a" |> shuffle(seed = 0) : 2, stream "b" |> shuffle(seed = 42) : 1) |> batch(B = 4)', (10, 1000),
      "0:2 1:156 0:4 0:5 1:421 0:6 0:8 1:538 0:7 0:0 1:754 0:9 0:1 1:810 0:3 0:9"),
@@ -67,7 +68,8 @@ def test_each_source_follows_its_own_order_and_starts_its_own_next_epoch():
     for source, n, seed in ((0, 7, 5), (1, 3, 9), (2, 5, None)):
         got = indices[sources == source]
         epochs = -(-got.size // n)
-        orders = [shuffle_order(n, seed=seed, epoch=e) if seed is not None else np.arange(n) for e in range(1, epochs + 1)]
+        orders = [shuffle_order(n, seed=seed, epoch=e) if seed is not None else np.arange(n)
+                  for e in range(1, epochs + 1)]
         assert np.array_equal(got, np.concatenate(orders)[: got.size]), source
 
 
@@ -125,9 +127,12 @@ def test_parts_of_a_batch_are_slices_of_it():
 
 def test_iterator_and_index_errors():
     mixture = parse_pipeline('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 2) |> take(n = 4)')
-    for call in (lambda: mixture.batch_indices((3, 3), 2, 0), lambda: next(mixture.iter_batches((3, 3), IteratorState(2, 0))),
-                 lambda: next(mixture.iter_batches((3, 3), IteratorState(1, 5))), lambda: mixture.batch_indices((3,), 1, 0),
-                 lambda: mixture.batch_indices((3, 3), 1, 0, start=1, stop=0), lambda: mixture.batch_indices((3, -1), 1, 0)):
+    for call in (lambda: mixture.batch_indices((3, 3), 2, 0),
+                 lambda: next(mixture.iter_batches((3, 3), IteratorState(2, 0))),
+                 lambda: next(mixture.iter_batches((3, 3), IteratorState(1, 5))),
+                 lambda: mixture.batch_indices((3,), 1, 0),
+                 lambda: mixture.batch_indices((3, 3), 1, 0, start=1, stop=0),
+                 lambda: mixture.batch_indices((3, -1), 1, 0)):
         with pytest.raises(PskdError) as raised:
             call()
         assert raised.value.code == "E9004"
@@ -183,7 +188,8 @@ def test_exact_weights_in_every_spelling_are_equal():
 
 
 def test_weights_in_the_same_ratio_give_the_same_stream():
-    texts = ['mix(stream "a" : 3, stream "b" : 1) |> batch(B = 8)', 'mix(stream "a" : 0.75, stream "b" : 0.25) |> batch(B = 8)',
+    texts = ['mix(stream "a" : 3, stream "b" : 1) |> batch(B = 8)',
+             'mix(stream "a" : 0.75, stream "b" : 0.25) |> batch(B = 8)',
              'mix(stream "a" : 30, stream "b" : 10.0) |> batch(B = 8)']
     streams = {shown(parse_pipeline(text), (9, 9), 5) for text in texts}
     assert len(streams) == 1

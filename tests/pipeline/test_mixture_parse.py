@@ -15,8 +15,8 @@ TWO = 'mix(stream "a.psk.d" |> shuffle(seed = 1) : 3, stream "b.psk.d" : 1) |> b
 
 def test_parse_a_mixture():
     mixture = parse_pipeline(TWO, base_dir="/data")
-    assert mixture == Mixture((MixSource("/data/a.psk.d", 1, Fraction(3)), MixSource("/data/b.psk.d", None, Fraction(1))),
-                              batch_size=32, take=10)
+    expected = (MixSource("/data/a.psk.d", 1, Fraction(3)), MixSource("/data/b.psk.d", None, Fraction(1)))
+    assert mixture == Mixture(expected, batch_size=32, take=10)
     assert [s.where for s in mixture.sources] == ["pipeline:1:5", "pipeline:1:48"]
     assert mixture.paths == ("/data/a.psk.d", "/data/b.psk.d")
 
@@ -24,7 +24,8 @@ def test_parse_a_mixture():
 @pytest.mark.parametrize("text, weights, take", [
     ('mix(stream "a" : 1, stream "b" : 2) |> batch(B = 4)', ["1", "2"], None),
     ('mix(stream"a":0.5,stream"b":0.25,)|>batch(B=4)|>take(n=2)', ["0.5", "0.25"], 2),
-    ('data = mix(\n  stream "a" |> shuffle(seed = 0) : 007,\n  stream "b" : 1.500,\n  stream "c" : 0.001\n) |> batch(B = 4)',
+    ('data = mix(\n  stream "a" |> shuffle(seed = 0) : 007,\n  stream "b" : 1.500,\n'
+     '  stream "c" : 0.001\n) |> batch(B = 4)',
      ["7", "1.5", "0.001"], None),
     ('mix(stream "a" : 123456789012345678901234567890, stream "b" : 123456789012345678901234567890)'
      ' |> batch(B = 1)', ["1", "1"], None),
@@ -37,52 +38,73 @@ def test_whitespace_is_free_weights_exact_and_a_trailing_comma_allowed(text, wei
 
 
 def test_str_writes_the_canonical_text_back():
-    mixture = parse_pipeline('m = mix(stream "a" : 3.50, stream "b" |> shuffle(seed=2) : 1) |> batch(B=4)', base_dir="/d")
+    text = 'm = mix(stream "a" : 3.50, stream "b" |> shuffle(seed=2) : 1) |> batch(B=4)'
+    mixture = parse_pipeline(text, base_dir="/d")
     assert str(mixture) == 'mix(stream "/d/a" : 3.5, stream "/d/b" |> shuffle(seed = 2) : 1) |> batch(B = 4)'
     assert parse_pipeline(str(mixture)) == mixture
     assert parse_pipeline("d = " + TWO) == parse_pipeline(TWO)
 
 
 def test_a_single_stream_still_parses_to_a_pipeline():
-    assert parse_pipeline('stream "a" |> shuffle(seed = 3) |> batch(B = 2)', base_dir="b") == Pipeline("b/a", 3, 2, None)
+    single = parse_pipeline('stream "a" |> shuffle(seed = 3) |> batch(B = 2)', base_dir="b")
+    assert single == Pipeline("b/a", 3, 2, None)
     assert parse_pipeline('mix = stream "a" |> batch(B = 2)') == Pipeline("a", None, 2, None)  # 'mix' as a name
 
 
 @pytest.mark.parametrize("text, message", [
     ('mix(stream "a" : 3) |> batch(B = 2)', "1:1: a mix of one source: a mix has two sources or more"),
-    ('mix(stream "a" : 0, stream "b" : 1) |> batch(B = 2)', "1:18: weight must be a positive number (such as 3 or 0.25), got 0"),
-    ('mix(stream "a" : 0.000, stream "b" : 1) |> batch(B = 2)', "1:18: weight must be a positive number (such as 3 or 0.25), got 0.000"),
-    ('mix(stream "a" : -2, stream "b" : 1) |> batch(B = 2)', "1:18: weight must be a positive number (such as 3 or 0.25), got -2"),
-    ('mix(stream "a" : x, stream "b" : 1) |> batch(B = 2)', "1:18: expected a weight, a positive number (such as 3 or 0.25), after ':', found 'x'"),
+    ('mix(stream "a" : 0, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight must be a positive number (such as 3 or 0.25), got 0"),
+    ('mix(stream "a" : 0.000, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight must be a positive number (such as 3 or 0.25), got 0.000"),
+    ('mix(stream "a" : -2, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight must be a positive number (such as 3 or 0.25), got -2"),
+    ('mix(stream "a" : x, stream "b" : 1) |> batch(B = 2)',
+     "1:18: expected a weight, a positive number (such as 3 or 0.25), after ':', found 'x'"),
     ('mix(stream "a" : , stream "b" : 1) |> batch(B = 2)', "1:18: expected a weight"),
-    ('mix(stream "a", stream "b" : 1) |> batch(B = 2)', '1:15: missing weight: expected \': WEIGHT\' after stream "a" (each source of a mix has a weight), found \',\''),
-    ('mix(stream "a" |> shuffle(seed = 1), stream "b" : 1) |> batch(B = 2)', "1:36: missing weight: expected ': WEIGHT' after shuffle(seed = 1)"),
+    ('mix(stream "a", stream "b" : 1) |> batch(B = 2)',
+     '1:15: missing weight: expected \': WEIGHT\' after stream "a" (each source of a mix has a weight), found \',\''),
+    ('mix(stream "a" |> shuffle(seed = 1), stream "b" : 1) |> batch(B = 2)',
+     "1:36: missing weight: expected ': WEIGHT' after shuffle(seed = 1)"),
     ('mix(stream "a" 2, stream "b" : 1) |> batch(B = 2)', "1:16: missing weight"),
     ('mix(mix(stream "a" : 1, stream "c" : 1) : 1, stream "b" : 1) |> batch(B = 2)', "1:5: a mix inside a mix"),
     ('mix(stream "a" : 1,\n  mix(stream "a" : 1, stream "c" : 1) : 1) |> batch(B = 2)', "2:3: a mix inside a mix"),
-    ('mix(stream "a" |> batch(B = 2) : 1, stream "b" : 1) |> batch(B = 2)', "1:19: batch inside a mix's source: batch and take apply to the whole mix"),
-    ('mix(stream "a" |> shuffle(seed = 1) |> take(n = 2) : 1, stream "b" : 1) |> batch(B = 2)', "1:40: take inside a mix's source"),
-    ('mix(stream "a" |> shuffle(seed = 1) |> shuffle(seed = 2) : 1, stream "b" : 1) |> batch(B = 2)', "1:40: duplicate stage 'shuffle'"),
-    ('mix(stream "a" |> repeat(n = 1) : 1, stream "b" : 1) |> batch(B = 2)', "1:19: expected 'shuffle' after '|>' in a mix's source, found 'repeat'"),
+    ('mix(stream "a" |> batch(B = 2) : 1, stream "b" : 1) |> batch(B = 2)',
+     "1:19: batch inside a mix's source: batch and take apply to the whole mix"),
+    ('mix(stream "a" |> shuffle(seed = 1) |> take(n = 2) : 1, stream "b" : 1) |> batch(B = 2)',
+     "1:40: take inside a mix's source"),
+    ('mix(stream "a" |> shuffle(seed = 1) |> shuffle(seed = 2) : 1, stream "b" : 1) |> batch(B = 2)',
+     "1:40: duplicate stage 'shuffle'"),
+    ('mix(stream "a" |> repeat(n = 1) : 1, stream "b" : 1) |> batch(B = 2)',
+     "1:19: expected 'shuffle' after '|>' in a mix's source, found 'repeat'"),
     ('mix(stream "a" : 1e5, stream "b" : 1) |> batch(B = 2)', "1:18: weight 1e5…: a weight has no exponent"),
     ('mix(stream "a" : 2.5E-3, stream "b" : 1) |> batch(B = 2)', "1:18: weight 2.5E…: a weight has no exponent"),
-    ('mix(stream "a" : 1., stream "b" : 1) |> batch(B = 2)', "1:20: expected the digits after the decimal point of weight 1., found ','"),
-    ('mix(stream "a" : 1 . 5, stream "b" : 1) |> batch(B = 2)', "1:20: expected ',' or ')' after the weight 1, found '.'"),
+    ('mix(stream "a" : 1., stream "b" : 1) |> batch(B = 2)',
+     "1:20: expected the digits after the decimal point of weight 1., found ','"),
+    ('mix(stream "a" : 1 . 5, stream "b" : 1) |> batch(B = 2)',
+     "1:20: expected ',' or ')' after the weight 1, found '.'"),
     ('mix(stream "a" : .5, stream "b" : 1) |> batch(B = 2)', "1:18: expected a weight"),
-    ('mix(stream "a" : 1/2, stream "b" : 1) |> batch(B = 2)', "1:19: expected ',' or ')' after the weight 1, found '/'"),
-    ('mix(stream "a" : 1 stream "b" : 1) |> batch(B = 2)', "1:20: expected ',' or ')' after the weight 1, found 'stream'"),
-    ('mix() |> batch(B = 2)', "1:5: expected a source (stream \"…\" [|> shuffle(seed = s)] : weight) after mix(, found ')'"),
+    ('mix(stream "a" : 1/2, stream "b" : 1) |> batch(B = 2)',
+     "1:19: expected ',' or ')' after the weight 1, found '/'"),
+    ('mix(stream "a" : 1 stream "b" : 1) |> batch(B = 2)',
+     "1:20: expected ',' or ')' after the weight 1, found 'stream'"),
+    ('mix() |> batch(B = 2)',
+     "1:5: expected a source (stream \"…\" [|> shuffle(seed = s)] : weight) after mix(, found ')'"),
     ('mix(stream "a" : 1,, stream "b" : 1) |> batch(B = 2)', "1:20: expected a source"),
     ('mix stream "a" : 1', "1:5: expected '(' after mix, found 'stream'"),
     ('mix(stream "a" : 1, stream "b" : 1', "1:35: expected ',' or ')' after the weight 1, found the end of the text"),
     ('mix(stream "a" : 1, stream "b" : 1)', "1:36: expected '|> batch(B = n)' after mix(…): every pipeline batches"),
     ('mix(stream "a" : 1, stream "b" : 1) |> take(n = 2)', "1:51: expected '|> batch(B = n)' after take(n = 2)"),
-    ('mix(stream "a" : 1, stream "b" : 1) |> shuffle(seed = 1) |> batch(B = 2)', "1:40: shuffle after a mix: each source shuffles itself"),
-    ('mix(stream "a" : 1, stream "b" : 1) |> take(n = 1) |> batch(B = 2)', "1:55: stage 'batch' must come before 'take'"),
+    ('mix(stream "a" : 1, stream "b" : 1) |> shuffle(seed = 1) |> batch(B = 2)',
+     "1:40: shuffle after a mix: each source shuffles itself"),
+    ('mix(stream "a" : 1, stream "b" : 1) |> take(n = 1) |> batch(B = 2)',
+     "1:55: stage 'batch' must come before 'take'"),
     ('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 0)', "1:50: B must be an integer >= 1, got B = 0"),
     ('mix(stream "" : 1, stream "b" : 1) |> batch(B = 2)', "1:12: expected a non-empty path"),
-    ('mix(stream "a" : 1, stream "b" : 0.0000000001) |> batch(B = 2)', "1:1: the weights are 10000000000, 1 as coprime integers"),
-    ('mix(stream "a" : 1, stream "b" : ' + "1" * 41 + ') |> batch(B = 2)', "1:34: weight 11111111111111111111… has 41 characters"),
+    ('mix(stream "a" : 1, stream "b" : 0.0000000001) |> batch(B = 2)',
+     "1:1: the weights are 10000000000, 1 as coprime integers"),
+    ('mix(stream "a" : 1, stream "b" : ' + "1" * 41 + ') |> batch(B = 2)',
+     "1:34: weight 11111111111111111111… has 41 characters"),
 ])
 def test_errors_name_what_is_wrong_with_line_and_column(text, message):
     with pytest.raises(PskdError) as raised:

@@ -82,8 +82,9 @@ def test_a_run_at_any_position_is_a_slice_of_the_run_from_zero(weights, first, l
     assert np.array_equal(np.concatenate([p[0] for p in parts]), sources)
 
 
-@pytest.mark.parametrize("weights", [[3, 1], [7, 2, 1], [0.5, 0.3, 0.2], [1, 2, 3, 4], [1] * 7, [100, 313, 1, 97, 24, 73],
-                                     [12, 12, 3, 3, 1], [1, 1, 1, 69, 118, 1683, 4866, 8272]])
+@pytest.mark.parametrize("weights", [[3, 1], [7, 2, 1], [0.5, 0.3, 0.2], [1, 2, 3, 4], [1] * 7,
+                                     [100, 313, 1, 97, 24, 73], [12, 12, 3, 3, 1],
+                                     [1, 1, 1, 69, 118, 1683, 4866, 8272]])
 def test_given_weights_are_within_one_over_two_periods(weights):
     weights = [Fraction(str(w)) for w in weights]
     schedule = Schedule(weights)
@@ -185,7 +186,8 @@ def test_the_deadline_walk_is_the_documented_one(weights):
 def test_weights_are_ratios_kept_exactly():
     assert integer_weights([Fraction(1, 2), Fraction(3, 10), Fraction(1, 5)]) == (5, 3, 2)
     assert integer_weights([6, 4, 2]) == (3, 2, 1)
-    assert Schedule([6, 2]).run(0, 40)[0].tolist() == Schedule([Fraction(3, 10), Fraction(1, 10)]).run(0, 40)[0].tolist()
+    as_tenths = Schedule([Fraction(3, 10), Fraction(1, 10)])
+    assert Schedule([6, 2]).run(0, 40)[0].tolist() == as_tenths.run(0, 40)[0].tolist()
 
 
 def test_merge_order_is_deterministic_and_balanced_for_equal_weights():
