@@ -7,17 +7,19 @@ import time
 from typing import Callable
 
 
-def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, *,
+                        clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """The median seconds of each run, the runs taken in turn round after round (after one warm-up
-    each), so that drift in the machine's load affects each alike."""
+    each), so that drift in the machine's load affects each alike. ``clock`` reads the time
+    (wall time by default; ``time.process_time`` counts this process's CPU time only)."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values():
         run()  # warm
     for _ in range(rounds):
         for name, run in runs.items():
-            start = time.perf_counter()
+            start = clock()
             run()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
 

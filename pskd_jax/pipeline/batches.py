@@ -13,7 +13,6 @@ from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
 from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
-__all__ = ["IteratorState", "Pipeline"]
 
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
 
@@ -203,14 +202,7 @@ class Pipeline:
         ...
         pskd_jax.errors.PipelineError: E9010: batch(B = 32) over samples of type 'ℝ[3]' gives batches of type 'ℝ[32, 3]', but the step expects 'ℝ[B, 4]' (= 'ℝ[32, 4]')
         """
-        sample = Layout.of_type(sample_type)
-        batch = Layout.of_type(parse_type(batch_type, symbols={"B": self.batch_size}))
-        stacked = [Leaf(leaf.path, (self.batch_size, *leaf.shape), leaf.bound) for leaf in sample.leaves]
-        if sample.structure != batch.structure or stacked != list(batch.leaves):
-            given = format_type(_with_batch_axis(parse_type(sample_type), self.batch_size))
-            expected = format_type(parse_type(batch_type, symbols={"B": self.batch_size}))
-            raise PipelineError(f"batch(B = {self.batch_size}) over samples of type {sample_type!r} gives batches of "
-                                f"type {given!r}, but the step expects {batch_type!r} (= {expected!r})")
+        check_batch_type(self.batch_size, sample_type, batch_type)
 
     def _indices(self, n: int, epoch: int, j: int, batches: int = 1) -> np.ndarray:
         """π_epoch(jB .. (j + batches)B - 1) without argument checks."""
@@ -224,6 +216,19 @@ class Pipeline:
         if self.seed is None:
             return positions
         return held_permutation(n, seed=self.seed, epoch=epoch)(positions)
+
+
+def check_batch_type(batch_size: int, sample_type: str, batch_type: str) -> None:
+    """Checks that ``batch(B = batch_size)`` over samples of ``sample_type`` gives ``batch_type``
+    (written with the symbol ``B`` or with the number), E9010 otherwise."""
+    sample = Layout.of_type(sample_type)
+    batch = Layout.of_type(parse_type(batch_type, symbols={"B": batch_size}))
+    stacked = [Leaf(leaf.path, (batch_size, *leaf.shape), leaf.bound) for leaf in sample.leaves]
+    if sample.structure != batch.structure or stacked != list(batch.leaves):
+        given = format_type(_with_batch_axis(parse_type(sample_type), batch_size))
+        expected = format_type(parse_type(batch_type, symbols={"B": batch_size}))
+        raise PipelineError(f"batch(B = {batch_size}) over samples of type {sample_type!r} gives batches of "
+                            f"type {given!r}, but the step expects {batch_type!r} (= {expected!r})")
 
 
 def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
@@ -248,4 +253,4 @@ def _check_count(n: Any) -> int:
     return int(n)
 
 
-__all__ = ["BLOCK_POSITIONS", "IteratorState", "Pipeline"]
+__all__ = ["BLOCK_POSITIONS", "IteratorState", "Pipeline", "check_batch_type"]

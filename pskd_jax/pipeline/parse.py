@@ -3,7 +3,7 @@
 
 The grammar, how relative paths resolve, why a pipeline file may stream only inside its own
 directory (or a ``root`` its reader names), and the E9010 messages are defined in
-``docs/pipeline.md`` ("The text"); the evaluation over sample indices is in
+``docs/pipeline.md`` ("The text"), mixtures (``mix(…)``, :mod:`pskd_jax.pipeline.mixture`) included; the evaluation over sample indices is in
 :mod:`pskd_jax.pipeline.batches`.
 """
 
@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from fractions import Fraction
 
 from pskd_jax._os.files import read_whole
 from pskd_jax.errors import PipelineError, PskdError
 from pskd_jax.pipeline.batches import Pipeline
+from pskd_jax.pipeline.mixture import MAX_SOURCES, MixSource, Mixture
 from pskd_jax.pipeline.shuffle import MAX_SEED
 
 MAX_PIPELINE_BYTES = 1 << 24  # far more than any pipeline text; a larger file is refused unread
@@ -38,7 +40,7 @@ _TOKEN = re.compile(
       | (?P<pipe>\|>)
       | (?P<int>[0-9]+)
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-      | (?P<punct>[()=])
+      | (?P<punct>[()=:,])
       | (?P<other>.)""",
     re.VERBOSE | re.DOTALL,
 )
@@ -54,6 +56,23 @@ class _Token:
     def shown(self) -> str:
         """How an error message names what it found."""
         return "the end of the text" if self.kind == "end" else repr(self.text)
+
+    def touches(self, following: _Token) -> bool:
+        """Whether ``following`` starts right where this token ends (no space between)."""
+        return following.line == self.line and following.column == self.column + len(self.text)
+
+    def spelled(self, kind: str, text: str) -> bool:
+        return self.kind == kind and self.text == text
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """A stream as the text writes it: its path, seed, weight (in a mix) and 'stream' token."""
+
+    path: str
+    seed: int | None
+    weight: Fraction | None
+    token: _Token
 
 
 def _tokenize(text: str) -> list[_Token]:
@@ -96,18 +115,14 @@ class _Parser:
         self.position += 1
         return token
 
-    def parse(self) -> tuple[str, dict[str, tuple[int, _Token]]]:
-        """The path as written and each stage's value with the token of its name."""
+    def parse(self) -> tuple[_Token | None, list[_Source], dict[str, tuple[int, _Token]]]:
+        """The 'mix' token (None for a single stream), the streams, and each stage's value with the
+        token of its name."""
         self.binding()
-        self.expect("name", "stream", "'stream'")
-        self.where = "after stream"
-        path_token = self.expect("string", None, 'a quoted path ("…")')
-        path = path_token.text[1:-1]
-        if not path:
-            raise self.fail(path_token, "expected a non-empty path between the quotes")
-        if "\0" in path:
-            raise self.fail(path_token, "a path holds no NUL character")
-        self.where = f"after stream {path_token.text}"
+        if self.peek().spelled("name", "mix"):
+            return self.mixture()
+        token = self.expect("name", "stream", "'stream'")
+        path = self.stream_path()
         stages: dict[str, tuple[int, _Token]] = {}
         while self.peek().kind != "end":
             self.expect("pipe", None, "'|>' or the end of the pipeline")
@@ -116,7 +131,124 @@ class _Parser:
             stages[name_token.text] = (value, name_token)
         if "batch" not in stages:
             raise self.fail(self.peek(), f"expected '|> batch(B = n)' {self.where}: every pipeline batches")
-        return path, stages
+        seed = stages.pop("shuffle")[0] if "shuffle" in stages else None
+        return None, [_Source(path, seed, None, token)], stages
+
+    def stream_path(self) -> str:
+        """The quoted path after 'stream'."""
+        self.where = "after stream"
+        path_token = self.expect("string", None, 'a quoted path ("…")')
+        path = path_token.text[1:-1]
+        if not path:
+            raise self.fail(path_token, "expected a non-empty path between the quotes")
+        if "\0" in path:
+            raise self.fail(path_token, "a path holds no NUL character")
+        self.where = f"after stream {path_token.text}"
+        return path
+
+    def mixture(self) -> tuple[_Token, list[_Source], dict[str, tuple[int, _Token]]]:
+        """``mix(source : weight, …) |> batch(…) [|> take(…)]`` from its 'mix' token on."""
+        mix_token = self.peek()
+        self.position += 1
+        self.where = "after mix"
+        self.expect("punct", "(", "'('")
+        self.where = "after mix("
+        sources: list[_Source] = []
+        while True:
+            if len(sources) == MAX_SOURCES:
+                raise self.fail(self.peek(), f"a mix names at most {MAX_SOURCES} sources")
+            sources.append(self.mix_source())
+            token = self.peek()
+            if token.spelled("punct", ","):
+                self.position += 1
+                self.where = "after ','"
+                if not self.peek().spelled("punct", ")"):  # a comma may end the list
+                    continue
+                token = self.peek()
+            if not token.spelled("punct", ")"):
+                raise self.fail(token, f"expected ',' or ')' {self.where}, found {token.shown()}")
+            self.position += 1
+            break
+        if len(sources) == 1:
+            raise self.fail(mix_token, "a mix of one source: a mix has two sources or more (a single source is "
+                                       "written as a stream, without mix)")
+        self.where = "after mix(…)"
+        stages: dict[str, tuple[int, _Token]] = {}
+        while self.peek().kind != "end":
+            self.expect("pipe", None, "'|>' or the end of the pipeline")
+            if self.peek().spelled("name", "shuffle"):
+                raise self.fail(self.peek(), "shuffle after a mix: each source shuffles itself, inside the mix "
+                                             '(mix(stream "…" |> shuffle(seed = s) : w, …))')
+            name_token, value = self.stage()
+            self.check_order(stages, name_token)
+            stages[name_token.text] = (value, name_token)
+        if "batch" not in stages:
+            raise self.fail(self.peek(), f"expected '|> batch(B = n)' {self.where}: every pipeline batches")
+        return mix_token, sources, stages
+
+    def mix_source(self) -> _Source:
+        """``stream PATH [|> shuffle(seed = s)] : WEIGHT`` inside a mix."""
+        token = self.peek()
+        if token.spelled("name", "mix"):
+            raise self.fail(token, "a mix inside a mix: the sources of a mix are streams (list the inner mix's "
+                                   "streams in the outer one, each with its own weight)")
+        if not token.spelled("name", "stream"):
+            raise self.fail(token, f"expected a source (stream \"…\" [|> shuffle(seed = s)] : weight) {self.where}, "
+                                   f"found {token.shown()}")
+        self.position += 1
+        path = self.stream_path()
+        seed = None
+        while self.peek().kind == "pipe":
+            self.position += 1
+            name = self.peek()
+            if name.kind == "name" and name.text in ("batch", "take"):
+                raise self.fail(name, f"{name.text} inside a mix's source: batch and take apply to the whole mix, "
+                                      "after its ')'")
+            if not name.spelled("name", "shuffle"):
+                raise self.fail(name, f"expected 'shuffle' after '|>' in a mix's source, found {name.shown()}")
+            if seed is not None:
+                raise self.fail(name, "duplicate stage 'shuffle' in a mix's source: each stage appears once")
+            seed = self.stage()[1]
+        colon = self.peek()
+        if not colon.spelled("punct", ":"):
+            raise self.fail(colon, f"missing weight: expected ': WEIGHT' {self.where} (each source of a mix has a "
+                                   f"weight), found {colon.shown()}")
+        self.position += 1
+        return _Source(path, seed, self.weight(), token)
+
+    def weight(self) -> Fraction:
+        """A weight after ':': digits, with a decimal point and digits, written without spaces."""
+        self.where = "after ':'"
+        accepted = "a positive number (such as 3 or 0.25)"
+        token = self.peek()
+        if token.spelled("other", "-"):
+            following = self.tokens[self.position + 1]
+            shown = f"-{following.text}" if following.kind == "int" and token.touches(following) else "-"
+            raise self.fail(token, f"weight must be {accepted}, got {shown}")
+        if token.kind != "int":
+            raise self.fail(token, f"expected a weight, {accepted}, after ':', found {token.shown()}")
+        self.position += 1
+        text, last = token.text, token
+        point = self.peek()
+        if point.spelled("other", ".") and last.touches(point):
+            self.position += 1
+            digits = self.peek()
+            if digits.kind != "int" or not point.touches(digits):
+                raise self.fail(digits, f"expected the digits after the decimal point of weight {text}., found "
+                                        f"{digits.shown()}")
+            self.position += 1
+            text, last = f"{text}.{digits.text}", digits
+        after = self.peek()
+        if after.kind == "name" and after.text[0] in "eE" and last.touches(after):
+            raise self.fail(token, f"weight {text}{after.text}…: a weight has no exponent (write it in plain "
+                                   "digits, such as 100000 or 0.00001)")
+        if len(text) > 40:
+            raise self.fail(token, f"weight {text[:20]}… has {len(text)} characters: a weight has at most 40")
+        value = Fraction(text)
+        if value == 0:
+            raise self.fail(token, f"weight must be {accepted}, got {text}")
+        self.where = f"after the weight {text}"
+        return value
 
     def binding(self) -> bool:
         """Skips ``NAME =`` before the pipeline (the name a program binds it to); whether it did."""
@@ -166,8 +298,9 @@ class _Parser:
             raise self.fail(token, f"stage '{name}' must come before '{later[0]}': the order is stream, shuffle, batch, take")
 
 
-def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source: str = "pipeline") -> Pipeline:
-    """The :class:`Pipeline` of ``text``; a relative path is joined to ``base_dir``.
+def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
+                   source: str = "pipeline") -> Pipeline | Mixture:
+    """The :class:`Pipeline` (or :class:`Mixture`) of ``text``; a relative path is joined to ``base_dir``.
 
     ``source`` names the text in error messages (``source:line:column: …``).
 
@@ -182,14 +315,18 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".", source:
     """
     if not isinstance(text, str):
         raise PipelineError(f"{source}: a pipeline is text, got {type(text).__name__}")
-    path, stages = _Parser(text, source).parse()
+    mix_token, streams, stages = _Parser(text, source).parse()
     values = {name: value for name, (value, _) in stages.items()}
-    return Pipeline(
-        path=_resolve(path, base_dir),
-        seed=values.get("shuffle"),
-        batch_size=values["batch"],
-        take=values.get("take"),
-    )
+    if mix_token is None:
+        (stream,) = streams
+        return Pipeline(path=_resolve(stream.path, base_dir), seed=stream.seed, batch_size=values["batch"],
+                        take=values.get("take"))
+    sources = tuple(MixSource(_resolve(s.path, base_dir), s.seed, s.weight, f"{source}:{s.token.line}:{s.token.column}")
+                    for s in streams)
+    try:
+        return Mixture(sources, batch_size=values["batch"], take=values.get("take"))
+    except PipelineError as e:  # the weights' total: named at the mix
+        raise PipelineError(f"{source}:{mix_token.line}:{mix_token.column}: {e.message}") from None
 
 
 def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
@@ -198,7 +335,8 @@ def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
     return path if base in ("", ".") else os.path.join(base, path)
 
 
-def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> Pipeline:
+def load_pipeline(file_path: str | os.PathLike[str], *,
+                  root: str | os.PathLike[str] | None = None) -> Pipeline | Mixture:
     """The pipeline written in a UTF-8 text file; its path is relative to that file's directory.
 
     The file it streams must lie inside ``root`` (default: the pipeline file's directory) once
@@ -213,7 +351,8 @@ def load_pipeline(file_path: str | os.PathLike[str], *, root: str | os.PathLike[
         raise PipelineError(f"{file_path}: cannot read the pipeline file: not UTF-8 text") from e
     directory = os.path.dirname(os.path.abspath(file_path))
     pipeline = parse_pipeline(text, base_dir=directory, source=file_path)
-    check_inside(pipeline.path, directory if root is None else os.fspath(root), file_path)
+    for path in pipeline.paths if isinstance(pipeline, Mixture) else (pipeline.path,):
+        check_inside(path, directory if root is None else os.fspath(root), file_path)
     return pipeline
 
 

@@ -3,6 +3,8 @@ stream outside their directory."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -40,3 +42,53 @@ def test_a_pipeline_file_streaming_outside_its_directory_is_refused(tmp_path):
     assert str(text_file) in message and "outside" in message and "--root" in message
     lines = ok("pipeline", text_file, "--root", tmp_path, "--batches", "1")
     assert lines[-1] == "epoch 1 batch 0: 0 1 2 3 4"
+
+
+MIX = 'mix(stream "a.psk.d" |> shuffle(seed = 0) : 2, stream "b.psk.d" |> shuffle(seed = 42) : 1) |> batch(B = 4)'
+
+
+@pytest.mark.slow
+def test_pipeline_prints_a_mixture_as_source_index_from_any_batch(tmp_path):
+    pskd_jax.write(tmp_path / "a.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    pskd_jax.write(tmp_path / "b.psk.d", "ℝ[2]", np.zeros((1000, 2)))
+    lines = ok("pipeline", MIX, "--batches", "2", "--start", "2", cwd=tmp_path)
+    assert lines == [
+        f"pipeline {MIX}",
+        'source 0 stream "a.psk.d" |> shuffle(seed = 0): 10 samples, share 2/3',
+        'source 1 stream "b.psk.d" |> shuffle(seed = 42): 1000 samples, share 1/3',
+        "samples  of type ℝ[2], printed SOURCE:INDEX; batches without end (no take)",
+        # docs/pipeline.md pins the first 16 positions of this mixture; batches 2 and 3 are 8 … 15
+        "batch 2: 0:7 0:0 1:754 0:9",
+        "batch 3: 0:1 1:810 0:3 0:9",
+    ]
+    far = ok("pipeline", MIX.replace("batch(B = 4)", "batch(B = 4) |> take(n = 10)"), "--start", "9", "--indices", "2",
+             cwd=tmp_path)
+    assert far[-1].startswith("batch 9: ") and far[-1].endswith(" … (4 samples)") and len(far) == 5
+    message = fails("E9012", "pipeline", MIX + " |> take(n = 10)", "--start", "10", cwd=tmp_path)
+    assert "--start 10: the stream has 10 batches" in message
+    message = fails("E9012", "pipeline", MIX, "--epoch", "2", cwd=tmp_path)
+    assert "no epochs of its own" in message
+    pskd_jax.write(tmp_path / "b.psk.d", "ℝ[3]", np.zeros((5, 3)))
+    message = fails("E9010", "pipeline", MIX, cwd=tmp_path)
+    assert "TEXT:1:48: source 1" in message and "'ℝ[3]'" in message and "'ℝ[2]'" in message
+    message = fails("E9010", "pipeline", MIX.replace(": 2", ": 0"), cwd=tmp_path)
+    assert "TEXT:1:45: weight must be a positive number" in message
+
+
+@pytest.mark.slow
+def test_pipeline_starts_anywhere_and_cuts_a_corpus_with_seq(tmp_path):
+    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    lines = ok("pipeline", 'stream "w.psk.d" |> batch(B = 2)', "--start", "3", "--batches", "9", cwd=tmp_path)
+    assert lines[2:] == ["epoch 1 batch 3: 6 7", "epoch 1 batch 4: 8 9"]
+    manifest = tmp_path / "c" / "shards.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"format": "pskd-corpus", "version": 1, "tokenizer": {"kind": "bytes"},
+                                    "vocab_size": 257, "boundary": 256,
+                                    "shards": [{"path": "s.psk.d", "tokens": 100, "documents": 1,
+                                                "sha256": "0" * 64}]}))
+    text = 'stream "c/shards.json" |> batch(B = 3)'
+    message = fails("E9012", "pipeline", text, cwd=tmp_path)
+    assert "is a corpus" in message and "--seq" in message
+    lines = ok("pipeline", text, "--seq", "8", "--stride", "4", "--start", "6", cwd=tmp_path)
+    assert lines[1:] == ["samples  23 of type (idx[257][seq: 8], idx[257][seq: 8]), 7 batches an epoch "
+                         "(windows of 8 tokens every 4)", "epoch 1 batch 6: 18 19 20"]

@@ -1,0 +1,91 @@
+"""What a pipeline's ``stream "…"`` holds, without reading its data: how many samples, of which type.
+
+A ``.psk.d`` file answers from its header. A corpus manifest (``shards.json``) answers from the
+token counts it lists, given the window length (and stride) that cut it into windows, as
+:class:`pskd_jax.corpus.CorpusWindows` cuts them: no shard is opened. The manifest is read
+for its counts only; opening the corpus itself (tokenizer, shards and their checks) is the
+corpus package's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from pskd_jax._os.checks import checked_integer, is_integer
+from pskd_jax._os.files import open_regular
+from pskd_jax._os.jsonfile import json_kind, read_strict
+from pskd_jax.data.windows import lm_window_count, window_type
+from pskd_jax.errors import CorpusDirectoryError, PskdError, UsageError
+from pskd_jax.format.reader import Reader
+
+__all__ = ["CORPUS_FORMAT", "StreamFacts", "is_corpus_manifest", "stream_facts"]
+
+CORPUS_FORMAT = "pskd-corpus"  # the "format" of a corpus manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamFacts:
+    """A stream's samples: ``count`` of ``sample_type``; ``corpus`` when they are windows cut from
+    a corpus manifest (then ``seq`` and ``stride`` cut them)."""
+
+    path: str
+    count: int
+    sample_type: str
+    corpus: bool = False
+    seq: int | None = None
+    stride: int | None = None
+
+
+def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file that starts like JSON (a ``.psk.d`` file starts with
+    ``PSKD``): it is then read as a corpus manifest. Anything unreadable answers False, and the
+    reader of a ``.psk.d`` file names what is wrong with it."""
+    try:
+        with open_regular(path, UsageError) as f:
+            return f.read(1) == b"{"
+    except (PskdError, OSError):
+        return False
+
+
+def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride: int | None = None) -> StreamFacts:
+    """The samples ``path`` streams: a ``.psk.d`` file's count and type, or the number of windows
+    of ``seq`` tokens (every ``stride`` tokens, default ``seq``) of a corpus manifest.
+
+    A corpus needs ``seq`` (E9012 otherwise); a manifest that is not one is E9016.
+    """
+    name = os.fspath(path)
+    if not is_corpus_manifest(name):
+        with Reader(name) as reader:
+            return StreamFacts(name, reader.header.count, reader.header.type_text)
+    if seq is None:
+        raise UsageError(f"{name} is a corpus: give the window length (--seq T, or seq=)")
+    seq = checked_integer(seq, "seq", low=1)
+    stride = seq if stride is None else checked_integer(stride, "stride", low=1)
+    vocabulary, tokens = _manifest_counts(name)
+    return StreamFacts(name, lm_window_count(tokens, seq, stride), window_type(vocabulary, seq), True, seq, stride)
+
+
+def _manifest_counts(path: str) -> tuple[int, int]:
+    """(vocabulary size, tokens of all the shards listed) of a corpus manifest (E9016)."""
+    data = read_strict(path, CorpusDirectoryError, what="the corpus manifest", kind="a JSON manifest")
+    if not isinstance(data, dict) or data.get("format") != CORPUS_FORMAT:
+        found = json_kind(data.get("format")) if isinstance(data, dict) else json_kind(data)
+        raise CorpusDirectoryError(f"{path}: not a corpus manifest (its format is {found}, expected {CORPUS_FORMAT!r})")
+    vocabulary = _count(data.get("vocab_size"), f"{path}: 'vocab_size'", low=1)
+    shards = data.get("shards")
+    if not isinstance(shards, list):
+        raise CorpusDirectoryError(f"{path}: 'shards' must be a list, got {json_kind(shards)}")
+    tokens = 0
+    for i, shard in enumerate(shards):
+        if not isinstance(shard, dict):
+            raise CorpusDirectoryError(f"{path}: shard {i} must be an object, got {json_kind(shard)}")
+        tokens += _count(shard.get("tokens"), f"{path}: shard {i}: 'tokens'")
+    return vocabulary, tokens
+
+
+def _count(value: Any, what: str, *, low: int = 0) -> int:
+    if not is_integer(value) or value < low:
+        raise CorpusDirectoryError(f"{what} must be an integer >= {low}, got {json_kind(value)}")
+    return int(value)

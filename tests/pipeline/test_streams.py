@@ -1,0 +1,65 @@
+"""What a stream holds (pskd_jax.pipeline.streams): a .psk.d file's header, a corpus manifest's
+windows from its token counts alone, the same length and type as the corpus's own windows."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import pskd_jax
+from pskd_jax import corpus
+from pskd_jax.errors import PskdError
+from pskd_jax.pipeline import stream_facts
+from pskd_jax.pipeline.streams import is_corpus_manifest
+from tests.corpus.helpers import write_corpus
+
+
+def test_a_psk_d_file_answers_from_its_header(tmp_path):
+    path = tmp_path / "w.psk.d"
+    pskd_jax.write(path, "ℝ[2]", np.zeros((7, 2)))
+    facts = stream_facts(path, seq=99)  # seq is for corpora only
+    assert (facts.count, facts.sample_type, facts.corpus) == (7, "ℝ[2]", False)
+    assert not is_corpus_manifest(path)
+
+
+@pytest.mark.parametrize("seq, stride", [(8, None), (8, 3), (1, 1), (500, None)])
+def test_a_corpus_answers_as_its_windows_do(tmp_path, seq, stride):
+    manifest = write_corpus(tmp_path / "c", [np.arange(100) % 256, np.arange(37) % 256, np.array([], np.uint16)])
+    facts = stream_facts(manifest, seq=seq, stride=stride)
+    windows = corpus.CorpusWindows(manifest, seq=seq, stride=stride)
+    try:
+        assert facts.count == len(windows)
+        assert facts.sample_type == windows.type_text
+    finally:
+        windows.close()
+    assert facts.corpus and facts.seq == seq and facts.stride == (stride or seq)
+
+
+def test_no_shard_is_opened(tmp_path):
+    manifest = write_corpus(tmp_path / "c", [np.arange(50) % 256])
+    os.remove(tmp_path / "c" / "s0.psk.d")  # the counts are the manifest's
+    assert stream_facts(manifest, seq=4).count == (50 - 5) // 4 + 1
+
+
+def test_a_corpus_needs_seq_and_a_manifest_must_be_one(tmp_path):
+    manifest = write_corpus(tmp_path / "c", [np.arange(50) % 256])
+    with pytest.raises(PskdError) as raised:
+        stream_facts(manifest)
+    assert raised.value.code == "E9012" and "--seq" in raised.value.message
+    with pytest.raises(PskdError) as raised:
+        stream_facts(manifest, seq=0)
+    assert raised.value.code == "E9012"
+    for bad in ({"format": "other"}, {"format": "pskd-corpus", "vocab_size": 0, "shards": []},
+                {"format": "pskd-corpus", "vocab_size": 257, "shards": [{"tokens": -1}]},
+                {"format": "pskd-corpus", "vocab_size": 257, "shards": {}}, {"format": "pskd-corpus"}):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(PskdError) as raised:
+            stream_facts(path, seq=4)
+        assert raised.value.code == "E9016" and str(path) in raised.value.message
+    with pytest.raises(PskdError) as raised:
+        stream_facts(tmp_path / "missing.psk.d")
+    assert raised.value.code == "E9002"
