@@ -56,6 +56,7 @@ from typing import Any, Iterable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.checks import is_integer
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -150,7 +151,7 @@ def check_build(build: Any, where: str) -> dict[str, Any]:
         raise CorpusDirectoryError(f"{where}: 'build' 'text_key' must be a non-empty string, got "
                         f"{json_kind(build['text_key'])}")
     limit = build.get("max_document_tokens")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_COUNT):
+    if limit is not None and not (is_integer(limit) and 1 <= limit <= MAX_COUNT):
         raise CorpusDirectoryError(f"{where}: 'build' 'max_document_tokens' must be null or an integer >= 1, got "
                         f"{json_kind(limit)}")
     if "skip_bad" in build and not isinstance(build["skip_bad"], bool):

@@ -38,7 +38,7 @@ import stat
 import numpy as np
 
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, temporary_path_for
-from pskd_jax._os.files import _kind as file_kind
+from pskd_jax._os.checks import checked_integer, mode_words
 from pskd_jax._os.locks import flock
 from pskd_jax._os.positional import write_at
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -66,8 +66,7 @@ class ShardWriter:
 
     def __init__(self, path: str, tokenizer: Tokenizer, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                  durable: bool = True):
-        if chunk_tokens < 1:
-            raise UsageError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
+        chunk_tokens = checked_integer(chunk_tokens, "chunk_tokens", low=1)
         self.path, self.tokenizer, self.durable = path, tokenizer, durable
         self.count = 0  # tokens counted in the header
         self._pending = np.empty(chunk_tokens, tokenizer.dtype)
@@ -122,7 +121,7 @@ class ShardWriter:
         if stat.S_ISLNK(info.st_mode):
             return True
         if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"{self.path}: {file_kind(info.st_mode)} stands at the shard's name; a shard would "
+            raise UsageError(f"{self.path}: {mode_words(info.st_mode)} stands at the shard's name; a shard would "
                              "replace it: move it away")
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | _NOFOLLOW)

@@ -57,6 +57,7 @@ from pskd_jax.data import text
 from pskd_jax.data import windows
 from pskd_jax.format.reader import Reader
 from pskd_jax.errors import PskdError
+from pskd_jax.corpus import BuildOptions
 from tests.helpers import ENV, ROOT, SCRIPT, pskd
 
 HOSTILE = ROOT / "testdata" / "hostile"
@@ -144,8 +145,9 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         return {"diff_norm": d.diff_norm, "a_norm": d.a_norm, "relative": d.relative, "elements": d.elements}
     elif kind == "jsonl":
         tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
-        built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
-                                          skip_bad=args.get("skip_bad", False), durable=False)
+        built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"),
+                                          BuildOptions(tokenizer=tokenizer, skip_bad=args.get("skip_bad", False),
+                                                       durable=False))
         corpus.verify_corpus(built.manifest.path, workers=1)
         _windows(built.manifest.path)
     else:
