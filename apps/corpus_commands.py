@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import tqdm
 

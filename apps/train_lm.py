@@ -153,7 +153,7 @@ def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
         raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
     reader = Reader(pipeline.path, access=config.access)
     inputs_leaf = reader.placement.layout.leaves[0]
-    if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
+    if inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
         raise PipelineError(
             f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
             "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json")

@@ -22,11 +22,12 @@ import shlex
 import shutil
 import tempfile
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.checks import abridged_list
 from pskd_jax._os.atomic import fsync_directory, unlocked_temporary_for
+from pskd_jax._os.checks import abridged_list
 from pskd_jax.corpus.build import BuildResult
 from pskd_jax.corpus.extras import beam_module
 from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, require_inputs, source_of
@@ -57,12 +58,12 @@ def is_url(path: str) -> bool:
 # Inputs
 
 
-def find_sources(inputs: Sequence[str | os.PathLike]) -> list[str]:
+def find_sources(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The input files in order: local paths as :func:`find_inputs` finds them, URLs matched
     through Beam's ``FileSystems`` (sorted by path, input suffixes only, hidden names passed over)."""
     found: list[str] = []
     local: list[str] = []
-    for given in map(os.fspath, inputs):
+    for given in [os.fspath(p) for p in inputs]:
         if not is_url(given):
             local.append(given)
             continue
@@ -126,7 +127,7 @@ def write_shard(source: str, directory: str, index: int, options: BuildOptions |
     a temporary name, then renames it to its deterministic name: any number of attempts, one after
     another or at once, leave one whole shard of the same bytes. ``recorded_path`` is the path the
     manifest records for the input (default: ``source``)."""
-    options = options if options is not None else BuildOptions()
+    options = BuildOptions.checked(options)
     final = os.path.join(directory, names.shard_name(index))
     with _readable(source) as (local, identity):
         temporary = unlocked_temporary_for(final)
@@ -184,7 +185,7 @@ def build_transform(sources: Sequence[str], directory: str, options: BuildOption
     manifest's path, once the manifest is written. ``readable`` gives, per source, the path a
     worker reads it from (default: the source itself)."""
     beam = beam_module()
-    options = options if options is not None else BuildOptions()
+    options = BuildOptions.checked(options)
     readable = list(readable) if readable is not None else list(sources)
     elements = [(i, s, r) for i, (s, r) in enumerate(zip(sources, readable, strict=True))]
     count = len(elements)
@@ -223,7 +224,7 @@ def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> 
 def _reported(error: BaseException) -> PskdError | None:
     """The toolkit's error behind a pipeline failure: raised as is by an in-process runner, or
     found in the text a runner made of a worker's traceback."""
-    seen = error
+    seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, PskdError):
             return seen
@@ -245,7 +246,7 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
     A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
     started = time.perf_counter()
     beam = beam_module()
-    options = options if options is not None else BuildOptions()
+    options = BuildOptions.checked(options)
     directory = os.fspath(out_dir)
     if is_url(directory):
         raise UsageError(f"{directory}: the corpus directory is a path that the launcher and every worker see "

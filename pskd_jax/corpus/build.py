@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax.corpus.inputs import EXAMPLES, find_inputs, require_inputs, source_of
@@ -60,7 +60,7 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     :func:`pskd_jax.corpus.pool.pool_context`). The directory's build lock is held throughout: a
     second build of it is refused (E9016)."""
     started = time.perf_counter()
-    options = options if options is not None else BuildOptions()
+    options = BuildOptions.checked(options)
     sources = require_inputs(find_inputs(inputs), inputs)
     directory = _corpus_directory(out_dir)
     with directory_lock(directory) as lock_fd:

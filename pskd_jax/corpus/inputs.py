@@ -15,7 +15,8 @@ import itertools
 import json
 import os
 import zlib
-from typing import Any, BinaryIO, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -34,7 +35,7 @@ EXAMPLES = 5  # bad documents quoted in a report
 # Inputs
 
 
-def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
+def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The input files, in order: each file as given, each directory's files sorted by path.
 
     >>> import tempfile, os
@@ -46,7 +47,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
     ['a/x.jsonl', 'b.txt']
     """
     found: list[str] = []
-    for given in map(os.fspath, inputs):
+    for given in [os.fspath(p) for p in inputs]:
         if os.path.isdir(given):
             below = []
             for root, dirs, files in os.walk(given):
@@ -374,13 +375,13 @@ class ResetShard(Exception):
 
 __all__ = [
     "BLOCK_BYTES",
-    "BadInput",
     "EXAMPLES",
+    "SUFFIXES",
+    "BadInput",
     "Encoder",
     "ResetShard",
-    "SUFFIXES",
     "find_inputs",
     "require_inputs",
-    "token_blocks",
     "source_of",
+    "token_blocks",
 ]

@@ -62,6 +62,16 @@ class BuildOptions:
                 raise UsageError(f"{name}={abridged(value, 80)}: expected True or False")
             object.__setattr__(self, name, bool(value))
 
+    @classmethod
+    def checked(cls, options: Any) -> BuildOptions:
+        """``options`` as an engine takes it: the defaults for None, a BuildOptions as it is, and
+        anything else refused (E9012)."""
+        if options is None:
+            return cls()
+        if not isinstance(options, cls):
+            raise UsageError(f"options={abridged(options, 80)}: expected a BuildOptions (or None for the defaults)")
+        return options
+
     def recorded(self) -> dict[str, Any]:
         """The settings the manifest's ``build`` object records (and a rerun compares), in its order."""
         return {key: getattr(self, key) for key in BUILD_KEYS}

@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from pskd_jax.corpus.shard_build import ShardResult, ShardTask
 from pskd_jax.errors import TruncatedError

@@ -12,7 +12,7 @@ import contextlib
 import os
 import stat
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries

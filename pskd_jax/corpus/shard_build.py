@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def build_shard(source: str, shard_path: str, options: BuildOptions | None = Non
     ``source`` identifies the input. Bad input (without ``skip_bad``) is raised, E9015, and the new
     file deleted (see :func:`write_shard_file`). ``on_bytes`` hears how far into the input each
     block read ends."""
-    options = options if options is not None else BuildOptions()
+    options = BuildOptions.checked(options)
     identity = source_of(source)
     bad = BadInput(options.skip_bad)
     written = write_shard_file(shard_path, token_blocks(source, options, bad=bad, on_bytes=on_bytes), options)

@@ -169,3 +169,15 @@ def test_an_input_whose_name_is_not_utf8(tmp_path):
     assert manifest.shards[0].source["path"] == str(source) and manifest.tokens == result.manifest.tokens == 14
     assert "\\udce9" in (tmp_path / "c" / "shards.json").read_text(encoding="utf-8")
     assert build_corpus([source], tmp_path / "c", BuildOptions(durable=False)).kept == 1  # read back equal: kept
+
+
+def test_progress_counts_kept_shards_among_all_the_build_has(tmp_path):
+    inputs = make_inputs(tmp_path)
+    build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False))
+    jsonl(inputs[1], ["a changed input"])  # its shard is rebuilt, the other four kept
+    seen = []
+    build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False), progress=lambda *args: seen.append(args))
+    total_bytes = sum(os.path.getsize(p) for p in inputs)
+    assert seen[0] == (total_bytes - os.path.getsize(inputs[1]), total_bytes, 4, 5)  # the kept ones, of five
+    assert seen[-1] == (total_bytes, total_bytes, 5, 5)
+    assert all(done <= total for done, total, *_ in seen) and all(d <= t for *_, d, t in seen)
