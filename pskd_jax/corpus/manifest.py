@@ -119,9 +119,9 @@ BUILD_KEYS = ("text_key", "max_document_tokens", "skip_bad")
 
 def _count(value: Any, what: str) -> int:
     """An integer 0 <= value <= MAX_COUNT (not a bool, not a real such as 1.0), else E9016."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+    if not (is_integer(value) and 0 <= value <= MAX_COUNT):
         raise CorpusDirectoryError(f"{what} must be an integer from 0 to 2**63 - 1, got {json_kind(value)}")
-    return value
+    return int(value)
 
 
 def _check_source(source: Any, where: str) -> None:
@@ -134,7 +134,7 @@ def _check_source(source: Any, where: str) -> None:
         raise CorpusDirectoryError(f"{where}: 'source' 'path' must be a string, got {json_kind(source['path'])}")
     _count(source["size"], f"{where}: 'source' 'size'")
     mtime = source["mtime_ns"]
-    if isinstance(mtime, bool) or not isinstance(mtime, int) or not -MAX_COUNT <= mtime <= MAX_COUNT:
+    if not (is_integer(mtime) and -MAX_COUNT <= mtime <= MAX_COUNT):
         raise CorpusDirectoryError(f"{where}: 'source' 'mtime_ns' must be a 64-bit integer, got {json_kind(mtime)}")
 
 
