@@ -106,17 +106,20 @@ class TrainingData:
 
 def open_data(config: RunConfig) -> TrainingData:
     """The pipeline named by ``--pipeline`` and the source it streams: windows cut from a corpus
-    (its manifest), or an lm-windows file; the batch type the pipeline gives is checked."""
+    (its manifest), or an lm-windows file."""
     from pskd_jax import corpus
     from pskd_jax.pipeline import load_pipeline, parse_pipeline
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
-    data = _corpus_data(pipeline, config) if corpus.is_manifest(pipeline.path) else _windows_file_data(pipeline, config)
+    return _corpus_data(pipeline, config) if corpus.is_manifest(pipeline.path) else _windows_file_data(pipeline, config)
+
+
+def check_batches(data: TrainingData) -> None:
+    """Refuses a pipeline whose batches are not the model's ``(inputs, targets)`` windows."""
     batch = f"idx[{data.vocab}][B, seq: {data.seq}]"
-    pipeline.check_batch_type(data.sample_type, f"({batch}, {batch})")
-    return data
+    data.pipeline.check_batch_type(data.sample_type, f"({batch}, {batch})")
 
 
 def _corpus_data(pipeline: Any, config: RunConfig) -> TrainingData:
@@ -255,6 +258,7 @@ def main(argv: list[str]) -> None:
         data = open_data(config)
         for note in data.notes:
             print(note, flush=True)
+        check_batches(data)
         model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
                                    heads=config.heads)
         manager = checkpoint_manager(config)
@@ -287,5 +291,5 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "RunConfig", "Start", "TrainingData", "checkpoint_manager", "fresh_start", "main", "open_data",
-           "resume", "run", "train"]
+__all__ = ["FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager", "fresh_start", "main",
+           "open_data", "resume", "run", "train"]
