@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import tqdm
 
@@ -52,10 +52,24 @@ def _tokenizer(args) -> corpus.Tokenizer:
     return corpus.Tokenizer.from_file(args.tokenizer, boundary_token=args.boundary_token)
 
 
-def _build(args) -> Iterator[str]:
+def _build_options(args: argparse.Namespace) -> corpus.BuildOptions:
+    """The build's options from the flags; a refused setting is named by its flag too."""
+    tokenizer = _tokenizer(args)
+    values = {"workers": args.workers, "chunk_tokens": args.chunk_tokens,
+              "max_document_tokens": args.max_document_tokens, "text_key": args.text_key}
+    try:
+        return corpus.BuildOptions(tokenizer=tokenizer, skip_bad=args.skip_bad, **values)
+    except UsageError as e:  # its message names the parameter (workers=0: …): say which flag set it
+        parameter = e.message.partition("=")[0]
+        if parameter not in values:
+            raise
+        raise UsageError(f"--{parameter.replace('_', '-')}: {e.message}") from None
+
+
+def _build(args: argparse.Namespace) -> Iterator[str]:
     if args.output == data.STANDARD_STREAM:
         raise UsageError("pskd corpus build: -o -: the output is a corpus directory, not a stream; give a directory")
-    tokenizer = _tokenizer(args)
+    options = _build_options(args)
     if args.beam_options is not None and args.runner != "beam":
         raise UsageError("--beam_options are for --runner beam")
     if args.runner == "beam":
@@ -68,24 +82,16 @@ def _build(args) -> Iterator[str]:
             flags.append("--default_sdk_harness_log_level=CRITICAL")
             logging.getLogger().setLevel(logging.CRITICAL)
         with _stderr_held() if quiet else contextlib.nullcontext():
-            result = corpus.build_corpus_beam(
-                args.inputs, args.output, tokenizer=tokenizer, workers=args.workers, chunk_tokens=args.chunk_tokens,
-                max_document_tokens=args.max_document_tokens, text_key=args.text_key, skip_bad=args.skip_bad,
-                beam_options=flags,
-            )
-        yield from _built(args, result, "on Apache Beam")
+            result = corpus.build_corpus_beam(args.inputs, args.output, options, beam_options=flags)
+        yield from _built(options, result, "on Apache Beam")
         return
     bar = BuildProgress() if sys.stderr.isatty() else None
     try:
-        result = corpus.build_corpus(
-            args.inputs, args.output, tokenizer=tokenizer, workers=args.workers, chunk_tokens=args.chunk_tokens,
-            max_document_tokens=args.max_document_tokens, text_key=args.text_key, skip_bad=args.skip_bad,
-            progress=bar,
-        )
+        result = corpus.build_corpus(args.inputs, args.output, options, progress=bar)
     finally:
         if bar is not None:
             bar.close()
-    yield from _built(args, result, "")
+    yield from _built(options, result, "")
 
 
 @contextlib.contextmanager
@@ -117,7 +123,7 @@ def _stderr_held() -> Iterator[None]:
         held.close()
 
 
-def _built(args, result: corpus.BuildResult, where: str) -> Iterator[str]:
+def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str) -> Iterator[str]:
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
@@ -129,7 +135,7 @@ def _built(args, result: corpus.BuildResult, where: str) -> Iterator[str]:
     mb = result.input_bytes / 1e6
     if result.built:
         yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
-               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {args.workers} worker{'s' if args.workers > 1 else ''}"
+               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {options.workers} worker{'s' if options.workers > 1 else ''}"
                f"{' ' + where if where else ''})")
 
 

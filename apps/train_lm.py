@@ -22,9 +22,11 @@ uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 import tqdm
 from absl import app, flags, logging
@@ -59,6 +61,188 @@ flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
                   "count in the resident set.")
 
 
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The run the flags ask for (see their help)."""
+
+    pipeline: str
+    pipeline_root: str | None
+    steps: int
+    checkpoint_dir: str | None
+    save_every: int
+    keep: int
+    resume: bool
+    log_every: int
+    width: int
+    layers: int
+    heads: int
+    learning_rate: float
+    seed: int
+    seq: int | None
+    stride: int | None
+    verify_corpus: bool
+    mask_boundary: bool
+    tokenizer: str | None
+    access: str
+
+    @classmethod
+    def from_flags(cls, values: Any) -> RunConfig:
+        return cls(**{field.name: getattr(values, field.name) for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """What the model trains on: the source of windows, the pipeline over it, and what the model
+    needs to know of it; ``notes`` are the lines to print about it."""
+
+    source: Any  # a CorpusWindows or a Reader of an lm-windows file
+    pipeline: Any
+    sample_type: str
+    vocab: int
+    seq: int
+    mask_token: int | None
+    notes: tuple[str, ...] = ()
+
+
+def open_data(config: RunConfig) -> TrainingData:
+    """The pipeline named by ``--pipeline`` and the source it streams: windows cut from a corpus
+    (its manifest), or an lm-windows file."""
+    from pskd_jax import corpus
+    from pskd_jax.pipeline import load_pipeline, parse_pipeline
+
+    text = config.pipeline
+    pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
+                else parse_pipeline(text, source="--pipeline"))
+    return _corpus_data(pipeline, config) if corpus.is_manifest(pipeline.path) else _windows_file_data(pipeline, config)
+
+
+def check_batches(data: TrainingData) -> None:
+    """Refuses a pipeline whose batches are not the model's ``(inputs, targets)`` windows."""
+    batch = f"idx[{data.vocab}][B, seq: {data.seq}]"
+    data.pipeline.check_batch_type(data.sample_type, f"({batch}, {batch})")
+
+
+def _corpus_data(pipeline: Any, config: RunConfig) -> TrainingData:
+    """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to."""
+    from pskd_jax import corpus
+    from pskd_jax.errors import UsageError
+
+    if config.seq is None:
+        raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
+    opened = time.perf_counter()
+    windows = corpus.CorpusWindows(pipeline.path, seq=config.seq, stride=config.stride, verify=config.verify_corpus,
+                                   access=config.access, tokenizer=config.tokenizer)
+    notes = []
+    m = windows.manifest
+    if config.verify_corpus:
+        notes.append(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
+                     f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)")
+    if not windows.complete:
+        notes.append(f"train: {pipeline.path} is the manifest of a build in progress or interrupted: "
+                     f"{len(m.shards)} of {m.planned_shards} shards; training on those")
+    mask_token = windows.boundary if config.mask_boundary else None
+    return TrainingData(windows, pipeline, windows.type_text, windows.vocab_size, windows.seq, mask_token, tuple(notes))
+
+
+def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
+    """The windows of an lm-windows file, of type ``(idx[V][seq: T], idx[V][seq: T])``."""
+    from pskd_jax.errors import PipelineError, UsageError
+    from pskd_jax.format import Reader
+
+    if config.mask_boundary:
+        raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
+                         f"{pipeline.path} is a .psk.d file")
+    if config.tokenizer is not None:
+        raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
+    reader = Reader(pipeline.path, access=config.access)
+    inputs_leaf = reader.placement.layout.leaves[0]
+    if inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
+        raise PipelineError(
+            f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
+            "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json")
+    return TrainingData(reader, pipeline, reader.header.type_text, inputs_leaf.bound, inputs_leaf.shape[0], None)
+
+
+def checkpoint_manager(config: RunConfig) -> Any:
+    """The run's checkpoint manager, None without ``--checkpoint_dir``."""
+    from pskd_jax.checkpoint import CheckpointManager, Retention
+
+    if not config.checkpoint_dir:
+        return None
+    return CheckpointManager(config.checkpoint_dir, retention=Retention(keep=config.keep))
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Where training starts: the parameters, the optimizer state, the step and the loader's state."""
+
+    params: Any
+    opt: Any
+    step: int
+    loader_state: Any
+    resumed_from: str | None = None  # the checkpoint resumed from, if any
+
+
+def fresh_start(config: RunConfig, model: Any) -> Start:
+    """Step 0: initial parameters (from ``--seed``), a zero optimizer state, the loader at its start."""
+    from pskd_jax.pipeline import IteratorState
+
+    from . import charlm
+
+    params = charlm.init_params(model, config.seed)
+    return Start(params, charlm.init_adam(params), 0, IteratorState())
+
+
+def resume(fresh: Start, manager: Any) -> Start:
+    """The latest checkpoint's parameters and optimizer state, restored into ``fresh``'s structure,
+    with the step and the loader's state saved beside them; ``fresh`` itself when there is none."""
+    from pskd_jax.pipeline import IteratorState
+
+    if manager is None or manager.latest_step() is None:
+        return fresh
+    restored = manager.restore(target={"params": fresh.params, "opt": fresh.opt})
+    extra = manager.extra()
+    return Start(restored["params"], restored["opt"], extra["step"], IteratorState.from_json(extra["loader"]),
+                 manager.path())
+
+
+def train(config: RunConfig, data: TrainingData, model: Any, begin: Start, manager: Any) -> tuple[int, float, float]:
+    """The loop: a jit-compiled step over the loader's batches until ``--steps``, the loss printed every
+    ``--log_every`` steps, a checkpoint saved asynchronously every ``--save_every`` (and at the end).
+    Returns the last step, the seconds it ran and the share of them spent waiting for data."""
+    from pskd_jax.loader import Loader
+
+    from . import charlm
+
+    train_step = charlm.make_train_step(model, config.learning_rate, data.mask_token)
+    params, opt, step = begin.params, begin.opt, begin.step
+    started = time.perf_counter()
+    loader = Loader(data.source, data.pipeline, state=begin.loader_state)
+    bar = tqdm.tqdm(total=config.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,
+                    dynamic_ncols=True, leave=False)
+    for inputs, targets in loader:
+        if step >= config.steps:
+            break
+        params, opt, loss_value = train_step(params, opt, inputs, targets)
+        step += 1
+        rate = (step - begin.step) / (time.perf_counter() - started)
+        if step % config.log_every == 0 or step == config.steps or step == begin.step + 1:
+            loss = float(loss_value)
+            bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+            tqdm.tqdm.write(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", file=sys.stdout)
+            sys.stdout.flush()
+        bar.update(1)
+        if manager is not None and (step % config.save_every == 0 or step == config.steps):
+            manager.save_async(step, {"params": params, "opt": opt},
+                               extra={"step": step, "loader": loader.state.to_json()})
+    loader.close()
+    bar.close()
+    if manager is not None:
+        manager.wait()
+    seconds = time.perf_counter() - started
+    return step, seconds, loader.waited_seconds / max(seconds, 1e-9)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -67,99 +251,38 @@ def main(argv: list[str]) -> None:
     # JAX is imported here, not at the top, so that --help answers without starting it.
     import jax
 
-    from pskd_jax import corpus
-    from pskd_jax.checkpoint import CheckpointManager, Retention
-    from pskd_jax.errors import PipelineError, PskdError, UsageError
-    from pskd_jax.format import Reader
-    from pskd_jax.loader import Loader
-    from pskd_jax.pipeline import IteratorState, load_pipeline, parse_pipeline
+    from pskd_jax.errors import PskdError
 
     from . import charlm
 
+    config = RunConfig.from_flags(FLAGS)
     try:
-        text = FLAGS.pipeline
-        pipeline = load_pipeline(text, root=FLAGS.pipeline_root) if os.path.isfile(text) else parse_pipeline(text, source="--pipeline")
-        if corpus.is_manifest(pipeline.path):  # windows cut on the fly from a sharded corpus
-            if FLAGS.seq is None:
-                raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
-            opened = time.perf_counter()
-            reader = corpus.CorpusWindows(pipeline.path, seq=FLAGS.seq, stride=FLAGS.stride,
-                                          verify=FLAGS.verify_corpus, access=FLAGS.access, tokenizer=FLAGS.tokenizer)
-            if FLAGS.verify_corpus:
-                m = reader.manifest
-                print(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
-                      f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)", flush=True)
-            if not reader.complete:
-                print(f"train: {pipeline.path} is the manifest of a build in progress or interrupted: "
-                      f"{len(reader.manifest.shards)} of {reader.manifest.planned_shards} shards; training on "
-                      "those", flush=True)
-            vocab, seq, sample_type = reader.vocab_size, reader.seq, reader.type_text
-            mask_token = reader.boundary if FLAGS.mask_boundary else None
-        else:
-            if FLAGS.mask_boundary:
-                raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
-                                 f"{pipeline.path} is a .psk.d file")
-            if FLAGS.tokenizer is not None:
-                raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
-            mask_token = None
-            reader = Reader(pipeline.path, access=FLAGS.access)
-            inputs_leaf = reader.placement.layout.leaves[0]
-            if inputs_leaf.is_real or len(inputs_leaf.shape) != 1:
-                raise PipelineError(
-                    f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
-                    "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json")
-            vocab, seq, sample_type = inputs_leaf.bound, inputs_leaf.shape[0], reader.header.type_text
-        pipeline.check_batch_type(sample_type, f"(idx[{vocab}][B, seq: {seq}], idx[{vocab}][B, seq: {seq}])")
-        config = charlm.ModelConfig(vocab=vocab, seq=seq, width=FLAGS.width, layers=FLAGS.layers,
-                                    heads=FLAGS.heads)
-        params = charlm.init_params(config, FLAGS.seed)
-        opt = charlm.init_adam(params)
-        step, state = 0, IteratorState()
-        manager = (CheckpointManager(FLAGS.checkpoint_dir, retention=Retention(keep=FLAGS.keep))
-                   if FLAGS.checkpoint_dir else None)
-        if FLAGS.resume and manager is not None and manager.latest_step() is not None:
-            restored = manager.restore(target={"params": params, "opt": opt})
-            params, opt = restored["params"], restored["opt"]
-            extra = manager.extra()
-            step, state = extra["step"], IteratorState.from_json(extra["loader"])
-            print(f"train: resumed at step {step} from {manager.path()} (next batch: epoch {state.epoch}, "
-                  f"batch {state.batch})", flush=True)
+        data = open_data(config)
+        for note in data.notes:
+            print(note, flush=True)
+        check_batches(data)
+        model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
+                                   heads=config.heads)
+        manager = checkpoint_manager(config)
+        begin = fresh_start(config, model)
+        if config.resume:
+            begin = resume(begin, manager)
+        if begin.resumed_from is not None:
+            print(f"train: resumed at step {begin.step} from {begin.resumed_from} (next batch: epoch "
+                  f"{begin.loader_state.epoch}, batch {begin.loader_state.batch})", flush=True)
     except PskdError as e:
         print(f"train: {e}", file=sys.stderr)
         sys.exit(1)
 
-    masked = f" (targets {mask_token}, the boundary, left out of the loss)" if mask_token is not None else ""
-    print(f"train: {len(reader)} windows of {seq} tokens over a vocabulary of {vocab}{masked}; {pipeline}; "
-          f"model width {config.width}, {config.layers} blocks, {config.heads} heads; "
+    masked = f" (targets {data.mask_token}, the boundary, left out of the loss)" if data.mask_token is not None else ""
+    print(f"train: {len(data.source)} windows of {data.seq} tokens over a vocabulary of {data.vocab}{masked}; "
+          f"{data.pipeline}; model width {model.width}, {model.layers} blocks, {model.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
-    train_step = charlm.make_train_step(config, FLAGS.learning_rate, mask_token)
-    started, first_step = time.perf_counter(), step
-    loader = Loader(reader, pipeline, state=state)
-    bar = tqdm.tqdm(total=FLAGS.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,
-                    dynamic_ncols=True, leave=False)
-    for inputs, targets in loader:
-        if step >= FLAGS.steps:
-            break
-        params, opt, loss_value = train_step(params, opt, inputs, targets)
-        step += 1
-        rate = (step - first_step) / (time.perf_counter() - started)
-        if step % FLAGS.log_every == 0 or step == FLAGS.steps or step == first_step + 1:
-            loss = float(loss_value)
-            bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
-            tqdm.tqdm.write(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", file=sys.stdout)
-            sys.stdout.flush()
-        bar.update(1)
-        if manager is not None and (step % FLAGS.save_every == 0 or step == FLAGS.steps):
-            manager.save_async(step, {"params": params, "opt": opt},
-                               extra={"step": step, "loader": loader.state.to_json()})
-    loader.close()
-    bar.close()
+    step, seconds, waited = train(config, data, model, begin, manager)
     if manager is not None:
-        manager.wait()
-        print(f"train: checkpoints at steps {manager.all_steps()} in {FLAGS.checkpoint_dir}", flush=True)
-    waited = loader.waited_seconds / max(time.perf_counter() - started, 1e-9)
-    print(f"train: {step - first_step} steps in {time.perf_counter() - started:.1f} s, "
-          f"{100 * waited:.1f}% of it waiting for data", flush=True)
+        print(f"train: checkpoints at steps {manager.all_steps()} in {config.checkpoint_dir}", flush=True)
+    print(f"train: {step - begin.step} steps in {seconds:.1f} s, {100 * waited:.1f}% of it waiting for data",
+          flush=True)
 
 
 def run() -> None:
@@ -170,4 +293,5 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "main", "run"]
+__all__ = ["FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager", "fresh_start", "main",
+           "open_data", "resume", "run", "train"]

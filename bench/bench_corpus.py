@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 import pskd_jax  # noqa: E402
 from pskd_jax import corpus
 from pskd_jax.data.windows import lm_window_records, window_type  # noqa: E402
+from pskd_jax.corpus import BuildOptions  # noqa: E402
 
 MB = 1_000_000
 
@@ -82,7 +83,7 @@ def bench_build(inputs: list[str], out: str, workers: int, repeat: int = 2) -> d
     one = seconds = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        corpus.build_shard(inputs[0], out + "-one.psk.d", tokenizer=corpus.Tokenizer.bytes())
+        corpus.build_shard(inputs[0], out + "-one.psk.d", BuildOptions(tokenizer=corpus.Tokenizer.bytes()))
         one = min(one, time.perf_counter() - t0)
         os.unlink(out + "-one.psk.d")
         shutil.rmtree(out, ignore_errors=True)

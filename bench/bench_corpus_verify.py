@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from pskd_jax import corpus  # noqa: E402
 from pskd_jax._os.digests import file_sha256  # noqa: E402
+from pskd_jax.corpus import BuildOptions  # noqa: E402
 
 
 def best(action, repeat: int = 3) -> float:
@@ -73,7 +74,7 @@ def main() -> int:
     try:
         inputs = make_jsonl(d, args.files, args.mb * MB)
         out = os.path.join(d, "corpus")
-        manifest = corpus.build_corpus(inputs, out, workers=args.workers, durable=False).manifest.path
+        manifest = corpus.build_corpus(inputs, out, BuildOptions(workers=args.workers, durable=False)).manifest.path
         m = corpus.read_manifest(manifest)
         paths = [m.shard_path(i) for i in range(len(m.shards))]
         size = sum(os.path.getsize(p) for p in paths)

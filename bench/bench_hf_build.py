@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_corpus import MB, make_jsonl, stdlib_texts  # noqa: E402
 
 from pskd_jax import corpus  # noqa: E402
+from pskd_jax.corpus import BuildOptions  # noqa: E402
 
 BATCH = 1000
 
@@ -86,7 +87,7 @@ def main() -> int:
             for name in names:
                 w0, c0 = time.perf_counter(), time.process_time()
                 if name == "build":
-                    result = corpus.build_shard(source, shard, tokenizer=tokenizer)
+                    result = corpus.build_shard(source, shard, BuildOptions(tokenizer=tokenizer))
                     count = result.entry.tokens - result.entry.documents
                 else:
                     call, count = getattr(library, name), 0

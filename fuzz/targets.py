@@ -65,6 +65,7 @@ from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.checkpoint import index as checkpoint_index
 from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax.corpus import BuildOptions
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.data import distance as distance_module
 from pskd_jax.data import export as export_module
@@ -127,9 +128,9 @@ class Scratch:
             _write(os.path.join(build, name), "".join(json.dumps({"text": d}) + "\n" for d in documents).encode())
         os.makedirs(directory, exist_ok=True)
         corpus_build.build_corpus([os.path.join(build, n) for n in ("a.jsonl", "b.jsonl")], os.path.join(build, "b"),
-                                  durable=False)
+                                  BuildOptions(durable=False))
         corpus_build.build_corpus([os.path.join(build, "c.jsonl")], os.path.join(build, "c"),
-                                  tokenizer=corpus.Tokenizer.chars(CORPUS_CHARS), durable=False)
+                                  BuildOptions(tokenizer=corpus.Tokenizer.chars(CORPUS_CHARS), durable=False))
         for name in ("shard-00000.psk.d", "shard-00001.psk.d"):
             shutil.copyfile(os.path.join(build, "b", name), os.path.join(directory, name))
         shutil.copyfile(os.path.join(build, "c", "shard-00000.psk.d"), os.path.join(directory, "s.psk.d"))
@@ -416,8 +417,8 @@ def t_jsonl(s: Scratch, data: bytes) -> None:
     out = os.path.join(folder, "corpus")
     expected = None if mode == "raw.jsonl.gz" else _expected_corpus(body, mode, tokenizer, skip_bad, limit)
     try:
-        result = corpus_build.build_corpus([source], out, tokenizer=tokenizer, max_document_tokens=limit,
-                                           skip_bad=skip_bad, durable=False)
+        result = corpus_build.build_corpus([source], out, BuildOptions(tokenizer=tokenizer, max_document_tokens=limit,
+                                                                       skip_bad=skip_bad, durable=False))
     except PskdError as e:
         if expected is not None and expected[3] is None:
             raise Finding(f"the build refused an input a line-by-line reading accepts: {e}") from e
@@ -723,7 +724,8 @@ def t_non_regular(s: Scratch, data: bytes) -> None:
         ("in.txt", lambda p: pack.pack_file(p, "ℝ[]", os.path.join(s.directory, "x.psk.d"))),
         ("in.pipeline", pipeline.load_pipeline), ("in.layout.json", checkpoint.read_layout_file),
         ("shards.json", corpus.read_manifest),
-        ("in.jsonl", lambda p: corpus_build.build_corpus([p], os.path.join(s.directory, "c"), durable=False)),
+        ("in.jsonl", lambda p: corpus_build.build_corpus([p], os.path.join(s.directory, "c"),
+                                                         BuildOptions(durable=False))),
         ("in.psk.d", file_digest),
         ("in.safetensors", lambda p: convert.safetensors_to_pskd(p, os.path.join(s.directory, "x.psk.d"),
                                                                 SaveOptions(durable=False))),

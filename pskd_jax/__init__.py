@@ -16,7 +16,7 @@ import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
-from pskd_jax.corpus import CorpusWindows, Tokenizer, build_corpus, verify_corpus
+from pskd_jax.corpus import BuildOptions, CorpusWindows, Tokenizer, build_corpus, verify_corpus
 from pskd_jax.data import char_vocab, decode, diff, encode
 from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, Writer, write, write_encoded
@@ -43,6 +43,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BuildOptions",
     "CheckpointManager",
     "CorpusWindows",
     "IteratorState",

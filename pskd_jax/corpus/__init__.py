@@ -2,10 +2,12 @@
 or Apache Beam), looking after, and training windows over the global token stream."""
 
 from pskd_jax.corpus.beam import build_corpus_beam
-from pskd_jax.corpus.build import BuildResult, ShardResult, build_corpus, build_options, build_shard
+from pskd_jax.corpus.build import BuildResult, build_corpus
 from pskd_jax.corpus.inputs import find_inputs
 from pskd_jax.corpus.maintain import VerifyResult, check_tokenizer, info_lines, merge_manifests, verify_corpus
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, is_manifest, read_manifest, write_manifest
+from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.shard_build import ShardResult, build_shard
 from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter
 from pskd_jax.corpus.textfiles import decode_tokens_file, encode_text_file
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -14,6 +16,7 @@ from pskd_jax.corpus.windows import CorpusWindows
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "MANIFEST",
+    "BuildOptions",
     "BuildResult",
     "CorpusWindows",
     "Manifest",
@@ -24,7 +27,6 @@ __all__ = [
     "VerifyResult",
     "build_corpus",
     "build_corpus_beam",
-    "build_options",
     "build_shard",
     "check_tokenizer",
     "decode_tokens_file",

@@ -1,38 +1,14 @@
-"""Building a corpus on Apache Beam: the shards and ``shards.json`` of :func:`build_corpus`, byte
-for byte, from any Beam runner (the DirectRunner on one machine; Dataflow, Flink or Spark on a
-cluster). ``apache_beam`` is imported on first use (the extra ``pskd_jax[beam]``); without it a
-Beam build is E9012, and nothing else here needs it.
+"""Building a corpus on Apache Beam: the shards and ``shards.json`` of the local build, byte for
+byte, from any Beam runner (the DirectRunner on one machine; Dataflow, Flink or Spark on a cluster).
+``apache_beam`` is imported on first use (the extra ``pskd_jax[beam]``); without it a Beam build is
+E9012, and nothing else here needs it.
 
-The pipeline
-------------
-``Create`` the inputs with their index, in input order → ``Reshuffle`` (spreads them over the
-workers) → one shard per input (:func:`write_shard`, :func:`build_shard` on the worker) → every
-entry gathered into one list → ``shards.json`` written once, in input order.
-
-Each shard is written under a hidden temporary name in the corpus directory, unique to the attempt,
-and renamed to its deterministic name ``shard-NNNNN.psk.d`` once whole and synced. A retried
-bundle, or a speculative second attempt running at the same time, writes its own temporary file
-and renames the same bytes over the same name: no attempt can leave a torn shard, or a shard
-twice. An attempt that fails removes its temporary file; one that is killed leaves it, and the last
-step removes it (unless a live writer still holds it). The last step writes ``shards.json``
-atomically, then removes, as the local build does, the shards of an earlier build of more inputs
-and the journal of an unfinished local build. The launching process holds the directory's build
-lock while the pipeline runs, so a local build of the same directory is refused meanwhile.
-
-Inputs and the directory
-------------------------
-An input is a local path (a file or a directory, found as the local build finds them) or the URL
-of any file system Beam reads (``gs://``, ``s3://``, … with its Beam extra installed): a file, a
-glob pattern (``FileSystems.match``), or a URL ending in ``/`` for every input file below it. A
-worker copies a remote input to its own temporary directory before tokenizing it. The corpus
-directory is a path that the launcher and every worker see as the same directory (a shared file
-system on a cluster). Workers need ``pskd_jax`` installed (and ``tokenizers`` for a
-``tokenizer.json``); on a cluster, ship it as the runner asks (``--setup_file``,
-``--extra_package``, a container image).
-
-Unlike the local build, a Beam build keeps no shard of an earlier build: every shard is written
-again. Bad documents left out under ``skip_bad`` are counted in the manifest; the workers log the
-first few (the launching process does not see them).
+The pipeline: ``Create`` the inputs with their index → ``Reshuffle`` → one shard per input
+(:func:`write_shard`, under a temporary name renamed to its fixed one, so a retried or speculative
+attempt never leaves a torn or doubled shard) → every entry gathered → ``shards.json`` written
+once, in input order, and the directory tidied as the local build tidies it. Inputs, the corpus
+directory, what workers need and how this differs from the local build: ``docs/corpus.md``
+(Building, Apache Beam).
 """
 
 from __future__ import annotations
@@ -46,25 +22,21 @@ import shlex
 import shutil
 import tempfile
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, unlocked_temporary_for
-from pskd_jax.corpus.build import (
-    BuildResult,
-    ShardResult,
-    build_options,
-    build_shard,
-    check_build_counts,
-    remove_stale_shards,
-)
+from pskd_jax._os.atomic import fsync_directory, unlocked_temporary_for
+from pskd_jax._os.checks import abridged_list
+from pskd_jax.corpus.build import BuildResult
 from pskd_jax.corpus.extras import beam_module
-from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, source_of
+from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, require_inputs, source_of
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax.corpus.manifest import MANIFEST, read_manifest, write_manifest
-from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS
-from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.publisher import tidy_directory
+from pskd_jax.corpus.shard_build import ShardResult, build_shard
 from pskd_jax.errors import CODES, CorpusInputError, PskdError, ShardMismatchError, TruncatedError, UsageError
 
 _LOG = logging.getLogger(__name__)
@@ -86,12 +58,12 @@ def is_url(path: str) -> bool:
 # Inputs
 
 
-def find_sources(inputs: Sequence[str | os.PathLike]) -> list[str]:
+def find_sources(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The input files in order: local paths as :func:`find_inputs` finds them, URLs matched
     through Beam's ``FileSystems`` (sorted by path, input suffixes only, hidden names passed over)."""
     found: list[str] = []
     local: list[str] = []
-    for given in map(os.fspath, inputs):
+    for given in [os.fspath(p) for p in inputs]:
         if not is_url(given):
             local.append(given)
             continue
@@ -149,21 +121,18 @@ def _readable(source: str) -> Iterator[tuple[str, dict[str, Any]]]:
 # One shard, one attempt
 
 
-def write_shard(source: str, directory: str, index: int, *, tokenizer: Tokenizer,
-                chunk_tokens: int = DEFAULT_CHUNK_TOKENS, max_document_tokens: int | None = None,
-                text_key: str = "text", skip_bad: bool = False, durable: bool = True,
+def write_shard(source: str, directory: str, index: int, options: BuildOptions | None = None, *,
                 recorded_path: str | None = None) -> ShardResult:
     """Builds shard ``index`` of the corpus in ``directory`` from ``source`` (a path or a URL) under
     a temporary name, then renames it to its deterministic name: any number of attempts, one after
     another or at once, leave one whole shard of the same bytes. ``recorded_path`` is the path the
     manifest records for the input (default: ``source``)."""
+    options = BuildOptions.checked(options)
     final = os.path.join(directory, names.shard_name(index))
     with _readable(source) as (local, identity):
         temporary = unlocked_temporary_for(final)
         try:
-            result = build_shard(local, temporary, tokenizer=tokenizer, chunk_tokens=chunk_tokens,
-                                 max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad,
-                                 durable=durable)
+            result = build_shard(local, temporary, options)
             try:
                 os.replace(temporary, final)
             except OSError as e:
@@ -172,59 +141,51 @@ def write_shard(source: str, directory: str, index: int, *, tokenizer: Tokenizer
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-    if durable:
+    if options.durable:
         fsync_directory(directory)
     identity = dict(identity, path=recorded_path if recorded_path is not None else identity["path"])
     entry = dataclasses.replace(result.entry, path=names.shard_name(index), source=identity)
     return dataclasses.replace(result, entry=entry)
 
 
-def _shard_step(element: tuple[int, str, str], directory: str, tokenizer: Tokenizer, options: dict[str, Any],
-                chunk_tokens: int, durable: bool) -> tuple[int, ShardResult]:
+def _shard_step(element: tuple[int, str, str], directory: str, options: BuildOptions) -> tuple[int, ShardResult]:
     """The pipeline's per-input step (runs on a worker)."""
     index, recorded, readable = element
     # One tokenizer thread per worker: the workers are the parallelism (unless the user said otherwise).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = write_shard(readable, directory, index, tokenizer=tokenizer, chunk_tokens=chunk_tokens, durable=durable,
-                         recorded_path=recorded, **options)
+    result = write_shard(readable, directory, index, options, recorded_path=recorded)
     for example in result.examples:
         _LOG.warning("pskd corpus build: left out: %s", example)
     return index, result
 
 
-def _finish(results: list[tuple[int, ShardResult]], directory: str, tokenizer: Tokenizer, options: dict[str, Any],
-            count: int) -> str:
+def _finish(results: list[tuple[int, ShardResult]], directory: str, options: BuildOptions, count: int) -> str:
     """The pipeline's last step: ``shards.json`` in input order, then the directory tidied."""
     by_index: dict[int, ShardResult] = {}
     for index, result in results:
         by_index.setdefault(index, result)  # a result given twice is the same shard
     missing = [i for i in range(count) if i not in by_index]
     if missing:
-        raise TruncatedError(f"{directory}: the pipeline gave no shard for input(s) {missing[:5]}")
+        raise TruncatedError(f"{directory}: the pipeline gave no shard for input(s) {abridged_list(missing, 5)}")
     entries = [by_index[i].entry for i in range(count)]
     for entry in entries:
-        problem = shard_problem(os.path.join(directory, entry.path), entry, tokenizer, digest=False)
+        problem = shard_problem(os.path.join(directory, entry.path), entry, options.tokenizer, digest=False)
         if problem is not None:
             raise ShardMismatchError(f"{directory}: shard {entry.path}: {problem}")
-    manifest = write_manifest(os.path.join(directory, MANIFEST), tokenizer, entries, options, links="replace")
-    remove_stale_shards(directory, {s.path for s in manifest.shards})
-    for shard in manifest.shards:
-        remove_stale_temporaries(os.path.join(directory, shard.path))  # of killed attempts
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, names.CORPUS_JOURNAL))  # an unfinished local build's
-    fsync_directory(directory)
+    manifest = write_manifest(os.path.join(directory, MANIFEST), options.tokenizer, entries, options.recorded(),
+                              links="replace")
+    tidy_directory(directory, manifest)
     return manifest.path
 
 
-def build_transform(sources: Sequence[str], directory: str, *, tokenizer: Tokenizer, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                    max_document_tokens: int | None = None, text_key: str = "text", skip_bad: bool = False,
-                    durable: bool = True, readable: Sequence[str] | None = None) -> Any:
+def build_transform(sources: Sequence[str], directory: str, options: BuildOptions | None = None, *,
+                    readable: Sequence[str] | None = None) -> Any:
     """The Beam transform that builds the corpus of ``sources`` (input files, in stream order) into
     ``directory``: apply it to a pipeline (``pipeline | build_transform(...)``); its output is the
     manifest's path, once the manifest is written. ``readable`` gives, per source, the path a
     worker reads it from (default: the source itself)."""
     beam = beam_module()
-    options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
+    options = BuildOptions.checked(options)
     readable = list(readable) if readable is not None else list(sources)
     elements = [(i, s, r) for i, (s, r) in enumerate(zip(sources, readable, strict=True))]
     count = len(elements)
@@ -234,9 +195,9 @@ def build_transform(sources: Sequence[str], directory: str, *, tokenizer: Tokeni
             return (root
                     | "Inputs" >> beam.Create(elements)
                     | "Spread" >> beam.Reshuffle()
-                    | "Shards" >> beam.Map(_shard_step, directory, tokenizer, options, chunk_tokens, durable)
+                    | "Shards" >> beam.Map(_shard_step, directory, options)
                     | "Gather" >> beam.combiners.ToList()
-                    | "Manifest" >> beam.Map(_finish, directory, tokenizer, options, count))
+                    | "Manifest" >> beam.Map(_finish, directory, options, count))
 
     return BuildCorpus()
 
@@ -263,7 +224,7 @@ def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> 
 def _reported(error: BaseException) -> PskdError | None:
     """The toolkit's error behind a pipeline failure: raised as is by an in-process runner, or
     found in the text a runner made of a worker's traceback."""
-    seen = error
+    seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, PskdError):
             return seen
@@ -274,28 +235,23 @@ def _reported(error: BaseException) -> PskdError | None:
     return None
 
 
-def build_corpus_beam(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                      tokenizer: Tokenizer | None = None, workers: int = 1, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                      max_document_tokens: int | None = None, text_key: str = "text", skip_bad: bool = False,
-                      durable: bool = True, beam_options: str | Sequence[str] | None = None) -> BuildResult:
+def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                      options: BuildOptions | None = None, *,
+                      beam_options: str | Sequence[str] | None = None) -> BuildResult:
     """Builds the corpus of ``inputs`` in ``out_dir`` on Apache Beam (see the module docstring):
-    the same shards and ``shards.json`` as :func:`build_corpus` with the same arguments.
+    the same shards and ``shards.json`` as :func:`pskd_jax.corpus.build_corpus` with the same options.
 
     ``beam_options`` are Beam's own flags (``--runner``, ``--project``, …), passed to the runner as
-    given; ``workers`` is the DirectRunner's number of worker processes when they do not say.
+    given; ``options.workers`` is the DirectRunner's number of worker processes when they do not say.
     A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
     started = time.perf_counter()
     beam = beam_module()
-    tokenizer = tokenizer or Tokenizer.bytes()
-    options = build_options(max_document_tokens=max_document_tokens, text_key=text_key, skip_bad=skip_bad)
-    check_build_counts(workers=workers, chunk_tokens=chunk_tokens)
+    options = BuildOptions.checked(options)
     directory = os.fspath(out_dir)
     if is_url(directory):
         raise UsageError(f"{directory}: the corpus directory is a path that the launcher and every worker see "
                          "(a shared file system), not a URL")
-    sources = find_sources(inputs)
-    if not sources:
-        raise CorpusInputError("no input files (.jsonl, .jsonl.gz, .txt) in " + ", ".join(map(str, inputs)))
+    sources = require_inputs(find_sources(inputs), inputs)
     directory = os.path.abspath(directory)
     try:
         os.makedirs(directory, exist_ok=True)
@@ -304,11 +260,10 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike], out_dir: str | os.Pat
     # Workers may start elsewhere (another directory, another machine): a local input is read by its
     # absolute path, and recorded as given, as the local build records it.
     readable = [s if is_url(s) else os.path.abspath(s) for s in sources]
-    transform = build_transform(sources, directory, tokenizer=tokenizer, chunk_tokens=chunk_tokens, durable=durable,
-                                readable=readable, **options)
+    transform = build_transform(sources, directory, options, readable=readable)
     with directory_lock(directory):
         try:
-            with beam.Pipeline(options=pipeline_options(beam_options, workers)) as pipeline:
+            with beam.Pipeline(options=pipeline_options(beam_options, options.workers)) as pipeline:
                 _ = pipeline | "BuildCorpus" >> transform
         except Exception as e:
             reported = _reported(e)

@@ -1,32 +1,9 @@
 """Reading corpus inputs and tokenizing their documents, a block of documents at a time.
 
-Documents
----------
-- ``.jsonl`` / ``.jsonl.gz``: one JSON object a line; the document is its ``text_key`` string.
-  Blank lines are passed over; a UTF-8 byte order mark at the start of the file is ignored.
-- ``.txt``: the whole file is one document (UTF-8; a byte order mark is part of the text). With
-  ``max_document_tokens`` it is read only as far as the limit (in blocks of about
-  :data:`BLOCK_BYTES`): what lies after is neither tokenized nor checked — except with a
-  ``tokenizer.json``, which encodes the whole text at once (its first ids depend on what follows).
-- A directory stands for the files with those suffixes below it (hidden ones excepted), in sorted
-  order of their paths; other files there are passed over. A file named directly must have one of
-  the suffixes.
-- A document with no text makes no tokens and is not counted. Every other document is tokenized
-  (``max_document_tokens`` keeps its first tokens) and followed by one boundary token, the last
-  document of the shard included (see :mod:`pskd_jax.corpus`).
-
-Bad input — a line that is not JSON, not an object with the text key, or whose value is not a
-string; invalid UTF-8; a lone surrogate (``"\\ud800"``) that UTF-8 cannot hold; a character outside
-a character vocabulary — is E9015 naming the file and line. With ``skip_bad`` the document is
-left out instead and counted (a ``.txt`` file is one document, found bad perhaps after some of its
-tokens were written: :class:`ResetShard` then tells the writer to start its shard over, empty).
-
-Encoding is vectorised: a block of about :data:`BLOCK_BYTES` of input is decoded and split into
-lines at once, each line parsed with :func:`json.loads`, and the block's documents are tokenized
-together: their UTF-8 bytes (or UTF-32 code points, mapped through a table for a character
-vocabulary) joined with a placeholder after each, which becomes the boundary token in one scatter;
-with a ``tokenizer.json``, one ``encode_batch`` of the block's documents on the library's side
-(its ids are those of ``encode_batch(texts, add_special_tokens=False)``, document by document).
+:func:`find_inputs` turns the paths given into input files; :func:`token_blocks` is the one place
+a build reads an input: it yields the input's token stream block by block, every document followed
+by the boundary, bad documents reported to a :class:`BadInput`. What a document is, what counts as
+bad input and how a block is tokenized: ``docs/corpus.md`` (Building).
 """
 
 from __future__ import annotations
@@ -38,11 +15,13 @@ import itertools
 import json
 import os
 import zlib
-from typing import Any, BinaryIO, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from pskd_jax._os.files import open_fd
+from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.text import iter_text_blocks
 from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
@@ -56,7 +35,7 @@ EXAMPLES = 5  # bad documents quoted in a report
 # Inputs
 
 
-def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
+def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The input files, in order: each file as given, each directory's files sorted by path.
 
     >>> import tempfile, os
@@ -68,7 +47,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
     ['a/x.jsonl', 'b.txt']
     """
     found: list[str] = []
-    for given in map(os.fspath, inputs):
+    for given in [os.fspath(p) for p in inputs]:
         if os.path.isdir(given):
             below = []
             for root, dirs, files in os.walk(given):
@@ -81,6 +60,13 @@ def find_inputs(inputs: Sequence[str | os.PathLike]) -> list[str]:
             found.append(given)
         else:
             raise CorpusInputError(f"{given}: no such file or directory")
+    return found
+
+
+def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """``found``, the input files of the paths ``given``, unless there is none (E9015 naming them)."""
+    if not found:
+        raise CorpusInputError("no input files (.jsonl, .jsonl.gz, .txt) in " + ", ".join(map(str, given)))
     return found
 
 
@@ -288,14 +274,14 @@ def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: BadInput) -
     return texts, numbers
 
 
-def iter_tokens(path: str, tokenizer: Tokenizer, *, max_document_tokens: int | None = None,
-                text_key: str = "text", bad: BadInput | None = None,
-                on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[np.ndarray, int]]:
-    """Yields ``(tokens, documents)`` for an input file, block by block: its token stream, each
-    document followed by the boundary. ``on_bytes`` hears how far into the file (in bytes, compressed
-    bytes for ``.gz``) each block ends."""
+def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = None,
+                 on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """Yields ``(tokens, documents)`` for an input file, block by block: its token stream under
+    ``options`` (its tokenizer, ``text_key`` and ``max_document_tokens``), each document followed by
+    the boundary. Bad documents go to ``bad`` (default: raised, E9015). ``on_bytes`` hears how far
+    into the file (in bytes, compressed bytes for ``.gz``) each block ends."""
     bad = bad if bad is not None else BadInput(False)
-    encoder = Encoder(tokenizer, max_document_tokens)
+    encoder = Encoder(options.tokenizer, options.max_document_tokens)
     if path.endswith(".txt"):
         yield from _txt_tokens(path, encoder, bad, on_bytes)
         return
@@ -303,7 +289,7 @@ def iter_tokens(path: str, tokenizer: Tokenizer, *, max_document_tokens: int | N
     raw = open(open_fd(path, CorpusInputError), "rb")
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         for first, block in _line_blocks(f, path):
-            texts, lines = _jsonl_texts(path, block, first, text_key, bad)
+            texts, lines = _jsonl_texts(path, block, first, options.text_key, bad)
             tokens, documents = _encode_checked(encoder, texts, lines, path, bad)
             if on_bytes is not None:
                 on_bytes(raw.tell())
@@ -389,12 +375,13 @@ class ResetShard(Exception):
 
 __all__ = [
     "BLOCK_BYTES",
-    "BadInput",
     "EXAMPLES",
+    "SUFFIXES",
+    "BadInput",
     "Encoder",
     "ResetShard",
-    "SUFFIXES",
     "find_inputs",
-    "iter_tokens",
+    "require_inputs",
     "source_of",
+    "token_blocks",
 ]

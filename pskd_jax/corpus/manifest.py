@@ -56,6 +56,7 @@ from typing import Any, Iterable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.checks import is_integer
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -118,9 +119,9 @@ BUILD_KEYS = ("text_key", "max_document_tokens", "skip_bad")
 
 def _count(value: Any, what: str) -> int:
     """An integer 0 <= value <= MAX_COUNT (not a bool, not a real such as 1.0), else E9016."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+    if not (is_integer(value) and 0 <= value <= MAX_COUNT):
         raise CorpusDirectoryError(f"{what} must be an integer from 0 to 2**63 - 1, got {json_kind(value)}")
-    return value
+    return int(value)
 
 
 def _check_source(source: Any, where: str) -> None:
@@ -133,7 +134,7 @@ def _check_source(source: Any, where: str) -> None:
         raise CorpusDirectoryError(f"{where}: 'source' 'path' must be a string, got {json_kind(source['path'])}")
     _count(source["size"], f"{where}: 'source' 'size'")
     mtime = source["mtime_ns"]
-    if isinstance(mtime, bool) or not isinstance(mtime, int) or not -MAX_COUNT <= mtime <= MAX_COUNT:
+    if not (is_integer(mtime) and -MAX_COUNT <= mtime <= MAX_COUNT):
         raise CorpusDirectoryError(f"{where}: 'source' 'mtime_ns' must be a 64-bit integer, got {json_kind(mtime)}")
 
 
@@ -150,7 +151,7 @@ def check_build(build: Any, where: str) -> dict[str, Any]:
         raise CorpusDirectoryError(f"{where}: 'build' 'text_key' must be a non-empty string, got "
                         f"{json_kind(build['text_key'])}")
     limit = build.get("max_document_tokens")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_COUNT):
+    if limit is not None and not (is_integer(limit) and 1 <= limit <= MAX_COUNT):
         raise CorpusDirectoryError(f"{where}: 'build' 'max_document_tokens' must be null or an integer >= 1, got "
                         f"{json_kind(limit)}")
     if "skip_bad" in build and not isinstance(build["skip_bad"], bool):

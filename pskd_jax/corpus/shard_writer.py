@@ -1,32 +1,14 @@
 """Writing one shard chunk by chunk, so that a reader sees whole chunks only, and never changing a
 file that a reader may hold.
 
-A shard is a header with count 0, then chunks of ``chunk_tokens`` tokens (the last one shorter),
-each appended, flushed and synced, *then* the header's count rewritten and synced: a reader that
-opens the file during the build (it reads the count from the header) sees whole chunks only, and
-a crash leaves at most trailing bytes after the counted tokens. The bytes do not depend on
-``chunk_tokens``.
-
-Where the shard is written:
-
-- **in place**, when nothing stands at its path (a first build): the file is created there and
-  appended to, so a reader may follow the shard as it grows (``Reader.refresh``);
-- **beside, then renamed over**, when a file stands there already (a rebuild, or what a killed
-  build left): the new shard is written to a temporary file in the same directory
-  (:func:`pskd_jax._os.atomic.temporary_path_for`) and renamed over the path when closed. The old
-  file is never truncated or rewritten: a reader that has it open (mapped or by descriptor) keeps
-  reading its old, whole bytes, and never meets a shorter file (SIGBUS under a map, E9003 with
-  ``pread``). A symbolic link at the path is replaced by the shard, never written through (it could
-  point anywhere, outside the corpus included); a directory, a FIFO, a device or a socket there is
-  refused (E9012), never replaced.
-
-Nothing is truncated after a reader could have seen it: :meth:`ShardWriter.reset` (a ``.txt``
-document found bad under ``skip_bad``) of a shard written in place moves the rest of the writing
-to a new file, renamed over the path at the end.
-
-A writer holds an exclusive ``flock`` on the file it writes and on the file it replaces, so two
-writers of one shard never write it at once: the second waits for the first to finish, then
-replaces its shard.
+A shard is a header with count 0, then chunks of ``chunk_tokens`` tokens, each appended and synced
+*before* the header's count is rewritten (a crash leaves at most trailing bytes after the counted
+tokens; the bytes do not depend on ``chunk_tokens``). A new shard is written in place, so a reader
+may follow it as it grows; one that replaces a file (or a symbolic link, never written through) is
+written to a temporary file beside it and renamed over it, and so is the rest of a shard
+:meth:`ShardWriter.reset` empties after a reader could have seen it. A writer holds an exclusive
+``flock`` on what it writes and replaces. The rules a reader relies on: ``docs/corpus.md``
+(Building, the directory while a build runs).
 """
 
 from __future__ import annotations
@@ -38,7 +20,7 @@ import stat
 import numpy as np
 
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries, temporary_path_for
-from pskd_jax._os.files import _kind as file_kind
+from pskd_jax._os.checks import checked_integer, mode_words
 from pskd_jax._os.locks import flock
 from pskd_jax._os.positional import write_at
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -66,8 +48,7 @@ class ShardWriter:
 
     def __init__(self, path: str, tokenizer: Tokenizer, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                  durable: bool = True):
-        if chunk_tokens < 1:
-            raise UsageError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
+        chunk_tokens = checked_integer(chunk_tokens, "chunk_tokens", low=1)
         self.path, self.tokenizer, self.durable = path, tokenizer, durable
         self.count = 0  # tokens counted in the header
         self._pending = np.empty(chunk_tokens, tokenizer.dtype)
@@ -122,7 +103,7 @@ class ShardWriter:
         if stat.S_ISLNK(info.st_mode):
             return True
         if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"{self.path}: {file_kind(info.st_mode)} stands at the shard's name; a shard would "
+            raise UsageError(f"{self.path}: {mode_words(info.st_mode)} stands at the shard's name; a shard would "
                              "replace it: move it away")
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | _NOFOLLOW)

@@ -50,6 +50,19 @@ def in_process(*args) -> list[str]:
     return list(parsed.handler(parsed))
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--workers", "0"], "--workers: workers=0: expected an integer >= 1"),
+    (["--chunk-tokens", "-1"], "--chunk-tokens: chunk_tokens=-1: expected an integer >= 1"),
+    (["--max-document-tokens", "0"], "--max-document-tokens: max_document_tokens=0: expected an integer >= 1"),
+    (["--text-key", ""], "--text-key: text_key='': expected a non-empty string"),
+])
+def test_a_refused_build_setting_names_its_flag_and_writes_nothing(tmp_path, flags, message):
+    (tmp_path / "t.txt").write_text("abba\n", encoding="utf-8")
+    with pytest.raises(PskdError, match="^E9012: " + re.escape(message)):
+        in_process("corpus", "build", tmp_path / "t.txt", *flags, "-o", tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_chars_vocabulary_and_usage(tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import corpus
+from pskd_jax.corpus import BuildOptions
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 B = 256
@@ -96,7 +97,7 @@ def train(manifest: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def built(tmp_path) -> pathlib.Path:
     inputs = [documents(tmp_path / f"{i}.jsonl", 60, i) for i in range(2)]
-    return pathlib.Path(corpus.build_corpus(inputs, tmp_path / "c", durable=False).manifest.path)
+    return pathlib.Path(corpus.build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False)).manifest.path)
 
 
 def losses(stdout: str) -> list[str]:

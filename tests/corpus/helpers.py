@@ -13,7 +13,8 @@ from pskd_jax import corpus
 from pskd_jax.corpus.manifest import Shard
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.shard_writer import ShardWriter
-from pskd_jax.corpus.build import build_shard
+from pskd_jax.corpus.shard_build import build_shard
+from pskd_jax.corpus.options import BuildOptions
 
 
 B = 256  # the byte tokenizer's boundary
@@ -45,7 +46,8 @@ def shard_tokens(path) -> list[int]:
 
 def build(tmp_path, source, tokenizer=None, **options):
     out = tmp_path / "s.psk.d"
-    result = build_shard(str(source), str(out), tokenizer=tokenizer or Tokenizer.bytes(), durable=False, **options)
+    options = BuildOptions(tokenizer=tokenizer or Tokenizer.bytes(), durable=False, **options)
+    result = build_shard(str(source), str(out), options)
     return result, out
 
 

@@ -17,6 +17,7 @@ from pskd_jax._os import names
 from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
 from pskd_jax.errors import CorpusInputError, UsageError
+from pskd_jax.corpus.options import BuildOptions
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
 
@@ -79,7 +80,7 @@ def test_attempts_of_one_shard_at_once_leave_one_whole_shard(tmp_path, docs):
 
     def attempt() -> None:
         try:
-            corpus_beam.write_shard(source, str(directory), 0, tokenizer=Tokenizer.bytes(), chunk_tokens=4096)
+            corpus_beam.write_shard(source, str(directory), 0, BuildOptions(chunk_tokens=4096))
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -101,11 +102,11 @@ def test_direct_runner_with_two_workers_gives_the_local_bytes(tmp_path, docs, bp
     inputs = make_inputs(tmp_path / "in", docs, bad=kind == "bytes")
     tokenizer = {"hf": lambda: Tokenizer.from_file(bpe), "bytes": Tokenizer.bytes,
                  "chars": lambda: Tokenizer.chars(sorted(set("".join(docs)) - {"\ufeff"}))}[kind]()
-    options = {"max_document_tokens": 300 if kind == "hf" else None, "skip_bad": kind == "bytes"}
-    local = corpus.build_corpus(inputs, tmp_path / "local", tokenizer=tokenizer, workers=2, **options)
-    on_beam = corpus.build_corpus_beam(inputs, tmp_path / "beam", tokenizer=tokenizer, chunk_tokens=1000,
-                                       beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-                                       **options)
+    options = BuildOptions(tokenizer=tokenizer, max_document_tokens=300 if kind == "hf" else None,
+                           skip_bad=kind == "bytes")
+    local = corpus.build_corpus(inputs, tmp_path / "local", options.replace(workers=2))
+    on_beam = corpus.build_corpus_beam(inputs, tmp_path / "beam", options.replace(chunk_tokens=1000),
+                                       beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert_same_corpus(tmp_path / "local", tmp_path / "beam")
     assert len(on_beam.manifest.shards) == 5 and on_beam.skipped == local.skipped == (2 if kind == "bytes" else 0)
     assert on_beam.input_bytes == local.input_bytes and on_beam.manifest.tokens == local.manifest.tokens
@@ -126,8 +127,8 @@ def test_a_bundle_that_fails_once_is_retried_and_gives_the_same_bytes(tmp_path, 
     marker = tmp_path / "failed-once"
     real = corpus_beam.build_shard
 
-    def failing_once(source, shard_path, **kwargs):
-        result = real(source, shard_path, **kwargs)
+    def failing_once(source, shard_path, *args, **kwargs):
+        result = real(source, shard_path, *args, **kwargs)
         if source.endswith("c.txt") and not marker.exists():
             marker.write_text(shard_path)
             raise RuntimeError("the first attempt at this input dies before its rename")
@@ -146,7 +147,7 @@ def test_bad_input_is_the_toolkits_error(tmp_path, docs, workers):
     pytest.importorskip("apache_beam")
     inputs = make_inputs(tmp_path / "in", docs, bad=True)
     with pytest.raises(CorpusInputError, match=r"a\.jsonl:\d+: the 'text' value is int, not a string"):
-        corpus.build_corpus_beam(inputs, tmp_path / "c", workers=workers)
+        corpus.build_corpus_beam(inputs, tmp_path / "c", BuildOptions(workers=workers))
     assert not (tmp_path / "c" / "shards.json").exists()
     assert not [n for n in os.listdir(tmp_path / "c") if n.endswith(".tmp")]
 

@@ -14,13 +14,14 @@ from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.build import build_corpus
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.errors import PskdError
+from pskd_jax.corpus.options import BuildOptions
 from .helpers import B, jsonl, make_inputs, sha256, shard_tokens
 
 
 def test_build_corpus_manifest_and_rerun(tmp_path):
     inputs = make_inputs(tmp_path)
     out = tmp_path / "corpus"
-    result = build_corpus(inputs, out, chunk_tokens=50, durable=False)
+    result = build_corpus(inputs, out, BuildOptions(chunk_tokens=50, durable=False))
     assert (result.built, result.kept) == (5, 0)
     data = json.loads((out / "shards.json").read_text())
     assert list(data) == ["format", "version", "tokenizer", "vocab_size", "boundary", "build", "shards"]
@@ -34,19 +35,19 @@ def test_build_corpus_manifest_and_rerun(tmp_path):
     assert sorted(os.listdir(out)) == [".pskd-corpus.lock"] + [f"shard-{i:05d}.psk.d" for i in range(5)] + ["shards.json"]
     first = (out / "shards.json").read_bytes()
 
-    again = build_corpus(inputs, out, chunk_tokens=50, durable=False)
+    again = build_corpus(inputs, out, BuildOptions(chunk_tokens=50, durable=False))
     assert (again.built, again.kept) == (0, 5) and (out / "shards.json").read_bytes() == first
 
     inputs[2].write_text(inputs[2].read_text() + '{"text": "more"}\n')  # a changed input
     with open(out / "shard-00003.psk.d", "r+b") as f:  # a damaged shard
         f.seek(-2, 2)
         f.write(b"\x01")
-    again = build_corpus(inputs, out, chunk_tokens=50, durable=False)
+    again = build_corpus(inputs, out, BuildOptions(chunk_tokens=50, durable=False))
     assert (again.built, again.kept) == (2, 3)
     corpus.verify_corpus(out / "shards.json")
 
     t = Tokenizer.chars(list(dict.fromkeys("abcdé \na plain text document more")))
-    again = build_corpus(inputs, out, tokenizer=t, durable=False)  # other options: every shard rebuilt
+    again = build_corpus(inputs, out, BuildOptions(tokenizer=t, durable=False))  # other options: every shard rebuilt
     assert (again.built, again.kept) == (5, 0) and again.manifest.vocab_size == len(t.vocab) + 1
 
 
@@ -55,9 +56,9 @@ def test_build_corpus_manifest_and_rerun(tmp_path):
 def test_pool_build_is_byte_identical(tmp_path):
     """In a pool of spawned workers (the command's forked ones: tests/cli/test_corpus_commands.py)."""
     inputs = make_inputs(tmp_path)
-    build_corpus(inputs, tmp_path / "one", chunk_tokens=30, durable=False)
+    build_corpus(inputs, tmp_path / "one", BuildOptions(chunk_tokens=30, durable=False))
     calls = []
-    build_corpus(inputs, tmp_path / "two", workers=2, chunk_tokens=1000, durable=False,
+    build_corpus(inputs, tmp_path / "two", BuildOptions(workers=2, chunk_tokens=1000, durable=False),
                  progress=lambda *a: calls.append(a), start_method="spawn")
     for name in ["shards.json"] + [f"shard-{i:05d}.psk.d" for i in range(5)]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
@@ -68,12 +69,12 @@ def test_a_bad_input_fails_the_build_and_writes_no_manifest(tmp_path):
     inputs = make_inputs(tmp_path, 2)
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\nnope\n')
     with pytest.raises(PskdError, match="E9015.*bad.jsonl:2: not JSON"):
-        build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", durable=False)
+        build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", BuildOptions(durable=False))
     # The manifest of the failed build lists the shards it finished, marked in progress (read-while-write).
     partial = corpus.read_manifest(tmp_path / "c" / "shards.json")
     assert (partial.complete, partial.planned_shards, len(partial.shards)) == (False, 4, 3)
     assert not (tmp_path / "c" / "shard-00003.psk.d").exists()
-    result = build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", skip_bad=True, durable=False)
+    result = build_corpus(inputs + [tmp_path / "bad.jsonl"], tmp_path / "c", BuildOptions(skip_bad=True, durable=False))
     assert result.skipped == 1 and "bad.jsonl:2" in result.examples[0]
 
 
@@ -82,23 +83,23 @@ def test_a_second_build_of_a_directory_is_refused(tmp_path):
     (tmp_path / "c").mkdir()
     with directory_lock(str(tmp_path / "c")):
         with pytest.raises(PskdError, match="E9016.*another corpus build is running"):
-            build_corpus(inputs, tmp_path / "c", durable=False)
-    build_corpus(inputs, tmp_path / "c", durable=False)
+            build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False))
+    build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False))
 
 
 def test_a_smaller_rebuild_removes_the_stale_shards_and_nothing_else(tmp_path):
     inputs = make_inputs(tmp_path)
     out = tmp_path / "c"
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     mine = ["notes.txt", "shard-00004.psk.d.bak", "shard-4.psk.d", "shard-000004.psk.d", ".shard-00004.psk.d",
             "shard-00004.psk.d.tmp"]
     for name in mine:
         (out / name).write_text("the user's")
     (out / "shard-00007.psk.d").mkdir()  # a directory of that name: not a shard of ours
     os.symlink(tmp_path / "in0.jsonl", out / "shard-00009.psk.d")  # a link of that name: removed, not its target
-    result = build_corpus(inputs[:2], out, durable=False)
+    result = build_corpus(inputs[:2], out, BuildOptions(durable=False))
     assert (result.built, result.kept) == (0, 2)
-    build_corpus(inputs[:2], tmp_path / "ref", durable=False)
+    build_corpus(inputs[:2], tmp_path / "ref", BuildOptions(durable=False))
     assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "ref") + mine + ["shard-00007.psk.d"])
     assert all((out / name).read_text() == "the user's" for name in mine) and (tmp_path / "in0.jsonl").exists()
     for name in os.listdir(tmp_path / "ref"):
@@ -113,14 +114,14 @@ def test_a_symlink_at_a_shard_name_is_replaced_not_written_through(tmp_path):
     outside = tmp_path / "precious.psk.d"
     outside.write_bytes(b"not to be overwritten")
     os.symlink(outside, out / "shard-00000.psk.d")
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     assert outside.read_bytes() == b"not to be overwritten" and not (out / "shard-00000.psk.d").is_symlink()
     # A link to an outside copy of a shard that matches its entry is not kept either: it is rebuilt.
     outside.write_bytes((out / "shard-00001.psk.d").read_bytes())
     os.unlink(out / "shard-00001.psk.d")
     os.symlink(outside, out / "shard-00001.psk.d")
     copy = outside.read_bytes()
-    assert build_corpus(inputs, out, durable=False).built == 1
+    assert build_corpus(inputs, out, BuildOptions(durable=False)).built == 1
     assert outside.read_bytes() == copy and not (out / "shard-00001.psk.d").is_symlink()
     corpus.verify_corpus(out / "shards.json")
 
@@ -142,9 +143,9 @@ def test_the_lock_file_stays_and_readers_ignore_it(built):
 
 def test_resume_from_a_journal(tmp_path):
     inputs = make_inputs(tmp_path, 3)
-    build_corpus(inputs, tmp_path / "ref", durable=False)
+    build_corpus(inputs, tmp_path / "ref", BuildOptions(durable=False))
     out = tmp_path / "c"
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     manifest = corpus.read_manifest(out / "shards.json")
     # As a build killed after two shards leaves it: a journal of two entries (the last line torn).
     header = {"format": "pskd-corpus-journal", "tokenizer": {"kind": "bytes"}, "build": manifest.build}
@@ -153,7 +154,7 @@ def test_resume_from_a_journal(tmp_path):
     os.unlink(out / "shards.json")
     with open(out / "shard-00002.psk.d", "ab") as f:
         f.write(b"\x07\x00")  # trailing bytes of an interrupted append
-    result = build_corpus(inputs, out, durable=False)
+    result = build_corpus(inputs, out, BuildOptions(durable=False))
     assert (result.built, result.kept) == (2, 2)
     for name in os.listdir(tmp_path / "ref"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
@@ -163,8 +164,20 @@ def test_resume_from_a_journal(tmp_path):
 def test_an_input_whose_name_is_not_utf8(tmp_path):
     name = os.fsdecode(b"caf\xe9.jsonl")  # a Latin-1 file name: a lone surrogate in Python
     source = jsonl(tmp_path / name, ["caf\u00e9", "au lait"])
-    result = build_corpus([source], tmp_path / "c", durable=False)
+    result = build_corpus([source], tmp_path / "c", BuildOptions(durable=False))
     manifest = corpus.read_manifest(tmp_path / "c" / "shards.json")
     assert manifest.shards[0].source["path"] == str(source) and manifest.tokens == result.manifest.tokens == 14
     assert "\\udce9" in (tmp_path / "c" / "shards.json").read_text(encoding="utf-8")
-    assert build_corpus([source], tmp_path / "c", durable=False).kept == 1  # read back equal: kept
+    assert build_corpus([source], tmp_path / "c", BuildOptions(durable=False)).kept == 1  # read back equal: kept
+
+
+def test_progress_counts_kept_shards_among_all_the_build_has(tmp_path):
+    inputs = make_inputs(tmp_path)
+    build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False))
+    jsonl(inputs[1], ["a changed input"])  # its shard is rebuilt, the other four kept
+    seen = []
+    build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False), progress=lambda *args: seen.append(args))
+    total_bytes = sum(os.path.getsize(p) for p in inputs)
+    assert seen[0] == (total_bytes - os.path.getsize(inputs[1]), total_bytes, 4, 5)  # the kept ones, of five
+    assert seen[-1] == (total_bytes, total_bytes, 5, 5)
+    assert all(done <= total for done, total, *_ in seen) and all(d <= t for *_, d, t in seen)

@@ -21,6 +21,7 @@ from pskd_jax.corpus import Tokenizer  # noqa: E402
 from pskd_jax.errors import (CorpusDirectoryError, CorpusInputError, UsageError,  # noqa: E402
                              VocabularyError)
 from pskd_jax.format import Reader  # noqa: E402
+from pskd_jax.corpus.options import BuildOptions  # noqa: E402
 
 from .bpe import documents, library_ids, repository_texts, train_bpe, word_level, write_jsonl  # noqa: E402
 
@@ -77,7 +78,7 @@ def test_jsonl_tokens_are_the_librarys_encode_batch_ids(tmp_path, bpe, docs):
     b = tmp_path / "b.jsonl.gz"
     with gzip.open(b, "wt", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d}) + "\n" for d in docs[half:])
-    result = corpus.build_corpus([a, b], tmp_path / "c", tokenizer=t)
+    result = corpus.build_corpus([a, b], tmp_path / "c", BuildOptions(tokenizer=t))
     for i, part in enumerate((docs[:half], docs[half:])):
         got = shard_tokens(tmp_path / "c", i)
         assert got.dtype == np.uint16
@@ -91,7 +92,7 @@ def test_a_special_token_written_in_a_text_is_text(tmp_path, bpe):
     text = "quoted: <|endoftext|> in the middle"
     ids = t.encode(text)
     assert t.boundary not in ids.tolist() and t.decode(ids) == text
-    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", [text])], tmp_path / "c", tokenizer=t)
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", [text])], tmp_path / "c", BuildOptions(tokenizer=t))
     np.testing.assert_array_equal(shard_tokens(tmp_path / "c"), [*ids.tolist(), t.boundary])
 
 
@@ -102,7 +103,7 @@ def test_txt_inputs_are_one_document_each(tmp_path, bpe, docs):
     for i, text in enumerate(texts):
         paths.append(tmp_path / f"{i}.txt")
         paths[-1].write_text(text, encoding="utf-8")
-    result = corpus.build_corpus(paths, tmp_path / "c", tokenizer=t)
+    result = corpus.build_corpus(paths, tmp_path / "c", BuildOptions(tokenizer=t))
     for i, text in enumerate(texts):
         np.testing.assert_array_equal(shard_tokens(tmp_path / "c", i), expected_stream(bpe, [text], t.boundary))
     assert [s.documents for s in result.manifest.shards] == [1, 1, 0]
@@ -114,7 +115,7 @@ def test_max_document_tokens_keeps_the_first_ids(tmp_path, bpe, docs, limit):
     jsonl = write_jsonl(tmp_path / "a.jsonl", docs[:40])
     txt = tmp_path / "b.txt"
     txt.write_text(docs[41] + docs[42], encoding="utf-8")
-    corpus.build_corpus([jsonl, txt], tmp_path / "c", tokenizer=t, max_document_tokens=limit)
+    corpus.build_corpus([jsonl, txt], tmp_path / "c", BuildOptions(tokenizer=t, max_document_tokens=limit))
     np.testing.assert_array_equal(shard_tokens(tmp_path / "c", 0), expected_stream(bpe, docs[:40], t.boundary, limit))
     np.testing.assert_array_equal(shard_tokens(tmp_path / "c", 1),
                                   expected_stream(bpe, [docs[41] + docs[42]], t.boundary, limit))
@@ -132,8 +133,8 @@ def test_skip_bad_leaves_out_bad_documents_and_keeps_the_others_ids(tmp_path, bp
         f.writelines(json.dumps({"text": d}) + "\n" for d in good[2:])
         f.write(json.dumps({"body": "no text key"}) + "\n")
     with pytest.raises(CorpusInputError, match=r"a\.jsonl:2: not JSON"):
-        corpus.build_corpus([path], tmp_path / "refused", tokenizer=t)
-    result = corpus.build_corpus([path], tmp_path / "c", tokenizer=t, skip_bad=True)
+        corpus.build_corpus([path], tmp_path / "refused", BuildOptions(tokenizer=t))
+    result = corpus.build_corpus([path], tmp_path / "c", BuildOptions(tokenizer=t, skip_bad=True))
     assert result.skipped == 3 and any(":4: the text holds a lone surrogate U+D800" in e for e in result.examples)
     np.testing.assert_array_equal(shard_tokens(tmp_path / "c"), expected_stream(bpe, good, t.boundary))
 
@@ -143,8 +144,8 @@ def test_bad_utf8_in_a_txt_input_is_bad_input(tmp_path, bpe):
     path = tmp_path / "a.txt"
     path.write_bytes(b"fine\nthen \xff here")
     with pytest.raises(CorpusInputError, match=r"a\.txt:2"):
-        corpus.build_corpus([path], tmp_path / "c", tokenizer=t)
-    result = corpus.build_corpus([path], tmp_path / "d", tokenizer=t, skip_bad=True)
+        corpus.build_corpus([path], tmp_path / "c", BuildOptions(tokenizer=t))
+    result = corpus.build_corpus([path], tmp_path / "d", BuildOptions(tokenizer=t, skip_bad=True))
     assert result.skipped == 1 and result.manifest.shards[0].tokens == 0
 
 
@@ -154,8 +155,8 @@ def test_two_workers_give_the_bytes_of_one(tmp_path, bpe, docs):
     """The pool's workers get the tokenizer pickled (special tokens still encoded as text)."""
     t = Tokenizer.from_file(bpe)
     inputs = [write_jsonl(tmp_path / f"{i}.jsonl", docs[i::3] + ["<|endoftext|>"]) for i in range(3)]
-    corpus.build_corpus(inputs, tmp_path / "one", tokenizer=t)
-    corpus.build_corpus(inputs, tmp_path / "two", tokenizer=t, workers=2)
+    corpus.build_corpus(inputs, tmp_path / "one", BuildOptions(tokenizer=t))
+    corpus.build_corpus(inputs, tmp_path / "two", BuildOptions(tokenizer=t, workers=2))
     for name in ["shards.json"] + [f"shard-{i:05d}.psk.d" for i in range(3)]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
     for i in range(3):
@@ -196,7 +197,7 @@ def test_idx_width_follows_the_vocabulary(tmp_path):
     assert (wide.vocab_size, wide.dtype) == (65537, np.uint32)
     text = tmp_path / "t.txt"
     text.write_text("a b a c", encoding="utf-8")
-    corpus.build_corpus([text], tmp_path / "c", tokenizer=wide)
+    corpus.build_corpus([text], tmp_path / "c", BuildOptions(tokenizer=wide))
     reader = Reader(tmp_path / "c" / "shard-00000.psk.d")
     assert reader.header.type_text == "idx[65537][]"
     np.testing.assert_array_equal(reader.leaves()[0], [1, 65535, 1, 0, 65536])
@@ -208,7 +209,7 @@ def test_idx_width_follows_the_vocabulary(tmp_path):
 
 def test_the_manifest_records_kind_digest_vocabulary_and_boundary(tmp_path, bpe, docs):
     t = Tokenizer.from_file(bpe)
-    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:3])], tmp_path / "c", tokenizer=t)
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:3])], tmp_path / "c", BuildOptions(tokenizer=t))
     data = json.loads((tmp_path / "c" / "shards.json").read_text())
     digest = hashlib.sha256(open(bpe, "rb").read()).hexdigest()
     assert data["tokenizer"] == {"kind": "hf", "path": bpe, "sha256": digest, "vocab_size": 800,
@@ -235,7 +236,7 @@ def test_a_malformed_hf_record_is_refused(tmp_path, bpe, change, message):
 
 def test_verify_and_windows_refuse_a_corpus_of_another_tokenizer(tmp_path, bpe, bpe_other, docs):
     t = Tokenizer.from_file(bpe)
-    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:30])], tmp_path / "c", tokenizer=t)
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:30])], tmp_path / "c", BuildOptions(tokenizer=t))
     manifest = tmp_path / "c" / "shards.json"
     mine, theirs = (hashlib.sha256(open(p, "rb").read()).hexdigest() for p in (bpe, bpe_other))
     for attempt in (lambda: corpus.verify_corpus(manifest, tokenizer=bpe_other),
@@ -260,7 +261,7 @@ def test_a_manifests_tokenizer_loads_its_file_and_checks_its_digest(tmp_path, bp
     copy = tmp_path / "tokenizer.json"
     shutil.copy(bpe, copy)
     corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:3])], tmp_path / "c",
-                        tokenizer=Tokenizer.from_file(copy))
+                        BuildOptions(tokenizer=Tokenizer.from_file(copy)))
     read = corpus.read_manifest(tmp_path / "c" / "shards.json").tokenizer
     assert read.decode(read.encode("tökén window")) == "tökén window"
     shutil.copy(bpe_other, copy)
@@ -274,7 +275,7 @@ def test_a_manifests_tokenizer_loads_its_file_and_checks_its_digest(tmp_path, bp
 
 def test_without_the_package_a_tokenizer_json_is_e9012_naming_the_extra(tmp_path, bpe, docs, monkeypatch):
     t = Tokenizer.from_file(bpe)
-    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:20])], tmp_path / "c", tokenizer=t)
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:20])], tmp_path / "c", BuildOptions(tokenizer=t))
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers now fails
     with pytest.raises(UsageError, match=r"pip install 'pskd_jax\[tokenizers\]'"):
         Tokenizer.from_file(bpe)
@@ -335,16 +336,17 @@ def test_parts_built_with_one_tokenizer_json_at_two_paths_merge(tmp_path, bpe, b
     copy.parent.mkdir()
     shutil.copy(bpe, copy)
     all_dir = tmp_path / "all"
-    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:5])], all_dir / "a", tokenizer=Tokenizer.from_file(bpe))
+    corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:5])], all_dir / "a",
+                        BuildOptions(tokenizer=Tokenizer.from_file(bpe)))
     corpus.build_corpus([write_jsonl(tmp_path / "b.jsonl", docs[5:9])], all_dir / "b",
-                        tokenizer=Tokenizer.from_file(copy))
+                        BuildOptions(tokenizer=Tokenizer.from_file(copy)))
     merged = corpus.merge_manifests([all_dir / "a" / "shards.json", all_dir / "b" / "shards.json"],
                                     all_dir / "shards.json")
     assert len(merged.shards) == 2 and merged.tokenizer.path == bpe
     corpus.build_corpus([write_jsonl(tmp_path / "c.jsonl", docs[:5])], all_dir / "c",
-                        tokenizer=Tokenizer.from_file(bpe, boundary_token=""))
+                        BuildOptions(tokenizer=Tokenizer.from_file(bpe, boundary_token="")))
     corpus.build_corpus([write_jsonl(tmp_path / "d.jsonl", docs[:5])], all_dir / "d",
-                        tokenizer=Tokenizer.from_file(bpe_other))
+                        BuildOptions(tokenizer=Tokenizer.from_file(bpe_other)))
     for other in ("c", "d"):  # another boundary, another tokenizer
         with pytest.raises(CorpusDirectoryError, match="only corpora of one vocabulary merge"):
             corpus.merge_manifests([all_dir / "a" / "shards.json", all_dir / other / "shards.json"],

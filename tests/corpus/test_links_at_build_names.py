@@ -13,6 +13,7 @@ from pskd_jax import corpus
 from pskd_jax._os import atomic
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.errors import PskdError
+from pskd_jax.corpus.options import BuildOptions
 
 
 def inputs(tmp_path, n: int = 2) -> list[str]:
@@ -33,7 +34,7 @@ def test_a_link_at_shards_json_is_replaced_and_its_target_left_alone(tmp_path, t
     if target != "dangling":
         aimed.write_text('{"the user\'s": "file"}\n')
     (out / "shards.json").symlink_to(aimed)
-    built = corpus_build.build_corpus(inputs(tmp_path), out, durable=False)
+    built = corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     assert not (out / "shards.json").is_symlink() and corpus.verify_corpus(out / "shards.json").manifest == built.manifest
     if target == "dangling":
         assert not aimed.exists()
@@ -47,7 +48,7 @@ def test_a_link_at_the_journal_is_replaced_and_its_target_left_alone(tmp_path):
     precious = tmp_path / "precious.txt"
     precious.write_text("not a journal\n")
     (out / ".shards.journal").symlink_to(precious)
-    corpus_build.build_corpus(inputs(tmp_path), out, durable=False)
+    corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     assert precious.read_text() == "not a journal\n"
     assert not os.path.lexists(out / ".shards.journal")  # (the build's own journal, removed once done)
 
@@ -56,13 +57,13 @@ def test_a_manifest_in_progress_replaces_a_link_too(tmp_path):
     """A rebuild that fails midway publishes what it finished: over the link, not through it."""
     sources = inputs(tmp_path, 3)
     out = tmp_path / "c"
-    corpus_build.build_corpus(sources, out, durable=False)
+    corpus_build.build_corpus(sources, out, BuildOptions(durable=False))
     (out / "shards.json").rename(tmp_path / "old.json")
     (out / "shards.json").symlink_to(tmp_path / "old.json")
     with open(sources[1], "a") as f:
         f.write("not json\n")  # shard 1 changes and its input is bad: the build stops there
     with pytest.raises(PskdError) as caught:
-        corpus_build.build_corpus(sources, out, durable=False)
+        corpus_build.build_corpus(sources, out, BuildOptions(durable=False))
     assert caught.value.code == "E9015"
     assert json.loads((tmp_path / "old.json").read_text())["shards"][1]["path"] == "shard-00001.psk.d"
     assert "in_progress" not in json.loads((tmp_path / "old.json").read_text())
@@ -76,13 +77,13 @@ def test_a_link_at_a_shard_name_is_replaced_as_well(tmp_path):
     outside = tmp_path / "outside.bin"
     outside.write_bytes(b"someone else's")
     (out / "shard-00000.psk.d").symlink_to(outside)
-    corpus_build.build_corpus(inputs(tmp_path), out, durable=False)
+    corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     assert outside.read_bytes() == b"someone else's" and not (out / "shard-00000.psk.d").is_symlink()
 
 
 def test_merge_writes_through_a_link_the_user_names(tmp_path):
     out = tmp_path / "c"
-    corpus_build.build_corpus(inputs(tmp_path), out, durable=False)
+    corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     (out / "merged-target.json").write_text("old\n")
     (out / "merged.json").symlink_to("merged-target.json")
     corpus.merge_manifests([out / "shards.json"], out / "merged.json")

@@ -12,6 +12,7 @@ from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.build import build_corpus
 from pskd_jax.errors import PskdError
+from pskd_jax.corpus.options import BuildOptions
 from .helpers import edit_manifest, make_inputs, write_corpus
 
 
@@ -55,14 +56,14 @@ def test_info(built):
 
 def test_merge(tmp_path):
     inputs = make_inputs(tmp_path)
-    build_corpus(inputs[:2], tmp_path / "all" / "a", durable=False)
-    build_corpus(inputs[2:], tmp_path / "all" / "b", durable=False)
+    build_corpus(inputs[:2], tmp_path / "all" / "a", BuildOptions(durable=False))
+    build_corpus(inputs[2:], tmp_path / "all" / "b", BuildOptions(durable=False))
     merged = corpus.merge_manifests([tmp_path / "all" / "a" / "shards.json", tmp_path / "all" / "b" / "shards.json"],
                                     tmp_path / "all" / "shards.json")
     assert [s.path for s in merged.shards] == ["a/shard-00000.psk.d", "a/shard-00001.psk.d", "b/shard-00000.psk.d",
                                                "b/shard-00001.psk.d", "b/shard-00002.psk.d"]
     corpus.verify_corpus(tmp_path / "all" / "shards.json")
-    build_corpus(inputs, tmp_path / "whole", durable=False)
+    build_corpus(inputs, tmp_path / "whole", BuildOptions(durable=False))
     a = CorpusWindows(tmp_path / "all" / "shards.json", seq=7, stride=3)
     b = CorpusWindows(tmp_path / "whole" / "shards.json", seq=7, stride=3)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a.gather(np.arange(len(a))),
@@ -76,13 +77,14 @@ def test_merge(tmp_path):
     with pytest.raises(PskdError, match="E9016: .*alias/shards.json: shard 0 .*lists already"):
         corpus.merge_manifests([tmp_path / "all" / "a" / "shards.json", tmp_path / "all" / "alias" / "shards.json"],
                                tmp_path / "all" / "m.json")
-    build_corpus(inputs[:1], tmp_path / "all" / "d", skip_bad=True, durable=False)
+    build_corpus(inputs[:1], tmp_path / "all" / "d", BuildOptions(skip_bad=True, durable=False))
     with pytest.raises(PskdError, match=r"E9016: .*d/shards.json: its build options differ from .*a/shards.json's "
                                         r"\(skip_bad True against False\)"):
         corpus.merge_manifests([tmp_path / "all" / "a" / "shards.json", tmp_path / "all" / "d" / "shards.json"],
                                tmp_path / "all" / "m.json")
     assert not (tmp_path / "all" / "m.json").exists()
-    build_corpus(inputs[:1], tmp_path / "all" / "c", tokenizer=Tokenizer.chars(list("abcdé \n")), durable=False)
+    build_corpus(inputs[:1], tmp_path / "all" / "c",
+                 BuildOptions(tokenizer=Tokenizer.chars(list("abcdé \n")), durable=False))
     with pytest.raises(PskdError, match=r"E9016: .*c/shards.json: its tokenizer \(chars, 7 characters .*\) differs "
                                         r"from .*a/shards.json's \(bytes, vocabulary 257\)"):
         corpus.merge_manifests([tmp_path / "all" / "a" / "shards.json", tmp_path / "all" / "c" / "shards.json"],

@@ -17,13 +17,14 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from pskd_jax.corpus import build as corpus_build
+from pskd_jax.corpus import publisher
 from pskd_jax.corpus.build import build_corpus
 from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PskdError
 from pskd_jax._os.digests import file_sha256
+from pskd_jax.corpus.options import BuildOptions
 from tests.helpers import HANG_GUARD_S, wait_until, wait_until_waiting_for_lock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -165,7 +166,7 @@ def test_two_writers_of_one_shard_take_turns(tmp_path):
 
 
 def test_the_manifest_lists_finished_shards_only_and_grows_during_a_first_build(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus_build, "PUBLISH_SECONDS", 0.0)
+    monkeypatch.setattr(publisher, "PUBLISH_SECONDS", 0.0)
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 30 + 10 * i)) for i in range(4)]
     out = tmp_path / "c"
     seen = []
@@ -175,7 +176,7 @@ def test_the_manifest_lists_finished_shards_only_and_grows_during_a_first_build(
             result = corpus.verify_corpus(out / "shards.json")
             seen.append((result.manifest.complete, result.manifest.planned_shards, len(result.manifest.shards)))
 
-    build_corpus(inputs, out, chunk_tokens=16, durable=False, progress=progress)
+    build_corpus(inputs, out, BuildOptions(chunk_tokens=16, durable=False), progress=progress)
     assert sorted(set(seen)) == [(False, 4, n) for n in (1, 2, 3)] and seen == sorted(seen)  # it only grows
     final = corpus.read_manifest(out / "shards.json")
     assert final.complete and "in_progress" not in (out / "shards.json").read_text()
@@ -186,10 +187,10 @@ def test_the_manifest_lists_finished_shards_only_and_grows_during_a_first_build(
 
 @pytest.mark.parametrize("access", ["mmap", "pread"])
 def test_a_rebuild_never_breaks_an_open_reader_and_refresh_takes_it_up(tmp_path, monkeypatch, access):
-    monkeypatch.setattr(corpus_build, "PUBLISH_SECONDS", 0.0)
+    monkeypatch.setattr(publisher, "PUBLISH_SECONDS", 0.0)
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 40)) for i in range(4)]
     out = tmp_path / "c"
-    build_corpus(inputs, out, chunk_tokens=16, durable=False)
+    build_corpus(inputs, out, BuildOptions(chunk_tokens=16, durable=False))
     old_stream = np.concatenate([tokens_of(p) for p in inputs])
     windows = CorpusWindows(out / "shards.json", seq=8, stride=3, access=access)
     held = CorpusWindows(out / "shards.json", seq=8, stride=3, access=access)  # never refreshed
@@ -207,7 +208,7 @@ def test_a_rebuild_never_breaks_an_open_reader_and_refresh_takes_it_up(tmp_path,
         assert_serves(windows, np.concatenate([tokens_of(p) for p in inputs[: len(m.shards)]] or [np.zeros(0, np.uint16)]))
         assert_serves(held, old_stream)
 
-    result = build_corpus(inputs, out, chunk_tokens=16, durable=False, progress=progress)
+    result = build_corpus(inputs, out, BuildOptions(chunk_tokens=16, durable=False), progress=progress)
     assert (result.built, result.kept) == (2, 3)
     assert during[0] == ["shard-00000.psk.d"]  # shard 1 left out before its new file was renamed in
     new_stream = np.concatenate([tokens_of(p) for p in inputs])
@@ -222,7 +223,7 @@ def test_a_rebuild_never_breaks_an_open_reader_and_refresh_takes_it_up(tmp_path,
 def test_refresh_keeps_the_old_view_on_an_error(tmp_path):
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 20)) for i in range(2)]
     out = tmp_path / "c"
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     stream = np.concatenate([tokens_of(p) for p in inputs])
     windows = CorpusWindows(out / "shards.json", seq=4, verify=True)
     assert windows.refresh() is False  # the same bytes: nothing reopened
@@ -245,7 +246,7 @@ def test_refresh_keeps_the_old_view_on_an_error(tmp_path):
     stream = np.concatenate([stream, [0, 2, B]]).astype(np.uint16)
     assert_serves(windows, stream)
     # A manifest of another tokenizer is not taken up.
-    build_corpus(inputs, tmp_path / "chars", tokenizer=Tokenizer.chars(list("abcdé xyz")), durable=False)
+    build_corpus(inputs, tmp_path / "chars", BuildOptions(tokenizer=Tokenizer.chars(list("abcdé xyz")), durable=False))
     os.replace(tmp_path / "chars" / "shards.json", out / "shards.json")
     with pytest.raises(PskdError, match="E9016: .*another tokenizer"):
         windows.refresh()
@@ -256,9 +257,9 @@ def test_refresh_keeps_the_old_view_on_an_error(tmp_path):
 
 
 def test_a_killed_build_resumes_from_its_manifest_in_progress(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus_build, "PUBLISH_SECONDS", 0.0)
+    monkeypatch.setattr(publisher, "PUBLISH_SECONDS", 0.0)
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 30)) for i in range(3)]
-    build_corpus(inputs, tmp_path / "ref", durable=False)
+    build_corpus(inputs, tmp_path / "ref", BuildOptions(durable=False))
     out = tmp_path / "c"
 
     class Killed(BaseException):
@@ -269,14 +270,14 @@ def test_a_killed_build_resumes_from_its_manifest_in_progress(tmp_path, monkeypa
             raise Killed
 
     with pytest.raises(Killed):
-        build_corpus(inputs, out, durable=False, progress=progress)
+        build_corpus(inputs, out, BuildOptions(durable=False), progress=progress)
     partial = corpus.verify_corpus(out / "shards.json").manifest
     assert (partial.complete, len(partial.shards)) == (False, 2) and (out / ".shards.journal").exists()
     info = corpus.info_lines(out / "shards.json")
     assert info[-1].startswith("building   2 of 3 shards listed")
     with pytest.raises(PskdError, match="E9016: .*in progress or was interrupted .*2 of 3 shards"):
         corpus.merge_manifests([out / "shards.json"], tmp_path / "merged.json")
-    result = build_corpus(inputs, out, durable=False)
+    result = build_corpus(inputs, out, BuildOptions(durable=False))
     assert (result.built, result.kept) == (1, 2)
     for name in os.listdir(tmp_path / "ref"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
@@ -286,12 +287,12 @@ def test_a_killed_build_resumes_from_its_manifest_in_progress(tmp_path, monkeypa
 def test_a_killed_writers_temporary_file_is_removed_by_the_next_build(tmp_path):
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 10)) for i in range(3)]
     out = tmp_path / "c"
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     # As a writer killed while replacing shard 2 leaves it, and shard 2 is then dropped.
     (out / ".shard-00002.psk.d.abcd_123.tmp").write_bytes(b"PSKD half a shard")
     (out / ".shard-00001.psk.d.abcd_123.tmp").write_bytes(b"PSKD half a shard")
-    build_corpus(inputs[:2], out, durable=False)
-    build_corpus(inputs[:2], tmp_path / "ref", durable=False)
+    build_corpus(inputs[:2], out, BuildOptions(durable=False))
+    build_corpus(inputs[:2], tmp_path / "ref", BuildOptions(durable=False))
     assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "ref"))
 
 
@@ -303,8 +304,9 @@ WRITER = textwrap.dedent(
     """
     import json, os, sys, time
     import numpy as np
-    from pskd_jax.corpus import build as corpus_build
-    corpus_build.PUBLISH_SECONDS = 0.0
+    from pskd_jax.corpus import build as corpus_build, publisher
+    from pskd_jax.corpus.options import BuildOptions
+    publisher.PUBLISH_SECONDS = 0.0
     work, out, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rng = np.random.default_rng(7)
     version = 0
@@ -322,7 +324,7 @@ WRITER = textwrap.dedent(
                 sys.exit("the reader never answered " + token)
             time.sleep(0.001)
 
-    publish, paused = corpus_build.ManifestPublisher._write, set()
+    publish, paused = publisher.ManifestPublisher._write, set()
 
     def publish_then_pause(self, results, listed):
         publish(self, results, listed)
@@ -330,7 +332,7 @@ WRITER = textwrap.dedent(
             paused.add(round_number)
             pause(f"progress-{round_number}")
 
-    corpus_build.ManifestPublisher._write = publish_then_pause
+    publisher.ManifestPublisher._write = publish_then_pause
 
     def new_input(i):
         global version
@@ -344,7 +346,8 @@ WRITER = textwrap.dedent(
 
     inputs = [new_input(i) for i in range(4)]
     for round_number in range(rounds):
-        corpus_build.build_corpus(inputs, out, chunk_tokens=512, durable=False, workers=1 + round_number % 2)
+        corpus_build.build_corpus(inputs, out, BuildOptions(chunk_tokens=512, durable=False,
+                                                            workers=1 + round_number % 2))
         pause(f"round-{round_number}")
         change = round_number % 3
         if change == 0:
@@ -448,7 +451,7 @@ def test_a_reader_beside_a_process_that_appends_and_rebuilds_reads_the_stream_of
 def test_pskd_corpus_verify_and_info_say_a_build_is_in_progress(tmp_path):
     inputs = [write_jsonl(tmp_path / f"in{i}.jsonl", texts(i, 10)) for i in range(2)]
     out = tmp_path / "c"
-    build_corpus(inputs, out, durable=False)
+    build_corpus(inputs, out, BuildOptions(durable=False))
     m = corpus.read_manifest(out / "shards.json")
     corpus.write_manifest(out / "shards.json", m.tokenizer, m.shards[:1], m.build, planned_shards=2)
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -13,7 +13,8 @@ import pytest
 import pskd_jax
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.shard_writer import ShardWriter
-from pskd_jax.corpus.build import build_shard
+from pskd_jax.corpus.shard_build import build_shard
+from pskd_jax.corpus.options import BuildOptions
 from tests.helpers import ENV, documents
 from .helpers import build, jsonl, shard_tokens
 
@@ -37,7 +38,7 @@ def test_shard_bytes_do_not_depend_on_the_chunk(tmp_path, chunk):
     texts = [f"doc {i} ü" * (i % 5) for i in range(60)]
     p = jsonl(tmp_path / "a.jsonl", texts)
     reference = tmp_path / "ref.psk.d"
-    build_shard(str(p), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
+    build_shard(str(p), str(reference), BuildOptions(tokenizer=Tokenizer.bytes(), durable=False))
     _, out = build(tmp_path, p, chunk_tokens=chunk)
     assert out.read_bytes() == reference.read_bytes()
 
@@ -49,8 +50,7 @@ def test_shard_bytes_do_not_depend_on_the_chunk(tmp_path, chunk):
 WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from pskd_jax.corpus import Tokenizer
-    from pskd_jax.corpus import build_shard
+    from pskd_jax.corpus import BuildOptions, build_shard
     from pskd_jax.corpus import shard_writer
     source, shard, chunk, pauses = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(p) for p in sys.argv[4].split(",")]
     commit = shard_writer.ShardWriter._commit
@@ -64,7 +64,7 @@ WRITER = textwrap.dedent(
 
     shard_writer.ShardWriter._commit = commit_then_pause
     print("start", flush=True)
-    build_shard(source, shard, tokenizer=Tokenizer.bytes(), chunk_tokens=chunk)
+    build_shard(source, shard, BuildOptions(chunk_tokens=chunk))
     """
 )
 
@@ -78,7 +78,7 @@ def test_a_concurrent_reader_sees_whole_chunks_only(tmp_path):
     chunk = 997
     source = documents(tmp_path / "a.jsonl", 6000, 3, width=30)
     reference = tmp_path / "ref.psk.d"
-    build_shard(str(source), str(reference), tokenizer=Tokenizer.bytes(), durable=False)
+    build_shard(str(source), str(reference), BuildOptions(tokenizer=Tokenizer.bytes(), durable=False))
     with pskd_jax.Reader(reference) as r:
         expected = np.array(r.leaves()[0])
     header = len(Tokenizer.bytes().header(0))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import pskd_jax
+from pskd_jax.corpus import BuildOptions
 
 grain = pytest.importorskip("grain")
 
@@ -40,7 +41,7 @@ def corpus(tmp_path):
         source.parent.mkdir(exist_ok=True)
         source.write_text(f"document {k}: " + "the quick brown fox jumps over the lazy dog. " * (20 + 7 * k))
         inputs.append(source)
-    pskd_jax.build_corpus(inputs, tmp_path / "corpus", durable=False)
+    pskd_jax.build_corpus(inputs, tmp_path / "corpus", BuildOptions(durable=False))
     return tmp_path / "corpus" / "shards.json"
 
 

@@ -162,12 +162,13 @@ def test_export_to_dash_that_fails_writes_nothing(tmp_path):
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
 def test_a_corpus_build_never_removes_what_stands_at_its_manifest_name(tmp_path, kind):
     from pskd_jax.corpus import build as corpus_build
+    from pskd_jax.corpus.options import BuildOptions
     (tmp_path / "in.jsonl").write_text('{"text": "hi"}\n')
     out = tmp_path / "c"
     out.mkdir()
     manifest = out / "shards.json"
     manifest.mkdir() if kind == "directory" else os.mkfifo(manifest)
-    assert code_of(corpus_build.build_corpus, [str(tmp_path / "in.jsonl")], str(out), durable=False) == "E9012"
+    assert code_of(corpus_build.build_corpus, [str(tmp_path / "in.jsonl")], str(out), BuildOptions(durable=False)) == "E9012"
     assert os.path.exists(manifest) and not os.path.isfile(manifest)
     assert not any(name.startswith("shard-") for name in os.listdir(out))
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from pskd_jax.format import Reader, write
+from pskd_jax.corpus import BuildOptions
 from tests.helpers import ENV
 
 pytestmark = pytest.mark.subprocess
@@ -118,7 +119,7 @@ def corpus_of_two_shards(tmp_path):
         path = tmp_path / f"in{i}.jsonl"
         path.write_text("".join(json.dumps({"text": f"document {k} of input {i} " * 20}) + "\n" for k in range(200)))
         inputs.append(path)
-    built = corpus.build_corpus(inputs, tmp_path / "c", durable=False)
+    built = corpus.build_corpus(inputs, tmp_path / "c", BuildOptions(durable=False))
     return built.manifest.path, [built.manifest.shard_path(i) for i in range(2)]
 
 

@@ -51,6 +51,7 @@ from pskd_jax.checkpoint import safetensors as convert
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.data import pack, text, windows
 from pskd_jax.errors import PskdError
+from pskd_jax.corpus import BuildOptions
 from pskd_jax.format import reader as reader_module
 from pskd_jax.format.reader import Reader
 from tests.helpers import ENV, ROOT, SCRIPT, pskd
@@ -139,9 +140,10 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         d = inspection.diff(os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d"))
         return {"diff_norm": d.diff_norm, "a_norm": d.a_norm, "relative": d.relative, "elements": d.elements}
     elif kind == "jsonl":
-        tokenizer = corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))) if "vocab" in args else None
-        built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), tokenizer=tokenizer,
-                                          skip_bad=args.get("skip_bad", False), durable=False)
+        options = BuildOptions(skip_bad=args.get("skip_bad", False), durable=False)
+        if "vocab" in args:
+            options = options.replace(tokenizer=corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))))
+        built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), options)
         corpus.verify_corpus(built.manifest.path, workers=1)
         _windows(built.manifest.path)
     else:

@@ -19,6 +19,7 @@ from pskd_jax.checkpoint import safetensors as convert
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, write
+from pskd_jax.corpus import BuildOptions
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ CALLS = {
     "restore-layout": lambda d, p: checkpoint.restore(str(d / "ck.psk.d"), layout=p, as_numpy=True),
     "restore": lambda d, p: checkpoint.restore(p, as_numpy=True),
     "manifest": lambda d, p: corpus.read_manifest(p),
-    "corpus-jsonl": lambda d, p: corpus_build.build_corpus([p], str(d / "corpus"), durable=False),
+    "corpus-jsonl": lambda d, p: corpus_build.build_corpus([p], str(d / "corpus"), BuildOptions(durable=False)),
     "digest": lambda d, p: file_digest(p),
 }
 
@@ -126,7 +127,7 @@ def test_a_pipeline_that_streams_a_fifo_is_refused(files, alarm):
 def test_a_fifo_as_a_corpus_shard(files, alarm):
     """Reading: verify and the windows name the shard (E9017); building: a FIFO at a shard's name is
     refused (E9012) and left in place, never written into."""
-    built = corpus_build.build_corpus([str(files / "good.jsonl")], str(files / "c"), durable=False)
+    built = corpus_build.build_corpus([str(files / "good.jsonl")], str(files / "c"), BuildOptions(durable=False))
     shard = built.manifest.shard_path(0)
     os.unlink(shard)
     os.mkfifo(shard)
@@ -137,7 +138,7 @@ def test_a_fifo_as_a_corpus_shard(files, alarm):
         assert caught.value.code == "E9017" and "FIFO" in caught.value.message
     os.unlink(built.manifest.path)
     with pytest.raises(PskdError) as caught:
-        corpus_build.build_corpus([str(files / "good.jsonl")], str(files / "c"), durable=False)
+        corpus_build.build_corpus([str(files / "good.jsonl")], str(files / "c"), BuildOptions(durable=False))
     assert caught.value.code == "E9012"
     assert not os.path.isfile(shard) and os.path.exists(shard)
 

@@ -1,0 +1,128 @@
+"""``shards.json`` while a build runs, and the corpus directory once it is written.
+
+:class:`ManifestPublisher` keeps the manifest listing the longest run of finished shards from the
+first (marked in progress) and writes the complete one last; :func:`tidy_directory` then removes
+what the finished build no longer lists. Both engines (the local pool, Apache Beam) end with them.
+The rules a reader relies on: ``docs/corpus.md`` (Building, read while writing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Sequence
+
+from pskd_jax._os import names
+from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries
+from pskd_jax.corpus.manifest import MANIFEST, Manifest, write_manifest
+from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.shard_build import ShardResult
+from pskd_jax.errors import UsageError
+
+PUBLISH_SECONDS = 0.5  # the least time between two rewrites of shards.json during a build
+
+
+def finished_prefix(results: Sequence[ShardResult | None]) -> int:
+    """How many shards from the first are finished (the run a manifest in progress lists)."""
+    for i, result in enumerate(results):
+        if result is None:
+            return i
+    return len(results)
+
+
+class ManifestPublisher:
+    """Keeps ``DIR/shards.json`` listing the finished shards of the build in progress:
+    :meth:`start` once the kept shards are known, :meth:`update` as shards finish, :meth:`finish`
+    for the complete manifest. Every manifest it writes is atomic, and a link at its name is
+    replaced, never written through (the name is the build's own)."""
+
+    def __init__(self, directory: str, options: BuildOptions, planned: int):
+        self.path = os.path.join(directory, MANIFEST)
+        self.options, self.planned = options, planned
+        self.listed: int | None = None  # shards the manifest on disk lists, once this build wrote it
+        self._last = 0.0
+
+    def start(self, results: Sequence[ShardResult | None]) -> None:
+        """The first manifest of the build, unless none is needed yet: every shard is kept (the
+        complete one follows at once), or there is no manifest and nothing finished to list. From
+        here on no shard the manifest lists is rebuilt: only unlisted ones are."""
+        listed = finished_prefix(results)
+        if listed == len(results) or (listed == 0 and not os.path.lexists(self.path)):
+            self.listed = 0 if listed < len(results) else None
+            return
+        self._write(results, listed)
+
+    def update(self, results: Sequence[ShardResult | None], *, now: bool = False) -> None:
+        """Lists the shards finished since the last rewrite, if the run from the first grew and
+        :data:`PUBLISH_SECONDS` have passed (or ``now``: a build that fails lists what it
+        finished)."""
+        listed = finished_prefix(results)
+        if self.listed is not None and self.listed < listed < len(results) \
+                and (now or time.monotonic() - self._last >= PUBLISH_SECONDS):
+            self._write(results, listed)
+
+    def finish(self, results: Sequence[ShardResult]) -> Manifest:
+        """The complete manifest (atomically, durably)."""
+        return write_manifest(self.path, self.options.tokenizer, [r.entry for r in results], self.options.recorded(),
+                              links="replace")
+
+    def _write(self, results: Sequence[ShardResult | None], listed: int) -> None:
+        write_manifest(self.path, self.options.tokenizer, [r.entry for r in results[:listed] if r is not None],
+                       self.options.recorded(), planned_shards=self.planned, durable=self.options.durable,
+                       links="replace")
+        self.listed, self._last = listed, time.monotonic()
+
+
+def check_manifest_name(path: str) -> None:
+    """Refuses (E9012) a build whose ``shards.json`` name holds a directory, a FIFO or a device: the
+    build replaces a manifest (a file, or a link: not followed), never removes what a user put there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(f"{path}: not a file (a directory, a FIFO or a device stands there); the build writes "
+                         "its manifest there: move it away or build into another directory")
+
+
+def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
+    """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
+    inputs than the last one), and the temporary files killed writers of any shard left; returns
+    them. Only names the build gives shards (:func:`pskd_jax._os.names.shard_name`) are candidates,
+    and only files or links, never a directory: other files in the directory are the user's."""
+    removed: list[str] = []
+    try:
+        listed = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in sorted(listed):
+        left = names.leftover(name)
+        if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
+            removed += remove_stale_temporaries(os.path.join(directory, left[1]))  # a killed writer's
+            continue
+        if names.shard_index(name) is None or name in keep:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def tidy_directory(directory: str, manifest: Manifest) -> None:
+    """After the complete manifest: the shards it does not list (and killed writers' temporary
+    files) removed, the journal of a local build removed, the directory synced."""
+    remove_stale_shards(directory, {s.path for s in manifest.shards})
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, names.CORPUS_JOURNAL))
+    fsync_directory(directory)
+
+
+__all__ = ["PUBLISH_SECONDS", "ManifestPublisher", "check_manifest_name", "finished_prefix", "remove_stale_shards",
+           "tidy_directory"]
