@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from pskd_jax import checkpoint
 from pskd_jax._os.digests import DIGESTS, file_digest

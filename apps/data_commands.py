@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Iterator
+from collections.abc import Iterator
 
 from pskd_jax import checkpoint, corpus, data
 from pskd_jax.data.info import iter_info_lines

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
 from absl import app, flags
 from absl.flags import argparse_flags

@@ -29,13 +29,12 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import pskd_jax  # noqa: E402
 from pskd_jax import checkpoint as ck  # noqa: E402
 from pskd_jax._os.digests import DIGESTS, file_digest  # noqa: E402
 from pskd_jax._os.names import layout_path_for  # noqa: E402
 from pskd_jax.checkpoint import (
-    SaveOptions,  # noqa: E402
-    restoring,  # noqa: E402
+    SaveOptions,
+    restoring,
 )
 from pskd_jax.format import Reader  # noqa: E402
 
@@ -108,7 +107,7 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     if name in ("save", "save_durable", "write", "write_fsync", "safetensors_save", "orbax_save"):
         tree = ck.restore(pskd, as_numpy=True)
         if name == "orbax_save":
-            import jax  # noqa: F401  (imported before the timed part)
+            import jax
             import orbax.checkpoint as ocp
 
             checkpointer = ocp.StandardCheckpointer()
@@ -311,7 +310,7 @@ def main() -> None:
     ratio("safetensors save_file / save", "safetensors_save", "save", "≥ 1")
     ratio("orbax save / save", "orbax_save", "save", "—")
     if "restore_numpy" in best and "extra_rss" in best["restore_numpy"]:
-        print(f"  {'peak RSS of restore to numpy / checkpoint size':58s} "  # noqa: E501
+        print(f"  {'peak RSS of restore to numpy / checkpoint size':58s} "
               f"{best['restore_numpy']['extra_rss'] / size:6.2f}   (held to ≤ 1.05)")
     if "save" in best and "extra_rss" in best["save"]:
         print(f"  {'peak RSS of save beyond the tree':58s} {best['save']['extra_rss'] / 2**20:6.1f} MiB "

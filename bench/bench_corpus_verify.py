@@ -28,13 +28,12 @@ import sys
 import tempfile
 import time
 
-from bench_corpus import MB, make_jsonl  # noqa: E402 (bench_corpus puts the checkout on sys.path)
+import numpy as np
+from bench_corpus import MB, make_jsonl
 
-import numpy as np  # noqa: E402
-
-from pskd_jax import corpus  # noqa: E402
-from pskd_jax._os.digests import file_sha256  # noqa: E402
-from pskd_jax.corpus import BuildOptions  # noqa: E402
+from pskd_jax import corpus
+from pskd_jax._os.digests import file_sha256
+from pskd_jax.corpus import BuildOptions
 
 
 def best(action, repeat: int = 3) -> float:

@@ -42,8 +42,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import pskd_jax  # noqa: E402
-from pskd_jax.pipeline import Pipeline, parse_pipeline  # noqa: E402
+import pskd_jax
+from pskd_jax.pipeline import Pipeline, parse_pipeline
 
 VOCAB = 65536
 SEED = 1

@@ -27,8 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pskd_jax.checkpoint import (
-    CheckpointManager,  # noqa: E402
-    SaveOptions,  # noqa: E402
+    CheckpointManager,
+    SaveOptions,
 )
 
 

@@ -22,8 +22,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from interleaved import interleaved_medians  # noqa: E402  (bench/interleaved.py, beside this script)
-from pskd_jax.pipeline import parse_pipeline  # noqa: E402
+from interleaved import interleaved_medians
+
+from pskd_jax.pipeline import parse_pipeline
 
 BATCH = 64
 LIMIT = 1.2

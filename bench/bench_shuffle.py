@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from pskd_jax.pipeline.shuffle import Permutation, shuffle_order  # noqa: E402
+from pskd_jax.pipeline.shuffle import Permutation, shuffle_order
 
 BATCH = 256
 

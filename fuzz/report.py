@@ -34,7 +34,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import targets  # noqa: E402  (fuzz/targets.py)
+
 from tests.robustness import test_faults  # noqa: E402  (its kill counts)
+
 
 def run_fuzzers(minutes: float, workdir: str) -> None:
     names = list(targets.TARGETS)

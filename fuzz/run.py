@@ -94,7 +94,7 @@ def make_one_input(target: str, workdir: str):
             run(scratch, data)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # noqa: BLE001 - every such exception is a finding
+        except BaseException as e:
             recorder.record(e, data)
 
     return one_input
@@ -105,6 +105,7 @@ def atheris_child(target: str, workdir: str, libfuzzer_args: list[str]) -> None:
 
     with atheris.instrument_imports(include=["pskd_jax", "targets"]):
         import targets  # noqa: F401  (instrumented for the coverage of the toolkit's parsers)
+
         import pskd_jax  # noqa: F401
     one_input = make_one_input(target, workdir)
     limit_memory()

@@ -53,7 +53,7 @@ import math
 import os
 import shutil
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -268,7 +268,7 @@ def t_vocab_tokens(s: Scratch, data: bytes) -> None:
         pass
 
 
-def _tokens_or_error(path: str, **options) -> "np.ndarray | PskdError":
+def _tokens_or_error(path: str, **options) -> np.ndarray | PskdError:
     try:
         return tokens_module.read_tokens(path, **options)
     except PskdError as e:
@@ -366,7 +366,7 @@ def t_manifest(s: Scratch, data: bytes) -> None:
         pass
 
 
-def _check_windows(w: "corpus.CorpusWindows", shard_paths: list[str]) -> None:
+def _check_windows(w: corpus.CorpusWindows, shard_paths: list[str]) -> None:
     """The windows are the stream of the shards' tokens, read one shard at a time."""
     parts = []
     for shard_path in shard_paths:
@@ -449,7 +449,7 @@ def t_jsonl(s: Scratch, data: bytes) -> None:
         raise Finding(f"a corpus the build wrote does not read back: {e}") from e
 
 
-def _expected_corpus(body: bytes, mode: str, tokenizer: "corpus.Tokenizer", skip_bad: bool, limit: int | None):
+def _expected_corpus(body: bytes, mode: str, tokenizer: corpus.Tokenizer, skip_bad: bool, limit: int | None):
     """(tokens, documents, skipped, the first bad document or None) by reading the input one line
     at a time, as the corpus_tokens docstring describes it (the build reads it in blocks)."""
     tokens: list[int] = []

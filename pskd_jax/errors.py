@@ -78,7 +78,7 @@ class PskdError(Exception):
 
     code: ClassVar[str] = ""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "PskdError":
+    def __new__(cls, *args: Any, **kwargs: Any) -> PskdError:
         if cls is PskdError and args:
             cls = _BY_CODE.get(args[0], cls)
         return super().__new__(cls)

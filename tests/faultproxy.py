@@ -180,7 +180,7 @@ class FaultProxy:
             self.rules = list(rules)
             self.seen = []
 
-    def count(self, method: str | None = None, path: str | None = None, fault: str | None | bool = True) -> int:
+    def count(self, method: str | None = None, path: str | None = None, fault: str | bool | None = True) -> int:
         """How many requests were seen of ``method`` whose path holds ``path`` (a regular
         expression), with ``fault`` (True: any fault or none; None: untouched; a kind: that)."""
         with self._lock:

@@ -26,9 +26,25 @@ import pytest
 from pskd_jax.errors import PskdError
 
 __all__ = [
-    "ENV", "HANG_GUARD_S", "ROOT", "SCRIPT", "TESTDATA", "assert_code", "documents", "free_port", "pskd", "pskd_fails",
-    "pskd_ok", "python", "raises", "run_python", "start_pskd", "train_lm", "waiting_for_lock", "wait_until",
+    "ENV",
+    "HANG_GUARD_S",
+    "ROOT",
+    "SCRIPT",
+    "TESTDATA",
+    "assert_code",
+    "documents",
+    "free_port",
+    "pskd",
+    "pskd_fails",
+    "pskd_ok",
+    "python",
+    "raises",
+    "run_python",
+    "start_pskd",
+    "train_lm",
+    "wait_until",
     "wait_until_waiting_for_lock",
+    "waiting_for_lock",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

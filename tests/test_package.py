@@ -37,7 +37,7 @@ def test_names_left_out_of_the_top_stay_in_their_subpackage():
 
 def test_an_unknown_name_is_an_attribute_error_naming_it():
     with pytest.raises(AttributeError, match="'pskd_jax' has no attribute 'Lodaer'"):
-        pskd_jax.Lodaer  # noqa: B018
+        pskd_jax.Lodaer
     assert "Loader" in dir(pskd_jax)
 
 

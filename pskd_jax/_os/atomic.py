@@ -15,7 +15,8 @@ import os
 import stat
 import sys
 import tempfile
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from pskd_jax._os import locks, names
 from pskd_jax.errors import TruncatedError, UsageError

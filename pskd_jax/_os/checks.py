@@ -13,7 +13,8 @@ Private to ``pskd_jax``: do not import this module from outside the package.
 from __future__ import annotations
 
 import stat
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,7 @@ each loops until its buffer is full or written, and raises E9003 naming the file
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from pskd_jax.errors import TruncatedError
 

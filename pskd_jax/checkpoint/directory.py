@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import os
 import stat
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import remove_stale_temporaries
@@ -27,7 +27,7 @@ class CheckpointDirectory:
     path: str
 
     @classmethod
-    def of(cls, directory: "str | os.PathLike[str] | CheckpointDirectory") -> "CheckpointDirectory":
+    def of(cls, directory: str | os.PathLike[str] | CheckpointDirectory) -> CheckpointDirectory:
         return directory if isinstance(directory, CheckpointDirectory) else cls(os.fspath(directory))
 
     def join(self, name: str) -> str:

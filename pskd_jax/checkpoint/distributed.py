@@ -9,7 +9,8 @@ import dataclasses
 import importlib
 import os
 import stat
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import stat
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pskd_jax._os import names
 from pskd_jax._os.checks import abridged, is_integer, mode_words
@@ -119,7 +120,7 @@ class CheckpointEntry:
         return entry
 
     @classmethod
-    def from_json(cls, raw: Any, path: str, k: int, version: int = INDEX_VERSION) -> "CheckpointEntry":
+    def from_json(cls, raw: Any, path: str, k: int, version: int = INDEX_VERSION) -> CheckpointEntry:
         """Entry ``k`` of the index ``path`` (of ``version``), or E9014 naming it: its step an
         integer from 0 to 2^63 - 1, its file exactly that step's file, its layout absent, null or
         exactly that step's layout file, its digest a map of algorithm to hex (a version-1 entry's

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pskd_jax._os.checks import abridged
 from pskd_jax._os.digests import DIGESTS, file_digest

@@ -334,7 +334,7 @@ class CheckpointManager:
             if self._hold is not None:
                 self._hold.release()
 
-    def __enter__(self) -> "CheckpointManager":
+    def __enter__(self) -> CheckpointManager:
         return self
 
     def __exit__(self, *exc: Any) -> None:

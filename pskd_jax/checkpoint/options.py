@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ class SaveOptions:
         check_digest_name(self.digest)
         object.__setattr__(self, "encodings", _checked_encodings(self.encodings))
 
-    def replace(self, **changes: Any) -> "SaveOptions":
+    def replace(self, **changes: Any) -> SaveOptions:
         """These options with some changed (checked again)."""
         return dataclasses.replace(self, **changes)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -231,7 +232,7 @@ class SaveResult:
 
     @classmethod
     def of(cls, path: str, plan_: SavePlan, reports: dict[int, Rounding], digests: Mapping[str, str],
-           layout_path: str | None) -> "SaveResult":
+           layout_path: str | None) -> SaveResult:
         """The result of a save of ``plan_``: ``reports`` the rounding of each rounded leaf, by leaf."""
         encodings = plan_.placement.encodings
         version = 2 if any(e != Encoding.F64 for e in encodings) else 1

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -221,7 +222,7 @@ class Target:
     rebuild: Callable[[list[Any]], Any]
 
     @classmethod
-    def of(cls, target: Any, *, as_numpy: bool) -> "Target":
+    def of(cls, target: Any, *, as_numpy: bool) -> Target:
         """``target`` walked (E9005 naming a leaf no restore gives); ``as_numpy``: its leaves are
         wanted as numpy arrays (their shardings are not used)."""
         pairs, rebuild = tree_lib.flatten(target, what="the target")

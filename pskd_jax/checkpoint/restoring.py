@@ -11,7 +11,8 @@ import concurrent.futures
 import dataclasses
 import mmap
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pskd_jax._os.checks import abridged, checked_integer, is_integer
 from pskd_jax.errors import CheckpointDirectoryError, PskdError, UsageError

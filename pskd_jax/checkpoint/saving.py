@@ -8,7 +8,8 @@ numpy but not JAX.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.digests import Hasher

@@ -10,7 +10,8 @@ import os
 import stat
 import threading
 import weakref
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from pskd_jax._os import locks, names
 from pskd_jax._os.checks import mode_words
@@ -45,7 +46,7 @@ class DirectoryHold:
 
 # The writable managers of this process, by directory (device, inode), with the process that made
 # each: a forked child's copy of the registry names managers that hold nothing it may take over.
-_OPEN: dict[tuple[int, int], tuple["weakref.ref[HandsOver]", int]] = {}
+_OPEN: dict[tuple[int, int], tuple[weakref.ref[HandsOver], int]] = {}
 _OPEN_LOCK = threading.Lock()
 
 

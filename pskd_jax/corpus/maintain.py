@@ -10,7 +10,7 @@ import hashlib
 import io
 import os
 import stat
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output
@@ -90,7 +91,7 @@ class Shard:
         return entry
 
     @classmethod
-    def from_json(cls, data: Any, where: str) -> "Shard":
+    def from_json(cls, data: Any, where: str) -> Shard:
         if not isinstance(data, dict):
             raise CorpusDirectoryError(f"{where}: a shard entry is an object, got {json_kind(data)}")
         tokens = _count(data.get("tokens"), f"{where}: 'tokens'")

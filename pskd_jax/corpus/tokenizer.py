@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -78,11 +79,11 @@ class Tokenizer:
     _native: Any = dataclasses.field(default=None, compare=False, repr=False)  # hf: the tokenizers object
 
     @classmethod
-    def bytes(cls) -> "Tokenizer":
+    def bytes(cls) -> Tokenizer:
         return cls("bytes")
 
     @classmethod
-    def chars(cls, vocab: Sequence[str], name: str = "vocabulary") -> "Tokenizer":
+    def chars(cls, vocab: Sequence[str], name: str = "vocabulary") -> Tokenizer:
         """A character tokenizer: ``vocab`` is a list of distinct single characters (E9011 else)."""
         check_vocab(vocab, name)
         for i, token in enumerate(vocab):
@@ -93,7 +94,7 @@ class Tokenizer:
         return cls("chars", tuple(vocab))
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, boundary_token: str | None = None) -> "Tokenizer":
+    def from_file(cls, path: str | os.PathLike, *, boundary_token: str | None = None) -> Tokenizer:
         """The tokenizer of a file: a Hugging Face ``tokenizer.json``, or a character vocabulary
         (a JSON array, as ``pskd chars`` writes it).
 
@@ -113,7 +114,7 @@ class Tokenizer:
         return cls._hf(path, raw, boundary_token)
 
     @classmethod
-    def _hf(cls, path: str, raw: bytes, boundary_token: str | None) -> "Tokenizer":
+    def _hf(cls, path: str, raw: bytes, boundary_token: str | None) -> Tokenizer:
         library = tokenizers_module()
         try:
             native = library.Tokenizer.from_str(raw.decode("utf-8"))
@@ -265,7 +266,7 @@ class Tokenizer:
 
     # -- identity --------------------------------------------------------------------------------
 
-    def matches(self, other: "Tokenizer") -> bool:
+    def matches(self, other: Tokenizer) -> bool:
         """Whether ``other`` is the same tokenizer: the same kind and, for chars, the same vocabulary,
         for hf the same tokenizer.json (its sha256), wherever it lies and whatever its boundary."""
         if self.kind != other.kind:
@@ -294,7 +295,7 @@ class Tokenizer:
                 "boundary_token": self.boundary_token, "boundary": self.boundary}
 
     @classmethod
-    def from_json(cls, data: Any, name: str) -> "Tokenizer":
+    def from_json(cls, data: Any, name: str) -> Tokenizer:
         if not isinstance(data, dict) or data.get("kind") not in KINDS:
             got = f"the kind {json_kind(data.get('kind'))}" if isinstance(data, dict) else json_kind(data)
             raise CorpusDirectoryError(f"{name}: tokenizer must be {{\"kind\": \"bytes\"}}, "
@@ -318,7 +319,7 @@ class Tokenizer:
             raise CorpusDirectoryError(e.message) from None
 
     @classmethod
-    def _hf_from_json(cls, data: dict[str, Any], name: str) -> "Tokenizer":
+    def _hf_from_json(cls, data: dict[str, Any], name: str) -> Tokenizer:
         """An hf record: exactly the keys :func:`to_json` writes, each of its type (E9016 else)."""
         if set(data) != set(_HF_KEYS):
             raise CorpusDirectoryError(f"{name}: an hf tokenizer record has exactly the keys "

@@ -25,8 +25,8 @@ from pskd_jax.data.tokens import read_tokens
 from pskd_jax.data.windows import lm_windows_file, window_type
 
 __all__ = [
-    "Distance",
     "STANDARD_STREAM",
+    "Distance",
     "char_vocab",
     "char_vocab_file",
     "decode",

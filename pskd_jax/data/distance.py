@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class _Norm:
         except OverflowError:  # the norm is beyond the largest f64
             return math.inf
 
-    def ratio(self, other: "_Norm") -> float:
+    def ratio(self, other: _Norm) -> float:
         """self / other, from the scaled sums (right where either is beyond the f64 range)."""
         if self.nan or other.nan or self.inf or other.inf or other.ssq == 0.0:
             return _ratio(self.value, other.value)
@@ -298,7 +299,7 @@ class _DataFile:
         with np.errstate(invalid="ignore"):  # a signalling NaN widens to a NaN: the NaN rule, not a warning
             return values.astype(np.float64)
 
-    def __enter__(self) -> "_DataFile":
+    def __enter__(self) -> _DataFile:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -300,5 +301,14 @@ def _leaf_text(reader: Reader, k: int, i: int, shown: ShownLeaves) -> Iterator[b
     yield b"]"
 
 
-__all__ = ["CHUNK_ELEMENTS", "MAX_DECIMAL_BITS", "MAX_EMPTY_SAMPLES", "export_json", "layout_and_forms", "non_finite_text",
-           "plain", "ShownLeaves", "shown_values"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "MAX_DECIMAL_BITS",
+    "MAX_EMPTY_SAMPLES",
+    "ShownLeaves",
+    "export_json",
+    "layout_and_forms",
+    "non_finite_text",
+    "plain",
+    "shown_values",
+]

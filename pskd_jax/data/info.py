@@ -9,7 +9,8 @@ only on request (``values=True``, or ``samples`` given), as a restore gives them
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import array
 import math
 import re
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 

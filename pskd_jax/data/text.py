@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import BinaryIO, Callable, Iterator, Sequence, Union
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
@@ -198,7 +199,7 @@ def _json_kind(value: object) -> str:
     return kinds.get(type(value), "a list" if isinstance(value, (list, tuple)) else type(value).__name__)
 
 
-def _load_vocab(vocab: Union[Sequence[str], PathLike]) -> tuple[list[str], str | None]:
+def _load_vocab(vocab: Sequence[str] | PathLike) -> tuple[list[str], str | None]:
     """A vocabulary given as a list or a file, and its file's name (None for a list)."""
     if isinstance(vocab, (str, os.PathLike)):
         return read_vocab(vocab), os.fspath(vocab)
@@ -268,7 +269,7 @@ def _encode_block(tables: Sequence[np.ndarray], points: np.ndarray) -> np.ndarra
 
 def encode_file(
     text_path: PathLike,
-    vocab: Union[Sequence[str], PathLike],
+    vocab: Sequence[str] | PathLike,
     out_path: PathLike,
     *,
     chunk_size: int = CHUNK_SIZE,
@@ -344,7 +345,7 @@ def _decoder(vocab: Sequence[str]) -> Callable[[np.ndarray], bytes]:
 
 def decode_file(
     tokens_path: PathLike,
-    vocab: Union[Sequence[str], PathLike],
+    vocab: Sequence[str] | PathLike,
     out_path: PathLike,
     *,
     chunk_size: int = CHUNK_SIZE,
@@ -439,7 +440,7 @@ def char_vocab(text: str) -> list[str]:
     return [chr(c) for c in np.unique(points).tolist()]
 
 
-def encode(text: str, vocab: Union[Sequence[str], PathLike]) -> np.ndarray:
+def encode(text: str, vocab: Sequence[str] | PathLike) -> np.ndarray:
     """The token ids of a string, one per character, against a vocabulary of single characters
     (a list, or a vocabulary file).
 
@@ -468,7 +469,7 @@ def encode(text: str, vocab: Union[Sequence[str], PathLike]) -> np.ndarray:
     return (ids - 1).astype(dtype)
 
 
-def decode(ids: Union[Sequence[int], np.ndarray], vocab: Union[Sequence[str], PathLike]) -> str:
+def decode(ids: Sequence[int] | np.ndarray, vocab: Sequence[str] | PathLike) -> str:
     """The text of token ids (an integer array or sequence): each id replaced by its token.
 
     The inverse of :func:`encode`; tokens may be of any length here. An id that is not an

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, Callable, Iterator, Union
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, Union
 
 import numpy as np
 

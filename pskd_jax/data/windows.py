@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view

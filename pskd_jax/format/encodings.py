@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -33,7 +34,7 @@ class Encoding(enum.IntEnum):
         return {0: "f64", 1: "f32", 2: "bf16"}[int(self)]
 
     @classmethod
-    def parse(cls, name: str) -> "Encoding":
+    def parse(cls, name: str) -> Encoding:
         """``"f64"``, ``"f32"`` or ``"bf16"`` → the encoding."""
         for encoding in cls:
             if encoding.label == name:
@@ -85,7 +86,7 @@ class Rounding:
     value: float = 0.0
     rounded: float = 0.0
 
-    def merge(self, other: "Rounding") -> None:
+    def merge(self, other: Rounding) -> None:
         if other.max_error > self.max_error:
             self.max_error, self.where = other.max_error, other.where
             self.value, self.rounded = other.value, other.rounded
@@ -103,7 +104,7 @@ class Rounding:
 # Values in: to f64, correctly rounded, once.
 
 
-def to_f64(values: Any, *, leaf: "str | Site" = "value") -> np.ndarray:
+def to_f64(values: Any, *, leaf: str | Site = "value") -> np.ndarray:
     """Any real values → an f64 array, each rounded once and correctly (half-even).
 
     Float arrays widen exactly; integer arrays and Python ints round once; ``longdouble`` rounds
@@ -130,7 +131,7 @@ def to_f64(values: Any, *, leaf: "str | Site" = "value") -> np.ndarray:
         return array.astype(np.float64)
 
 
-def _object_to_float(value: Any, leaf: "str | Site", position: int) -> float:
+def _object_to_float(value: Any, leaf: str | Site, position: int) -> float:
     if isinstance(value, (str, bytes)):
         try:
             return float(value)
@@ -155,7 +156,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:80] + "…"
 
 
-def _parse_decimals(array: np.ndarray, leaf: "str | Site") -> np.ndarray:
+def _parse_decimals(array: np.ndarray, leaf: str | Site) -> np.ndarray:
     try:
         return array.astype(np.float64)
     except ValueError:
@@ -199,11 +200,11 @@ class Site:
         return self.leaf
 
 
-def _site(leaf: "str | Site") -> Site:
+def _site(leaf: str | Site) -> Site:
     return leaf if isinstance(leaf, Site) else Site(leaf)
 
 
-def check_finite(values: np.ndarray, *, leaf: "str | Site") -> None:
+def check_finite(values: np.ndarray, *, leaf: str | Site) -> None:
     """Refuses NaN and ±Inf (E9004), naming the leaf and the first bad index."""
     finite = np.isfinite(values)
     if not finite.all():
@@ -240,7 +241,7 @@ def round_f64_to_bf16(values: np.ndarray) -> np.ndarray:
     return as_f32.astype(bfloat16)
 
 
-def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_to_encoding: bool,
+def narrow(values: np.ndarray, encoding: Encoding, *, leaf: str | Site, round_to_encoding: bool,
            allow_nonfinite: bool = False) -> tuple[np.ndarray, Rounding | None]:
     """f64 values → the leaf's encoding, exactly, or rounded when asked for (E9004 otherwise).
 
@@ -283,7 +284,7 @@ def narrow(values: np.ndarray, encoding: Encoding, *, leaf: "str | Site", round_
     return narrowed, report
 
 
-def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
+def to_index(values: Any, bound: int, *, leaf: str | Site) -> np.ndarray:
     """Integer values → the leaf's unsigned dtype, refusing values outside [0, bound) (E9004)."""
     dtype = index_dtype(bound)
     array = np.asarray(values)
@@ -313,7 +314,7 @@ def to_index(values: Any, bound: int, *, leaf: "str | Site") -> np.ndarray:
     return array.astype(dtype, copy=False)
 
 
-def _object_indices(array: np.ndarray, bound: int, leaf: "str | Site") -> np.ndarray:
+def _object_indices(array: np.ndarray, bound: int, leaf: str | Site) -> np.ndarray:
     out = np.empty(array.shape, dtype=np.uint64)
     flat_out = out.reshape(-1)
     for position, value in enumerate(array.ravel()):

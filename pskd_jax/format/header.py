@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import BinaryIO, Sequence
+from collections.abc import Sequence
+from typing import BinaryIO
 
 from pskd_jax.errors import NotPskdError, TruncatedError
 from pskd_jax.format.encodings import Encoding

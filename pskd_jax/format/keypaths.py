@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pskd_jax.errors import MismatchError
 from pskd_jax.format.sample_type import MAX_NESTING

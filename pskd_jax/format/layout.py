@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pskd_jax.errors import NotClosedError
 from pskd_jax.format.sample_type import MAX_SAMPLE_ELEMENTS, IndexType, ParamsType, SampleType, TupleType, parse_type
@@ -46,7 +47,7 @@ class Layout:
     rebuild: Callable[[Sequence[Any]], Any] | None = dataclasses.field(default=None, compare=False)
 
     @classmethod
-    def of_type(cls, text_or_type: str | SampleType) -> "Layout":
+    def of_type(cls, text_or_type: str | SampleType) -> Layout:
         """The layout of a closed type; ``params M`` needs its template (E9001).
 
         >>> [leaf.shape for leaf in Layout.of_type("(idx[64][seq: 8], ℝ[2, 3])").leaves]

@@ -185,7 +185,7 @@ def _form_v1(dtype: str, leaf: Leaf, where: str) -> sd.Form | None:
         raise ValueError(f"{where}: dtype {dtype} for a leaf stored as reals")
     if dtype.startswith("int"):
         limit = 2 ** (8 * known.itemsize - 1)
-    elif dtype == "bool" or dtype.startswith("uint") and dtype in ("uint8", "uint16", "uint32", "uint64"):
+    elif dtype == "bool" or (dtype.startswith("uint") and dtype in ("uint8", "uint16", "uint32", "uint64")):
         limit = form.bound
     else:
         raise ValueError(f"{where}: dtype {dtype} in a version 1 layout file")

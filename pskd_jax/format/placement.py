@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class Placement:
 
     @classmethod
     def of(cls, layout: Layout, encodings: Sequence[Encoding] | None, path: str = "", *,
-           from_header: bool = False) -> "Placement":
+           from_header: bool = False) -> Placement:
         """Places the leaves. An idx leaf with a narrow encoding is a malformed header when read
         (``from_header``, E9002), and a request that does not fit the type when writing (E9005)."""
         where = f"{path}: " if path else ""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from typing import Iterator, Mapping, Union
+from collections.abc import Iterator, Mapping
+from typing import Union
 
 from pskd_jax.errors import NotClosedError, PskdError
 
@@ -47,7 +48,7 @@ class IndexType:
 
 @dataclasses.dataclass(frozen=True)
 class TupleType:
-    items: tuple["SampleType", ...]
+    items: tuple[SampleType, ...]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -392,12 +393,12 @@ def describe_dtype(dtype: np.dtype) -> str:
 __all__ = [
     "build_described",
     "check_description",
+    "check_leaf_shape",
+    "describe_dtype",
     "described_paths",
     "flatten",
     "flatten_described",
     "layout_of_template",
     "leaf_of_spec",
     "template_dtypes",
-    "check_leaf_shape",
-    "describe_dtype",
 ]

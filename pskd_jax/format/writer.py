@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -208,7 +209,7 @@ class Writer:
         except OSError:
             pass
 
-    def __enter__(self) -> "Writer":
+    def __enter__(self) -> Writer:
         return self
 
     def __exit__(self, kind: Any, *exc: Any) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -233,7 +234,7 @@ class Loader:
         self._thread = None
         self._queue = None
 
-    def __enter__(self) -> "Loader":
+    def __enter__(self) -> Loader:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,6 @@ from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
 from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
-
 
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
 

@@ -29,15 +29,25 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence, Union
+from typing import Union
 
 import numpy as np
 
 from pskd_jax.errors import PipelineError
 
-__all__ = ["MAX_PERIOD", "MAX_SEQUENTIAL_PERIOD", "MAX_POSITION", "Schedule", "ScheduleCursor", "Shape", "certify",
-           "integer_weights", "merge_order"]
+__all__ = [
+    "MAX_PERIOD",
+    "MAX_POSITION",
+    "MAX_SEQUENTIAL_PERIOD",
+    "Schedule",
+    "ScheduleCursor",
+    "Shape",
+    "certify",
+    "integer_weights",
+    "merge_order",
+]
 
 #: The largest total of the integer weights: the splits' arithmetic stays inside int64.
 MAX_PERIOD = 2**31 - 1
@@ -112,7 +122,7 @@ def certify(shape: Shape, weights: Sequence[int]) -> bool:
     """
     def inside(node: Shape, low: Fraction, high: Fraction) -> bool:
         if isinstance(node, int):
-            return -1 < low and high < 1
+            return low > -1 and high < 1
         left, right = _weight(node[0], weights), _weight(node[1], weights)
         total = left + right
         least, greatest = _rounding_range(left, total)

@@ -40,7 +40,7 @@ def store_for(where: Location, options: StorageOptions | None = None) -> Store:
         return store
 
 
-def resolve(place: "str | os.PathLike[str] | Location", options: StorageOptions | None = None
+def resolve(place: str | os.PathLike[str] | Location, options: StorageOptions | None = None
             ) -> tuple[Store, Location]:
     """The store and location of a path or URL (E9018 for a URL the toolkit cannot serve, or an
     object URL without the client installed)."""
@@ -58,6 +58,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-__all__ = ["CREATE", "DEFAULT_OPTIONS", "EXTRA", "LOCAL", "OBJECT_SCHEMES", "OVERWRITE", "SCHEMES", "Conflict",
-           "LocalStore", "Location", "ObjectInfo", "ObjectStore", "Store", "StorageOptions", "Version", "is_object_url", "is_url",
-           "locate", "read_all", "redact", "resolve", "store_for"]
+__all__ = [
+    "CREATE",
+    "DEFAULT_OPTIONS",
+    "EXTRA",
+    "LOCAL",
+    "OBJECT_SCHEMES",
+    "OVERWRITE",
+    "SCHEMES",
+    "Conflict",
+    "LocalStore",
+    "Location",
+    "ObjectInfo",
+    "ObjectStore",
+    "StorageOptions",
+    "Store",
+    "Version",
+    "is_object_url",
+    "is_url",
+    "locate",
+    "read_all",
+    "redact",
+    "resolve",
+    "store_for",
+]

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -21,7 +21,8 @@ import configparser
 import dataclasses
 import os
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import StorageError, UsageError
@@ -177,7 +178,7 @@ _EMULATOR_KEY = ('{"client_email": "emulator@localhost", "private_key": "", "pri
 def obstore_module() -> Any:
     """The client library, or E9018 saying which extra installs it."""
     try:
-        import obstore  # noqa: PLC0415 (optional: imported only when an object URL is used)
+        import obstore
     except ImportError:
         raise StorageError(f"object-store URLs need the obstore client: pip install '{EXTRA}'") from None
     return obstore
@@ -190,7 +191,7 @@ _MEMORY_LOCK = threading.Lock()
 def memory_store(name: str) -> Any:
     """The process's in-memory store called ``name`` (made on first use)."""
     obstore_module()
-    from obstore.store import MemoryStore  # noqa: PLC0415
+    from obstore.store import MemoryStore
 
     with _MEMORY_LOCK:
         if name not in _MEMORY:
@@ -199,7 +200,7 @@ def memory_store(name: str) -> Any:
 
 
 def retry_config(options: StorageOptions) -> dict[str, Any]:
-    import datetime  # noqa: PLC0415
+    import datetime
 
     return {"max_retries": options.retries,
             "retry_timeout": datetime.timedelta(seconds=options.retry_seconds),
@@ -212,7 +213,7 @@ def client_store(scheme: str, bucket: str, options: StorageOptions) -> Any:
     obstore_module()
     if scheme == "memory":
         return memory_store(bucket)
-    from obstore.store import GCSStore, S3Store  # noqa: PLC0415
+    from obstore.store import GCSStore, S3Store
 
     if scheme == "s3":
         config, client = s3_settings(options)

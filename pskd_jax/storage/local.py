@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output

@@ -25,7 +25,8 @@ import concurrent.futures
 import re
 import threading
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,7 @@ class ObjectStore(Store):
             try:
                 result = self._obstore.put(self._client, key, data, mode=self._condition(key, mode))
                 return ObjectInfo(key, len(data), self._tag(result))
-            except Exception as e:  # noqa: BLE001 (the client's errors are of many types)
+            except Exception as e:
                 error: BaseException = e
             refused = isinstance(error, (Conflict, exceptions.AlreadyExistsError, exceptions.PreconditionError))
             answered = refused or _ANSWERED in str(error)
@@ -242,7 +243,7 @@ class ObjectStore(Store):
             found = result.bytes()
         except FileNotFoundError:
             return None
-        except Exception as check:  # noqa: BLE001 (the client's errors are of many types)
+        except Exception as check:
             raise StorageError(f"{self.url(key)}: cannot write it: {_tried(error, started, tries, self.options)}: "
                                f"{type(error).__name__}: {_client_words(error, self.options)}; whether a try landed "
                                f"is unknown: reading the object back failed too: {_client_words(check, self.options)}"
@@ -267,7 +268,7 @@ class ObjectStore(Store):
                 return
             except FileNotFoundError:
                 return
-            except Exception as e:  # noqa: BLE001 (the client's errors are of many types)
+            except Exception as e:
                 if not self._again(e, tries, started):
                     raise self._failed(key, "delete it", e, started, tries) from None
             time.sleep(_pause(tries, started, self.options))

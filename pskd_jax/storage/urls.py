@@ -61,14 +61,14 @@ class Location:
         """The last part of the key or path."""
         return os.path.basename(self.key.rstrip("/")) if self.is_local else self.key.rstrip("/").rpartition("/")[2]
 
-    def child(self, name: str) -> "Location":
+    def child(self, name: str) -> Location:
         """The location of ``name`` inside this one (a directory, or a key prefix)."""
         if self.is_local:
             return Location("file", "", os.path.join(self.key, name))
         base = self.key.rstrip("/")
         return Location(self.scheme, self.bucket, f"{base}/{name}" if base else name)
 
-    def parent(self) -> "Location":
+    def parent(self) -> Location:
         """The directory (or key prefix) that holds this location."""
         if self.is_local:
             return Location("file", "", os.path.dirname(self.key) or ".")
@@ -93,7 +93,7 @@ def is_object_url(text: str | os.PathLike) -> bool:
     return match is not None and match.group(1).lower() in OBJECT_SCHEMES
 
 
-def locate(place: "str | os.PathLike[str] | Location") -> Location:
+def locate(place: str | os.PathLike[str] | Location) -> Location:
     """The :class:`Location` of a path or URL; E9018 naming it when it is a URL the toolkit cannot
     serve, or an object URL without a bucket or with a key no store accepts."""
     if isinstance(place, Location):

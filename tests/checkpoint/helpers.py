@@ -7,7 +7,6 @@ import os
 import ml_dtypes
 import numpy as np
 
-
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 

@@ -16,11 +16,11 @@ from pskd_jax.errors import PskdError
 def test_the_default_keeps_every_step():
     assert Retention().kept_steps({1: None, 2: 0.5, 9: None}) == {1, 2, 9}
     assert Retention().kept_steps({}) == set()
-    assert Retention(keep_period=4).kept_steps({s: None for s in range(7)}) == set(range(7))
+    assert Retention(keep_period=4).kept_steps(dict.fromkeys(range(7))) == set(range(7))
 
 
 def test_keep_and_keep_period():
-    scores = {s: None for s in range(11)}
+    scores = dict.fromkeys(range(11))
     assert Retention(keep=2).kept_steps(scores) == {9, 10}
     assert Retention(keep=2, keep_period=3).kept_steps(scores) == {0, 3, 6, 9, 10}
 

@@ -13,7 +13,7 @@ import pytest
 from pskd_jax import corpus
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import PskdError
-from tests.helpers import ENV, ROOT, SCRIPT, documents, pskd, start_pskd, wait_until
+from tests.helpers import ENV, ROOT, SCRIPT, documents, pskd, wait_until
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from tests.corpus.bpe import documents, library_ids, repository_texts, train_bpe, write_jsonl  # noqa: E402
+from tests.corpus.bpe import documents, library_ids, repository_texts, train_bpe, write_jsonl
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -12,12 +12,11 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from pskd_jax.apps import pskd as pskd_app
 
 import pskd_jax
 from pskd_jax import data
-from pskd_jax.apps import pskd as pskd_app
 from tests import helpers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import pytest
 
 from pskd_jax.corpus.build import build_corpus
 from pskd_jax.corpus.options import BuildOptions
+
 from .helpers import make_inputs
 
 

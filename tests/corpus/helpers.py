@@ -11,11 +11,10 @@ import numpy as np
 import pskd_jax
 from pskd_jax import corpus
 from pskd_jax.corpus.manifest import Shard
-from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.corpus.shard_writer import ShardWriter
-from pskd_jax.corpus.shard_build import build_shard
 from pskd_jax.corpus.options import BuildOptions
-
+from pskd_jax.corpus.shard_build import build_shard
+from pskd_jax.corpus.shard_writer import ShardWriter
+from pskd_jax.corpus.tokenizer import Tokenizer
 
 B = 256  # the byte tokenizer's boundary
 

@@ -16,8 +16,8 @@ from pskd_jax import corpus
 from pskd_jax._os import names
 from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
-from pskd_jax.errors import CorpusInputError, UsageError
 from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.errors import CorpusInputError, UsageError
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
 

@@ -9,12 +9,13 @@ import os
 import pytest
 
 from pskd_jax import corpus
-from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.build import build_corpus
 from pskd_jax.corpus.lock import directory_lock
-from pskd_jax.errors import PskdError
 from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.windows import CorpusWindows
+from pskd_jax.errors import PskdError
+
 from .helpers import B, jsonl, make_inputs, sha256, shard_tokens
 
 

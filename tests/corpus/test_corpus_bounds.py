@@ -70,7 +70,7 @@ def test_a_bad_token_in_a_window_that_crosses_shards(tmp_path, access):
 
 def test_a_vocabulary_that_fills_its_dtype_needs_no_check(tmp_path):
     t = Tokenizer.chars([chr(0x100 + i) for i in range(255)])  # V = 256 in u8: every byte is a token
-    m = damaged_corpus(tmp_path / "c", [list(range(0, 200)), list(range(50, 255))], (0, 3, 255), t)
+    m = damaged_corpus(tmp_path / "c", [list(range(200)), list(range(50, 255))], (0, 3, 255), t)
     with CorpusWindows(m, seq=4) as w:
         inputs, _ = w.gather([0])
         assert inputs[0].tolist() == [0, 1, 2, 255]  # 255 is the boundary: in range

@@ -16,14 +16,13 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from pskd_jax import corpus  # noqa: E402
-from pskd_jax.corpus import Tokenizer  # noqa: E402
-from pskd_jax.errors import (CorpusDirectoryError, CorpusInputError, UsageError,  # noqa: E402
-                             VocabularyError)
-from pskd_jax.format import Reader  # noqa: E402
-from pskd_jax.corpus.options import BuildOptions  # noqa: E402
+from pskd_jax import corpus
+from pskd_jax.corpus import Tokenizer
+from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.errors import CorpusDirectoryError, CorpusInputError, UsageError, VocabularyError
+from pskd_jax.format import Reader
 
-from .bpe import documents, library_ids, repository_texts, train_bpe, word_level, write_jsonl  # noqa: E402
+from .bpe import documents, library_ids, repository_texts, train_bpe, word_level, write_jsonl
 
 
 @pytest.fixture(scope="session")

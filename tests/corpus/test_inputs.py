@@ -12,9 +12,10 @@ import pytest
 
 import pskd_jax
 from pskd_jax.corpus import inputs as corpus_tokens
-from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.inputs import find_inputs
+from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import PskdError
+
 from .helpers import B, build, byte_stream, jsonl, sha256, shard_tokens
 
 

@@ -12,8 +12,8 @@ import pytest
 from pskd_jax import corpus
 from pskd_jax._os import atomic
 from pskd_jax.corpus import build as corpus_build
-from pskd_jax.errors import PskdError
 from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.errors import PskdError
 
 
 def inputs(tmp_path, n: int = 2) -> list[str]:

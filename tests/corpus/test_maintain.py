@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from pskd_jax import corpus
-from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.build import build_corpus
-from pskd_jax.errors import PskdError
 from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.windows import CorpusWindows
+from pskd_jax.errors import PskdError
+
 from .helpers import edit_manifest, make_inputs, write_corpus
 
 
@@ -48,7 +49,7 @@ def test_count_mismatch(built):
 def test_info(built):
     m = corpus.read_manifest(built)
     lines = corpus.info_lines(built, shards=True)
-    assert lines[2:5] == [f"shards     5", f"tokens     {m.tokens}", f"documents  {m.documents}"]
+    assert lines[2:5] == ["shards     5", f"tokens     {m.tokens}", f"documents  {m.documents}"]
     assert lines[5] == f"boundary   {m.documents / m.tokens:.4%} of tokens"
     assert lines[6].startswith(f"per doc    {(m.tokens - m.documents) / m.documents:.1f} tokens")
     assert len(lines) == 7 + 5

@@ -11,10 +11,11 @@ import pathlib
 import pytest
 
 from pskd_jax import corpus
-from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.corpus.manifest import Shard
 from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PskdError
+
 from .helpers import edit_manifest
 
 
@@ -97,7 +98,7 @@ def expect_e9016(path: pathlib.Path, what: str, actions) -> list[str]:
         except PskdError as e:
             if not re.search(f"E9016: {re.escape(str(path))}: .*{what}", str(e)):
                 wrong.append(f"{what}: {e}"[:300])
-        except Exception as e:  # noqa: BLE001 - the point: nothing but a PskdError
+        except Exception as e:
             wrong.append(f"{what}: {type(e).__name__}: {e}"[:300])
     return wrong
 

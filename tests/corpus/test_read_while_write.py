@@ -17,14 +17,14 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
+from pskd_jax._os.digests import file_sha256
 from pskd_jax.corpus import publisher
 from pskd_jax.corpus.build import build_corpus
+from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PskdError
-from pskd_jax._os.digests import file_sha256
-from pskd_jax.corpus.options import BuildOptions
 from tests.helpers import HANG_GUARD_S, wait_until, wait_until_waiting_for_lock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

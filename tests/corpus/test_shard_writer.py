@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import pskd_jax
-from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.corpus.shard_writer import ShardWriter
-from pskd_jax.corpus.shard_build import build_shard
 from pskd_jax.corpus.options import BuildOptions
+from pskd_jax.corpus.shard_build import build_shard
+from pskd_jax.corpus.shard_writer import ShardWriter
+from pskd_jax.corpus.tokenizer import Tokenizer
 from tests.helpers import ENV, documents
+
 from .helpers import build, jsonl, shard_tokens
 
 

@@ -130,7 +130,7 @@ def run_briefly(action, seconds: float = 60.0):
     def target():
         try:
             outcome["value"] = action()
-        except BaseException as e:  # noqa: BLE001 - handed back to the test
+        except BaseException as e:
             outcome["error"] = e
 
     thread = threading.Thread(target=target, daemon=True)

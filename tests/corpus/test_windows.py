@@ -10,10 +10,10 @@ import pytest
 
 import pskd_jax
 from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError
 from pskd_jax.data.windows import lm_windows_file
-from .helpers import write_corpus
+from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError
 
+from .helpers import write_corpus
 
 PIECES = [[5, 6, 7], [], [8], list(range(20, 60)), [9, 10], list(range(100, 131))]
 

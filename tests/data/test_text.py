@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pskd_jax.data import text as T
 from pskd_jax.data import tokens as TOK
 from tests.helpers import raises, run_python
-from .files import write
 
+from .files import write
 
 # Characters of every UTF-8 length, and the ones that tend to go wrong: CR LF, tab, NUL, BOM.
 MIXED = "Héllo, wörld!\r\n\tçà et là: 日本語テキスト 😀🎉\n\x00\ufeffß∑ — fin\n"
@@ -59,7 +59,7 @@ def test_tiny_text_exact_output(tmp_path):
 def test_vocab_file_is_plain_utf8_json(tmp_path):
     T.write_vocab(tmp_path / "v.json", ["\n", "é", "😀"])
     data = (tmp_path / "v.json").read_bytes()
-    assert data == '["\\n", "é", "😀"]\n'.encode("utf-8")
+    assert data == '["\\n", "é", "😀"]\n'.encode()
     assert T.read_vocab(str(tmp_path / "v.json")) == ["\n", "é", "😀"]
 
 
@@ -109,7 +109,7 @@ def test_round_trip_property(tmp_path_factory, text, chunk_size):
 
 
 def test_encode_with_a_larger_vocabulary(tmp_path):
-    src = write(tmp_path / "t.txt", "b\nb".encode())
+    src = write(tmp_path / "t.txt", b"b\nb")
     vocab = ["\n", "a", "b", "é", "z"]
     assert T.encode_file(src, vocab, tmp_path / "t.tok") == 3
     assert (tmp_path / "t.tok").read_bytes() == b"2 0 2\n"

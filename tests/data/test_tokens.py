@@ -9,6 +9,7 @@ import pytest
 from pskd_jax.data import text as T
 from pskd_jax.data import tokens as TOK
 from tests.helpers import raises
+
 from .files import write
 
 

@@ -9,6 +9,7 @@ import pytest
 from pskd_jax.data import tokens as TOK
 from pskd_jax.data import windows as W
 from tests.helpers import raises
+
 from .files import write
 
 

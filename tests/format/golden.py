@@ -9,7 +9,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 

@@ -17,8 +17,18 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pskd_jax.format.encodings import Encoding, Site, check_finite, encoding_of_dtype, index_dtype, narrow, round_f64_to_bf16, to_f64, to_index
 from pskd_jax.errors import PskdError
+from pskd_jax.format.encodings import (
+    Encoding,
+    Site,
+    check_finite,
+    encoding_of_dtype,
+    index_dtype,
+    narrow,
+    round_f64_to_bf16,
+    to_f64,
+    to_index,
+)
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None)
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -9,11 +9,12 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from pskd_jax.format.encodings import Encoding
+from pskd_jax.format.header import encode_header
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import write
-from pskd_jax.format.header import encode_header
-from pskd_jax.format.encodings import Encoding
 from tests.helpers import raises
+
 from .golden import GOLDEN, REAL2_V1, V2_F32_BF16, WINDOWS_V1, h, put
 
 

@@ -11,12 +11,13 @@ import pytest
 
 from pskd_jax.errors import TruncatedError, UsageError
 from pskd_jax.format import source as source_module
+from pskd_jax.format.encodings import Encoding
+from pskd_jax.format.header import encode_header
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.source import RandomAccessSource
 from pskd_jax.format.writer import write
-from pskd_jax.format.header import encode_header
-from pskd_jax.format.encodings import Encoding
 from tests.helpers import raises
+
 from .golden import BF16, BOOL2, IDX2_32_PLUS_1, IDX300, REAL2_V1, V2_F32_BF16, WINDOWS_V1, bits, h, put
 
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import write, write_encoded, write_stream
-from .golden import BF16, bits
 
+from .golden import BF16, bits
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

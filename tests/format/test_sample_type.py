@@ -9,8 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError
-from pskd_jax.format.sample_type import Dim, IndexType, ParamsType, RealType, TupleType, format_type, header_text, parse_type
 from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.sample_type import (
+    Dim,
+    IndexType,
+    ParamsType,
+    RealType,
+    TupleType,
+    format_type,
+    header_text,
+    parse_type,
+)
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 

@@ -10,11 +10,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pskd_jax.format.reader import Reader
-from pskd_jax.format.writer import write, write_encoded
 from pskd_jax.errors import PskdError
 from pskd_jax.format.layout import Leaf
+from pskd_jax.format.reader import Reader
 from pskd_jax.format.tree import flatten, layout_of_template, leaf_of_spec, template_dtypes
+from pskd_jax.format.writer import write, write_encoded
 from tests.helpers import ENV, run_python
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 
+from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.writer import Writer, write, write_encoded, write_stream
-from pskd_jax.format.encodings import Encoding
 from tests.helpers import raises
+
 from .golden import BF16, BOOL2, IDX2_32_PLUS_1, IDX300, REAL2_V1, V2_F32_BF16, WINDOWS_V1, bits, h, put
 
 

@@ -51,7 +51,7 @@ def same_samples(got, want) -> bool:
         for g, w in zip(got, want))
 
 
-def loader(source, *, seed: int = 7, batch: int = 4) -> "grain.DataLoader":
+def loader(source, *, seed: int = 7, batch: int = 4) -> grain.DataLoader:
     sampler = grain.samplers.IndexSampler(num_records=len(source), shard_options=grain.sharding.NoSharding(),
                                           shuffle=True, num_epochs=2, seed=seed)
     return grain.DataLoader(data_source=source, sampler=sampler,

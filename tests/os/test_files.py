@@ -24,7 +24,7 @@ def within(seconds: float, function, *args, **kwargs):
     def call():
         try:
             outcome["result"] = function(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
+        except BaseException as e:
             outcome["error"] = e
 
     thread = threading.Thread(target=call, daemon=True)

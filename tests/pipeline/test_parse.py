@@ -11,7 +11,6 @@ from pskd_jax.errors import PskdError
 from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
 
-
 FULL = 'stream "train.psk.d" |> shuffle(seed = 42) |> batch(B = 4) |> take(n = 3)'
 
 

@@ -3,14 +3,13 @@ scalar reference."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pskd_jax.pipeline import shuffle
 from pskd_jax.errors import PskdError
+from pskd_jax.pipeline import shuffle
 from pskd_jax.pipeline.shuffle import Permutation, chacha20_block, round_keys, shuffle_order
 from tests.helpers import run_python
 

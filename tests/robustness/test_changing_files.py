@@ -6,7 +6,6 @@ The cut-short cases run in a child process: a SIGBUS there is a failed test, not
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -17,8 +17,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from pskd_jax.format import Reader, write
 from pskd_jax.corpus import BuildOptions
+from pskd_jax.format import Reader, write
 from tests.helpers import ENV
 
 pytestmark = pytest.mark.subprocess

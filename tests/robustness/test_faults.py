@@ -35,7 +35,6 @@ import random
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import traceback
@@ -128,7 +127,7 @@ def _fork(body, *, prepare=None, log: str | None = None, plan: dict | None = Non
             body()
         except SystemExit as e:
             status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
-        except BaseException:  # noqa: BLE001 - a traceback on stderr, as the interpreter prints it
+        except BaseException:
             traceback.print_exc()
             status = 1
         finally:
@@ -383,7 +382,7 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
             k = int(back["k"])
             whole = all((back[key] == value).all() for key, value in _checkpoint_tree(k).items())
             states.append("old" if whole and k < i else "new" if whole else "torn")
-        except Exception as e:  # noqa: BLE001 - a torn file is what this test looks for
+        except Exception as e:
             states.append(f"torn ({e})")
         left_temporary += bool(_temporaries(os.path.dirname(path)))
     status, _, _ = _fork(lambda: checkpoint.save(path, _checkpoint_tree(99)))
@@ -413,7 +412,7 @@ def kill_checkpoint_writers(directory: str, rng: random.Random) -> list[dict]:
                 manager.verify(step)
                 back = manager.restore(step, _checkpoint_tree(0), as_numpy=True)
                 states.append("new" if int(back["k"]) == step == i else "old" if int(back["k"]) == step else "torn")
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             states.append(f"torn ({e})")
         left_temporary += bool(_temporaries(run))
 

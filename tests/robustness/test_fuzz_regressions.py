@@ -16,7 +16,7 @@ from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "fuzz"))
 
-import targets  # noqa: E402  (fuzz/targets.py)
+import targets
 
 REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").glob("*.bin"))
 

@@ -48,10 +48,10 @@ from pskd_jax import data as inspection
 from pskd_jax import format as container
 from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax.corpus import BuildOptions
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.data import pack, text, windows
 from pskd_jax.errors import PskdError
-from pskd_jax.corpus import BuildOptions
 from pskd_jax.format import reader as reader_module
 from pskd_jax.format.reader import Reader
 from tests.helpers import ENV, ROOT, SCRIPT, pskd
@@ -197,7 +197,7 @@ def _in_child(body, result_fd: int) -> None:
     except SystemExit as e:  # sys.exit(None) is a success, sys.exit("text") a failure
         status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
         outcome = None
-    except BaseException:  # noqa: BLE001 - reported to the parent as what it is
+    except BaseException:
         traceback.print_exc()
         outcome = {"status": "crash", "traceback": traceback.format_exc()[-4000:]}
         status = 1

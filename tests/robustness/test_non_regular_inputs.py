@@ -3,7 +3,6 @@ naming them: nothing waits on a FIFO that has no writer, nothing reads /dev/zero
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,10 +15,10 @@ from pskd_jax import checkpoint, corpus, data, pipeline
 from pskd_jax._os.digests import file_digest
 from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.checkpoint import safetensors as convert
+from pskd_jax.corpus import BuildOptions
 from pskd_jax.corpus import build as corpus_build
 from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, write
-from pskd_jax.corpus import BuildOptions
 
 
 @pytest.fixture
