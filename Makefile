@@ -1,5 +1,5 @@
 # make demo: set up .venv if needed, then text → tokens → windows → training → checkpoints.
-# make test: the same set-up, then the whole test suite; make test-fast: the suite less its slow tests.
+# make test: the same set-up, then the whole test suite, mypy and ruff; make test-fast: the suite less its slow tests.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -21,6 +21,8 @@ demo-corpus: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(PY) -m mypy
+	$(PY) -m ruff check .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
