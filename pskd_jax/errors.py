@@ -46,7 +46,7 @@ Python error as well, so that sources of samples keep Python's sequence protocol
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 CODES = {
     "E9001": "sample type not closed",
@@ -76,7 +76,7 @@ class PskdError(Exception):
     'E9003: data.psk.d: cut short'
     """
 
-    code: ClassVar[str] = ""
+    code: str = ""  # each subclass sets its own; an instance keeps the code it was made with
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PskdError:
         if cls is PskdError and args:

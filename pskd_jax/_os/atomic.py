@@ -260,7 +260,8 @@ def text_output(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Bi
             yield f
         return
     try:
-        spool = tempfile.TemporaryFile()
+        # Closed by the ``with`` below; made apart so that failing to make it gets its own message.
+        spool = tempfile.TemporaryFile()  # noqa: SIM115
     except OSError as e:
         raise TruncatedError(f"-: cannot make a temporary file for the standard output: {e.strerror or e}") from e
     with spool:

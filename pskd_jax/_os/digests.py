@@ -10,14 +10,25 @@ import hashlib
 import os
 import queue
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import xxhash
 
 from pskd_jax._os.files import open_fd, open_regular
 from pskd_jax.errors import TruncatedError, UsageError
 
-DIGESTS = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}  # algorithm → a new hash object
+
+class _Hash(Protocol):
+    """What the toolkit asks of a hash object, hashlib's or xxhash's."""
+
+    def update(self, data: Any, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+# algorithm → a new hash object
+DIGESTS: dict[str, Callable[[], _Hash]] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 BLOCK = 8 << 20  # bytes read and hashed at a time
 
 

@@ -7,6 +7,7 @@ regular file (E9002) before a byte is read (``docs/files.md``, "Inputs").
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 from collections.abc import Iterator
@@ -60,12 +61,14 @@ def check_regular(fd: int, path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def open_regular(path: str | os.PathLike, error: type[PskdError] = TruncatedError, *, what: str = "",
-                 buffering: int = 0) -> Iterator[BinaryIO]:
+                 buffering: int = 0) -> Iterator[io.FileIO | io.BufferedReader]:
     """:func:`open_fd` as a binary file object, closed on the way out. Its size at opening is
     kept: :func:`read_some` then tells a file cut short while it is read from its end (E9003)."""
     with open(open_fd(path, error, what), "rb", buffering=buffering) as f:
+        assert isinstance(f, io.FileIO | io.BufferedReader)  # what "rb" opens, unbuffered or buffered
         try:
-            f.size_at_open = os.fstat(f.fileno()).st_size
+            # Both take attributes at run time; their stubs declare none beyond their own.
+            f.size_at_open = os.fstat(f.fileno()).st_size  # type: ignore[union-attr]
         except (OSError, AttributeError):
             pass
         yield f

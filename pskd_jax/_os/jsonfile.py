@@ -59,8 +59,10 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     data = dict(pairs)
     if len(data) != len(pairs):
         seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"the key {json_kind(twice)} appears twice in one object")
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {json_kind(key)} appears twice in one object")
+            seen.add(key)
     return data
 
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from types import ModuleType
 
+from pskd_jax._os import names
+from pskd_jax.errors import PskdError, TruncatedError
+
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # not POSIX: locks are granted without excluding anyone
     fcntl = None
-
-from pskd_jax._os import names
-from pskd_jax.errors import PskdError, TruncatedError
 
 
 def flock(fd: int, *, wait: bool) -> bool | None:

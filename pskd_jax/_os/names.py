@@ -24,8 +24,8 @@ CORPUS_JOURNAL = ".shards.journal"
 _TEMPORARY_RANDOM = "[a-z0-9_]{8}"
 _STEP = re.compile(r"step-(?P<step>[0-9]{8,})(?P<suffix>\.psk\.d|\.layout\.json)")
 _SHARD = re.compile(r"shard-(?P<index>[0-9]{5,})\.psk\.d")
-_LEFTOVER = re.compile(r"\.(?P<file>.+)\.(?:(?P<random>" + _TEMPORARY_RANDOM + r")\.tmp|(?P<distributed>distributed)\.tmp"
-                       r"|(?P<lock>lock))")
+_LEFTOVER = re.compile(r"\.(?P<file>.+)\.(?:(?P<random>" + _TEMPORARY_RANDOM + r")\.tmp"
+                       r"|(?P<distributed>distributed)\.tmp|(?P<lock>lock))")
 
 
 # -- beside any output ---------------------------------------------------------------------------
