@@ -108,7 +108,7 @@ class Store(abc.ABC):
 def read_all(store: Store, key: str, size: int) -> np.ndarray:
     """The first ``size`` bytes of an object in a new array (E9003 when it is shorter)."""
     out = np.empty(size, np.uint8)
-    store.read_into(key, 0, memoryview(out))
+    store.read_into(key, 0, out.data)
     return out
 
 

@@ -22,10 +22,13 @@ import dataclasses
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import StorageError, UsageError
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, GCSConfig, RetryConfig, S3Config  # (its stubs' names only)
 
 EXTRA = "pskd_jax[storage]"  # the optional extra that installs the client
 # The access key's id is no secret, but it names the account: it is kept out of messages too, as
@@ -48,8 +51,9 @@ class StorageOptions:
     ``concurrency``: requests in flight for one read or write; ``part_bytes``: the size of each
     ranged read and upload part.
 
-    >>> StorageOptions(config={"secret_access_key": "hunter2"})
-    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0, concurrency=16, part_bytes=8388608, backoff_seconds=0.1)
+    >>> StorageOptions(config={"secret_access_key": "hunter2"})  # doctest: +NORMALIZE_WHITESPACE
+    StorageOptions(config={'secret_access_key': '***'}, allow_http=None, retries=5, retry_seconds=60.0,
+                   concurrency=16, part_bytes=8388608, backoff_seconds=0.1)
     """
 
     config: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -199,7 +203,7 @@ def memory_store(name: str) -> Any:
         return _MEMORY[name]
 
 
-def retry_config(options: StorageOptions) -> dict[str, Any]:
+def retry_config(options: StorageOptions) -> RetryConfig:
     import datetime
 
     return {"max_retries": options.retries,
@@ -215,12 +219,15 @@ def client_store(scheme: str, bucket: str, options: StorageOptions) -> Any:
         return memory_store(bucket)
     from obstore.store import GCSStore, S3Store
 
+    # The settings' keys come from the user's options: obstore checks them when the store is made.
     if scheme == "s3":
         config, client = s3_settings(options)
-        return S3Store(bucket, config=config, client_options=client or None, retry_config=retry_config(options))
+        return S3Store(bucket, config=cast("S3Config", config),
+                       client_options=cast("ClientConfig | None", client or None), retry_config=retry_config(options))
     if scheme == "gs":
         config, client = gcs_settings(options)
-        return GCSStore(bucket, config=config, client_options=client or None, retry_config=retry_config(options))
+        return GCSStore(bucket, config=cast("GCSConfig", config),
+                        client_options=cast("ClientConfig | None", client or None), retry_config=retry_config(options))
     raise StorageError(f"{scheme}://{bucket}: no object-store client for {scheme}://")
 
 

@@ -168,12 +168,13 @@ class ObjectStore(Store):
             raise ValueError(f"mode {mode!r}")
         single = isinstance(data, (bytes, bytearray, memoryview, np.ndarray)) or hasattr(data, "__buffer__")
         if mode != OVERWRITE:
-            whole = data if single else b"".join(_bytes(piece) for piece in data)  # type: ignore[union-attr]
+            whole = data if single else b"".join(_bytes(piece) for piece in data)
             return self._put_conditional(key, _bytes(whole), mode)
+        # (mypy cannot narrow through ``single``: there, data is one buffer)
         size = [len(memoryview(data).cast("B"))] if single else [0]  # type: ignore[arg-type]
         failed: list[BaseException] = []  # the caller's own error while making the data
         if not single:
-            data = _watched(data, failed, size)  # type: ignore[arg-type]
+            data = _watched(data, failed, size)
         started = time.monotonic()
         try:
             result = self._obstore.put(self._client, key, data, mode="overwrite",
