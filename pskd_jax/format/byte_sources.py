@@ -99,7 +99,8 @@ class ByteSource(abc.ABC):
         """A read-only map of the first ``size`` bytes, or None where the bytes can only be read."""
         return None
 
-    def close(self) -> None:
+    # Not abstract on purpose: a source that holds nothing has nothing to let go of.
+    def close(self) -> None:  # noqa: B027
         """Lets go of what the source holds."""
 
 

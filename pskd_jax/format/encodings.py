@@ -43,8 +43,10 @@ class Encoding(enum.IntEnum):
 
 
 # The dtype of a real leaf's values in memory, by encoding, and the dtype of its bytes on disk.
-REAL_DTYPES = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"), Encoding.BF16: bfloat16}
-REAL_DISK_DTYPES = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"), Encoding.BF16: np.dtype("<u2")}
+REAL_DTYPES: dict[Encoding, np.dtype] = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"),
+                                          Encoding.BF16: bfloat16}
+REAL_DISK_DTYPES: dict[Encoding, np.dtype] = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"),
+                                               Encoding.BF16: np.dtype("<u2")}
 INDEX_DTYPES = (np.dtype("<u1"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8"))
 
 

@@ -177,6 +177,7 @@ def _form_v1(dtype: str, leaf: Leaf, where: str) -> sd.Form | None:
     if known is None:
         return None
     form = sd.form_of_dtype(known)
+    assert form is not None  # (every dtype that has a name has a form)
     if form.is_real and form.kind == sd.KIND_VALUE:
         if not leaf.is_real:
             raise ValueError(f"{where}: dtype {dtype} for a leaf stored as idx[{leaf.bound}]")
@@ -325,7 +326,8 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128:
     if problem is None and layout_file.identity is None:  # (version 1: what can be checked)
         problem = _disagreement(layout_file, header, size)
     elif problem is None and layout_file.type_text != header.type_text:
-        problem = f"it was written for type {layout_file.type_text[:80]!r}, this file's type is {header.type_text[:80]!r}"
+        problem = (f"it was written for type {layout_file.type_text[:80]!r}, "
+                   f"this file's type is {header.type_text[:80]!r}")
     if problem:
         raise MismatchError(f"{name}: not the layout of {data}: {problem}; it was left by another save "
                             "(save again, or give the right layout)")

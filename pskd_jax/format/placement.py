@@ -45,6 +45,7 @@ class Placement:
                     f"{Encoding(encoding).label}; idx leaves carry encoding 0",
                 )
             else:
+                assert leaf.bound is not None  # (not real: an idx leaf)
                 dtype = index_dtype(leaf.bound)
             offsets.append(position)
             dtypes.append(dtype)
@@ -64,7 +65,8 @@ def _check_leaf(leaf: Leaf, where: str) -> None:
     problem = None
     if not isinstance(shape, tuple) or len(shape) > MAX_AXES:
         problem = f"a shape of more than {MAX_AXES} axes" if isinstance(shape, tuple) else "no shape"
-    elif any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= d <= MAX_SAMPLE_ELEMENTS for d in shape):
+    elif any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= d <= MAX_SAMPLE_ELEMENTS
+             for d in shape):
         problem = f"shape {list(shape)}: every length is an integer in [0, 2^60]"
     elif bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, np.integer))
                                 or not 1 <= bound <= MAX_INDEX_BOUND):

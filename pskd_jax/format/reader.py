@@ -154,7 +154,7 @@ class Reader(RandomAccessSource):
         # idx leaves whose dtype holds values at or above the bound (idx[10] in u8): gathered
         # values are checked. A bound that fills its dtype (idx[256] in u8) needs no check.
         self._bounded = [i for i, (leaf, disk) in enumerate(zip(layout.leaves, placement.disk_dtypes))
-                         if not leaf.is_real and leaf.bound < 1 << (8 * disk.itemsize)]
+                         if leaf.bound is not None and leaf.bound < 1 << (8 * disk.itemsize)]
         return self
 
     def _checked_template(self, template: Layout) -> Layout:
@@ -171,7 +171,8 @@ class Reader(RandomAccessSource):
         if problem is None:
             for mine, theirs in zip(template.leaves, found):
                 if mine.shape != theirs.shape or mine.is_real != theirs.is_real or (
-                        not mine.is_real and index_dtype(mine.bound) != index_dtype(theirs.bound)):
+                        mine.bound is not None and theirs.bound is not None
+                        and index_dtype(mine.bound) != index_dtype(theirs.bound)):
                     stored = "reals" if theirs.is_real else f"idx[{theirs.bound}]"
                     asked = "reals" if mine.is_real else f"idx[{mine.bound}]"
                     problem = (f"at {mine.path or '(root)'}: the template has {asked} of shape {list(mine.shape)}, "
@@ -229,19 +230,21 @@ class Reader(RandomAccessSource):
     def _map_bytes(self) -> np.ndarray:
         """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
         lives, closing the map fails (and is deferred) instead of leaving the view dangling."""
-        return np.frombuffer(self._mapped(), dtype=np.uint8)
+        mapped = self._mapped()
+        assert mapped is not None  # (its callers have a map: an open reader of a file with samples)
+        return np.frombuffer(mapped, dtype=np.uint8)
 
     def _leaf_views(self) -> list[np.ndarray]:
         """Every leaf's view over the map (:meth:`_leaf_view`), built on first use and kept: a
         reader that only reads positionally (a restore, ``access="pread"``) never pays for them."""
         if self._views is None:
             self._require_open()
-            self._views = [self._leaf_view(i) for i in range(len(self.placement.layout.leaves))]
+            self._views = [self._leaf_view(i) for i in range(len(self._require_layout().layout.leaves))]
         return self._views
 
     def _leaf_view(self, i: int) -> np.ndarray:
         """Leaf i of every sample as one strided array over the map (no copy)."""
-        placement = self.placement
+        placement = self._require_layout()
         leaf = placement.layout.leaves[i]
         disk = placement.disk_dtypes[i]
         count = self.header.count
@@ -295,7 +298,7 @@ class Reader(RandomAccessSource):
         as opaque bytes (alignment 1: a plain copy per record, never a copy of the file as numpy
         makes for unaligned or strided sources), split per leaf; a sample too large to be one numpy
         record, leaf by leaf."""
-        placement = self.placement
+        placement = self._require_layout()
         leaf_count = len(placement.layout.leaves)
         if self.access == "mmap" and len(positions):
             self._check_still_whole()
@@ -320,7 +323,7 @@ class Reader(RandomAccessSource):
         and the copy still kills the process; only a file rewritten in place does that (the
         toolkit's writers write a new file and rename it); ``access="pread"`` turns even that into
         E9003."""
-        needed = self.header.data_offset + self.header.count * self.placement.sample_bytes
+        needed = self.header.data_offset + self.header.count * self._require_layout().sample_bytes
         size = self._bytes.size()
         if size < needed:
             raise cut_short(self.path, size, needed, f"its {self.header.count} samples")
@@ -328,7 +331,7 @@ class Reader(RandomAccessSource):
     def _read_leaf_rows(self, i: int, positions: np.ndarray) -> np.ndarray:
         """Leaf i of the samples at ``positions``, one positional read a row: the path of samples
         too large for a numpy record under ``access="pread"``."""
-        placement = self.placement
+        placement = self._require_layout()
         leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
         out = np.empty((len(positions), *leaf.shape), dtype=disk)
         if out.size:
@@ -349,7 +352,7 @@ class Reader(RandomAccessSource):
         if out.size:
             offset = (self.header.data_offset + position * placement.sample_bytes + placement.offsets[i]
                       + start * disk.itemsize)
-            self._require_open().read_at(memoryview(out.view(np.uint8)), offset)
+            self._require_open().read_at(out.view(np.uint8).data, offset)
         values = out.view(placement.value_dtype(i))
         if i in self._bounded:
             self._check_bound(i, values.reshape(1, -1), np.array([position]))
@@ -363,31 +366,34 @@ class Reader(RandomAccessSource):
         start, stop = max(0, int(start)), max(0, int(stop))
         out = np.empty(max(0, stop - start), dtype=np.uint8)
         if out.size:
-            self._require_open().read_at(memoryview(out), self.header.data_offset + start)
+            self._require_open().read_at(out.data, self.header.data_offset + start)
         return out
 
     def _check_bound(self, i: int, values: np.ndarray, positions: np.ndarray) -> None:
         """Refuses stored idx values at or above the leaf's bound (only a damaged or hand-made file
         holds one: every writer refuses them)."""
-        bound = self.placement.layout.leaves[i].bound
+        leaf = self._require_layout().layout.leaves[i]
+        bound = leaf.bound
+        assert bound is not None  # (only idx leaves are bounded)
         if values.size == 0 or values.max() < bound:
             return
         row = first_true(values.reshape(len(values), -1).max(axis=1) >= bound)
-        leaf = self.placement.layout.leaves[i]
         raise BadValueError(f"{self.path}: sample {int(positions[row])}, leaf {leaf.path or '(root)'}: stored value "
                             f"{not_below(int(values[row].max()), bound)}")
 
     def _read_records(self, positions: np.ndarray) -> np.ndarray:
         """The records at ``positions``, one positional read a run of consecutive records, straight
         into the batch (``access="pread"``)."""
-        out = np.empty(len(positions), dtype=self._record)
-        runs = Runs.of_records(positions, self._record.itemsize, self.header.data_offset)
+        record = self._record
+        assert record is not None  # (read as records only when a sample is one)
+        out = np.empty(len(positions), dtype=record)
+        runs = Runs.of_records(positions, record.itemsize, self.header.data_offset)
         return read_runs([self._bytes], runs, out, self.path)
 
     def _record_dtype(self) -> np.dtype | None:
         """A sample as one opaque record, or None when samples are empty or larger than the
         2^31 - 1 bytes a numpy record holds (a checkpoint of several GiB)."""
-        sample_bytes = self.placement.sample_bytes
+        sample_bytes = self._require_layout().sample_bytes
         if sample_bytes == 0 or sample_bytes > MAX_RECORD_BYTES:
             return None
         return np.dtype((np.void, sample_bytes))
@@ -395,13 +401,15 @@ class Reader(RandomAccessSource):
     def _record_array(self) -> np.ndarray:
         """Every sample as one opaque record, a view of the map (``access="mmap"``)."""
         if self._records is None:
-            self._records = np.frombuffer(self._mapped(), dtype=self._record, count=self.header.count,
+            mapped, record = self._mapped(), self._record
+            assert mapped is not None and record is not None  # (an open reader whose samples are records)
+            self._records = np.frombuffer(mapped, dtype=record, count=self.header.count,
                                           offset=self.header.data_offset)
         return self._records
 
     def _leaf_of_records(self, records: np.ndarray | None, i: int, n: int) -> np.ndarray:
         """Leaf i of gathered records: a view when it is the whole record, else a contiguous copy."""
-        placement = self.placement
+        placement = self._require_layout()
         leaf = placement.layout.leaves[i]
         value_dtype = placement.value_dtype(i)
         if records is None or n == 0:

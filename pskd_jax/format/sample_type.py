@@ -11,7 +11,6 @@ import collections
 import dataclasses
 import re
 from collections.abc import Iterator, Mapping
-from typing import Union
 
 from pskd_jax.errors import NotClosedError, PskdError
 
@@ -56,7 +55,7 @@ class ParamsType:
     name: str
 
 
-SampleType = Union[RealType, IndexType, TupleType, ParamsType]
+SampleType = RealType | IndexType | TupleType | ParamsType
 
 _TOKEN = re.compile(
     r"""(?P<space>\s+)
@@ -84,8 +83,10 @@ def _tokenize(text: str) -> Iterator[_Token]:
         match = _TOKEN.match(text, position)
         if match is None:
             raise _error(text, position + 1, f"unexpected character {text[position]!r}")
-        if match.lastgroup != "space":
-            yield _Token(match.lastgroup, match.group(), position + 1)
+        kind = match.lastgroup
+        assert kind is not None  # (every alternative of the pattern is a named group)
+        if kind != "space":
+            yield _Token(kind, match.group(), position + 1)
         position = match.end()
     yield _Token("end", "", len(text) + 1)
 

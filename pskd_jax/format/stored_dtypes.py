@@ -35,9 +35,11 @@ _NARROW = {name: np.dtype(getattr(ml_dtypes, name)) for name in (
 
 _FULL_INTS = {f"{sign}int{bits}": np.dtype(f"{sign}int{bits}") for sign in ("", "u") for bits in (8, 16, 32, 64)}
 
-_FLOATS = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "bfloat16": bfloat16}
+_FLOATS: dict[str, np.dtype] = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4"), "float16": np.dtype("<f2"),
+                                 "bfloat16": bfloat16}
 
-_COMPLEX = {"complex64": (np.dtype("<c8"), Encoding.F32), "complex128": (np.dtype("<c16"), Encoding.F64)}
+_COMPLEX: dict[str, tuple[np.dtype, Encoding]] = {"complex64": (np.dtype("<c8"), Encoding.F32),
+                                                   "complex128": (np.dtype("<c16"), Encoding.F64)}
 
 _REAL_ENCODING = {"float64": Encoding.F64, "float32": Encoding.F32, "float16": Encoding.F32, "bfloat16": Encoding.BF16}
 
@@ -175,8 +177,10 @@ def python_int_pattern(value: int) -> np.ndarray:
     """A Python int as the stored array of its form: one unsigned element, or 64-bit limbs."""
     form, limbs = python_int_form(value)
     if not limbs:
-        bits = form.bound.bit_length() - 1
-        return np.asarray(value % form.bound, dtype=f"<u{bits // 8}")
+        bound = form.bound
+        assert bound is not None  # (an int's form always has one)
+        bits = bound.bit_length() - 1
+        return np.asarray(value % bound, dtype=f"<u{bits // 8}")
     pattern = value % (1 << (64 * limbs))
     return np.array([(pattern >> (64 * k)) & (2**64 - 1) for k in range(limbs)], dtype="<u8")
 
@@ -254,8 +258,10 @@ def to_stored(array: np.ndarray, form: Form) -> np.ndarray:
     if form.kind == KIND_BITS:
         if form.dtype in _NARROW:
             pattern = contiguous(array).view(np.uint8)
+            bound = form.bound
+            assert bound is not None  # (a bits form always has one)
             # (a type of fewer than 8 bits keeps them low; the byte's other bits are not its value)
-            return pattern if form.bound == 256 else pattern & np.uint8(form.bound - 1)
+            return pattern if bound == 256 else pattern & np.uint8(bound - 1)
         return array.view(f"u{array.dtype.itemsize}") if array.dtype.byteorder in ("=", "|", "<") \
             else array.astype(array.dtype.newbyteorder("=")).view(f"u{array.dtype.itemsize}")
     if form.kind == KIND_COMPLEX:

@@ -49,7 +49,7 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
         keys = list(node.keys())
         kind = type(node)
         factory = getattr(node, "default_factory", None)
-        info = {"dict": [_key_json(k) for k in keys]}
+        info: dict[str, Any] = {"dict": [_key_json(k) for k in keys]}
         if kind is not dict:
             info["class"] = _class_name(kind)
         return [(f"[{k!r}]", node[k]) for k in keys], lambda vs: _make_dict(kind, keys, vs, factory), info
@@ -58,11 +58,11 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
         info = {"namedtuple": kind.__name__, "fields": list(node._fields)}
         return [(f".{f}", getattr(node, f)) for f in node._fields], lambda vs: kind(*vs), info
     if isinstance(node, (list, tuple)):
-        kind = type(node)
+        sequence_kind = type(node)
         info = {"list" if isinstance(node, list) else "tuple": len(node)}
-        if kind not in (list, tuple):
-            info["class"] = _class_name(kind)
-        return [(f"[{i}]", v) for i, v in enumerate(node)], lambda vs: kind(vs), info
+        if sequence_kind not in (list, tuple):
+            info["class"] = _class_name(sequence_kind)
+        return [(f"[{i}]", v) for i, v in enumerate(node)], lambda vs: sequence_kind(vs), info
     registered = _jax_children(node)
     if registered is not None:
         return registered
@@ -77,7 +77,7 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
     return None
 
 
-def _make_dict(kind: type, keys: list[Any], values: list[Any], factory: Any = None) -> dict:
+def _make_dict(kind: type[dict], keys: list[Any], values: list[Any], factory: Any = None) -> dict:
     pairs = zip(keys, values)
     if kind is dict:
         return dict(pairs)
@@ -106,7 +106,7 @@ def _jax_children(node: Any):
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:  # the node itself is a leaf for JAX
         return None
     pairs = [(tree_util.keystr(path), child) for path, child in with_path]
-    info = {"node": _class_name(type(node)), "children": [key for key, _ in pairs]}
+    info: dict[str, Any] = {"node": _class_name(type(node)), "children": [key for key, _ in pairs]}
     if pairs and all(len(path) == 1 and isinstance(path[0], tree_util.DictKey) for path, _ in with_path):
         info["mapping"] = True  # (an nnx State, a FrozenDict: int keys stay keys, not list indices)
     return pairs, lambda vs: tree_util.tree_unflatten(treedef, list(vs)), info
@@ -204,7 +204,7 @@ def leaf_of_spec(path: str, spec: Any) -> Leaf:
     shape = tuple(int(d) for d in spec.shape)
     if is_real_dtype(dtype):
         return Leaf(path, shape)
-    if dtype == bool:
+    if dtype.kind == "b":
         return Leaf(path, shape, 2)
     if dtype.kind == "u":
         return Leaf(path, shape, 2 ** (8 * dtype.itemsize))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -64,9 +64,9 @@ class Writer:
         self.path = os.fspath(path)
         self.type_text = header_text(sample_type)
         layout = resolve_layout(self.type_text, layout)
-        if encodings is not None:
-            encodings = [Encoding.parse(e) if isinstance(e, str) else Encoding(e) for e in encodings]
-        self.placement = Placement.of(layout, encodings, self.path)
+        parsed = None if encodings is None else [Encoding.parse(e) if isinstance(e, str) else Encoding(e)
+                                                 for e in encodings]
+        self.placement = Placement.of(layout, parsed, self.path)
         self.round_to_encoding = round_to_encoding
         self.durable = durable
         self.count = 0
@@ -76,8 +76,13 @@ class Writer:
         # or directory is refused (E9012) before anything is written.
         self._destination = destination_for(self.path)
         fd, self._tmp = temporary_path_for(self._destination)
-        self._file = os.fdopen(fd, "w+b")
+        self._file: BinaryIO | None = os.fdopen(fd, "w+b")
         self._file.write(b"\0" * self._header_length)  # rewritten with the count on close
+
+    def _open_file(self) -> BinaryIO:
+        if self._file is None:
+            raise TruncatedError(f"{self.path}: writer already closed")
+        return self._file
 
     def _header(self) -> bytes:
         return encode_header(self.type_text, self.count, self.placement.encodings)
@@ -113,7 +118,7 @@ class Writer:
         if array.size == 0:  # memoryview cannot cast an empty shape; there is nothing to write
             return
         try:
-            self._file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+            self._open_file().write(np.ascontiguousarray(array).data.cast("B"))
         except OSError as e:
             self.abort()
             raise TruncatedError(f"{self.path}: write failed: {e.strerror or e}") from e
@@ -143,7 +148,7 @@ class Writer:
 
     def _encode_leaf(self, i: int, leaf: Leaf, array: np.ndarray, where: Site) -> np.ndarray:
         placement = self.placement
-        if not leaf.is_real:
+        if leaf.bound is not None:  # an idx leaf
             return to_index(array, leaf.bound, leaf=where).astype(placement.disk_dtypes[i], copy=False)
         encoding = placement.encodings[i]
         if array.dtype == REAL_DTYPES[encoding]:
@@ -164,11 +169,12 @@ class Writer:
 
     def flush(self) -> None:
         """Writes the data so far and rewrites the header's count (the temporary file only)."""
-        self._file.flush()
-        self._file.seek(0)
-        self._file.write(self._header())
-        self._file.seek(0, os.SEEK_END)
-        self._file.flush()
+        file = self._open_file()
+        file.flush()
+        file.seek(0)
+        file.write(self._header())
+        file.seek(0, os.SEEK_END)
+        file.flush()
 
     def close(self) -> WriteResult:
         """Finishes the file and puts it in place of ``path``."""
@@ -256,7 +262,8 @@ def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
 def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]:
     if isinstance(structure, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(structure):
-            found = f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
+            found = (f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list))
+                     else type(value).__name__)
             raise MismatchError(f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)}, got {found}")
         values = []
         for i, (s, v) in enumerate(zip(structure, value)):
