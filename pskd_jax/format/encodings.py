@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import ml_dtypes
 import numpy as np
@@ -178,6 +177,12 @@ def _position(shape: tuple[int, ...], flat_index: int) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat_index, shape)) if shape else ()
 
 
+class RowNames(Protocol):
+    """Names the samples of a batch by row: a list of names, or an object that makes one on demand."""
+
+    def __getitem__(self, row: int, /) -> str: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Site:
     """Names a leaf in messages, and the samples along its first axis when it is batched.
@@ -187,7 +192,7 @@ class Site:
     """
 
     leaf: str
-    row_names: Sequence[str] | None = None
+    row_names: RowNames | None = None
     first_row: int = 0
 
     def at(self, shape: tuple[int, ...], flat_index: int) -> str:
@@ -337,6 +342,7 @@ __all__ = [
     "REAL_DTYPES",
     "Encoding",
     "Rounding",
+    "RowNames",
     "Site",
     "bfloat16",
     "check_finite",

@@ -17,6 +17,7 @@ from pskd_jax.format.encodings import (
     REAL_DTYPES,
     Encoding,
     Rounding,
+    RowNames,
     Site,
     check_finite_encoded,
     encoding_of_dtype,
@@ -87,7 +88,7 @@ class Writer:
     def _header(self) -> bytes:
         return encode_header(self.type_text, self.count, self.placement.encodings)
 
-    def append(self, batch: Any, *, row_names: Sequence[str] | None = None) -> None:
+    def append(self, batch: Any, *, row_names: RowNames | None = None) -> None:
         """Appends a batch: a pytree of the layout, every leaf with a leading batch axis.
 
         ``row_names`` names each sample in error messages (pack names its input lines)."""
@@ -123,7 +124,7 @@ class Writer:
             self.abort()
             raise TruncatedError(f"{self.path}: write failed: {e.strerror or e}") from e
 
-    def encode_batch(self, batch: Any, row_names: Sequence[str] | None = None) -> list[np.ndarray]:
+    def encode_batch(self, batch: Any, row_names: RowNames | None = None) -> list[np.ndarray]:
         """A batch → one on-disk array per leaf, shape (n, *leaf.shape), checked and encoded."""
         placement = self.placement
         layout = placement.layout
