@@ -231,10 +231,9 @@ def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, 
 def _check_types(a: Reader, b: Reader) -> None:
     """Refuses (E9005) two types of different structure; axis names and spacing do not count."""
     type_a, type_b = parse_type(a.header.type_text), parse_type(b.header.type_text)
-    params_a, params_b = isinstance(type_a, ParamsType), isinstance(type_b, ParamsType)
-    if params_a and params_b:
+    if isinstance(type_a, ParamsType) and isinstance(type_b, ParamsType):
         same = type_a.name == type_b.name
-    elif params_a or params_b:
+    elif isinstance(type_a, ParamsType) or isinstance(type_b, ParamsType):
         same = False
     else:
         same = Layout.of_type(type_a) == Layout.of_type(type_b)
@@ -248,7 +247,9 @@ def _pair_leaves(a: Reader, b: Reader) -> tuple[list[tuple[int, int]], tuple[str
 
     Closed types pair leaves in order (their paths are positions); ``params`` files by key path.
     """
-    leaves_a, leaves_b = a.placement.layout.leaves, b.placement.layout.leaves
+    placement_a, placement_b = a.placement, b.placement
+    assert placement_a is not None and placement_b is not None  # (leaves are paired when both have a layout)
+    leaves_a, leaves_b = placement_a.layout.leaves, placement_b.layout.leaves
     if not a.header.is_params:
         return [(i, i) for i, leaf in enumerate(leaves_a) if leaf.is_real], (), ()
     by_path = {leaf.path: j for j, leaf in enumerate(leaves_b)}
@@ -286,13 +287,19 @@ class _DataFile:
         self.reader = reader
         self.placement: Placement | None = reader.placement
 
+    @property
+    def placed(self) -> Placement:
+        """The placement of a file read through its layout (every reading but the flat comparison's)."""
+        assert self.placement is not None
+        return self.placement
+
     def read(self, offset: int, size: int) -> np.ndarray:
         """``size`` bytes of the data region from ``offset`` (E9003 when the file ends first)."""
         return self.reader.read_data(offset, offset + size)
 
     def values(self, raw: np.ndarray, i: int) -> np.ndarray:
         """Raw bytes of leaf ``i``'s elements (whole elements) as f64."""
-        placement = self.placement
+        placement = self.placed
         values = raw.view(placement.disk_dtypes[i])
         if placement.value_dtype(i) != placement.disk_dtypes[i]:
             values = values.view(placement.value_dtype(i))  # bf16 is stored as its u2 bits
@@ -314,10 +321,10 @@ def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], c
     samples when a sample fits a block, else sample by sample in chunks inside each leaf."""
     if not pairs or count == 0:
         return
-    elements = sum(a.placement.layout.leaves[i].size for i, _ in pairs)
+    elements = sum(a.placed.layout.leaves[i].size for i, _ in pairs)
     if elements == 0:  # no real element in any sample: nothing to read however many samples
         return
-    largest = max(a.placement.sample_bytes, b.placement.sample_bytes)
+    largest = max(a.placed.sample_bytes, b.placed.sample_bytes)
     if largest <= BLOCK_BYTES:
         yield from _by_blocks(a, b, pairs, count, max(1, BLOCK_BYTES // largest))
     else:
@@ -326,13 +333,13 @@ def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], c
 
 def _by_blocks(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int,
                per_block: int) -> Iterator[ChunkPair]:
-    size_a, size_b = a.placement.sample_bytes, b.placement.sample_bytes
+    size_a, size_b = a.placed.sample_bytes, b.placed.sample_bytes
     for first in range(0, count, per_block):
         n = min(per_block, count - first)
         rows_a = a.read(first * size_a, n * size_a).reshape(n, size_a)
         rows_b = b.read(first * size_b, n * size_b).reshape(n, size_b)
         for i, j in pairs:
-            leaf = a.placement.layout.leaves[i]
+            leaf = a.placed.layout.leaves[i]
             if leaf.size == 0:
                 continue
             yield (a.values(_leaf_columns(a, rows_a, i), i).reshape(-1),
@@ -342,15 +349,16 @@ def _by_blocks(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], cou
 
 def _leaf_columns(file: _DataFile, rows: np.ndarray, i: int) -> np.ndarray:
     """Leaf ``i``'s bytes in each row of whole samples, contiguous."""
-    start = file.placement.offsets[i]
-    width = file.placement.layout.leaves[i].size * file.placement.disk_dtypes[i].itemsize
+    placement = file.placed
+    start = placement.offsets[i]
+    width = placement.layout.leaves[i].size * placement.disk_dtypes[i].itemsize
     return np.ascontiguousarray(rows[:, start : start + width])
 
 
 def _inside_samples(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[ChunkPair]:
     for sample in range(count):
         for i, j in pairs:
-            leaf = a.placement.layout.leaves[i]
+            leaf = a.placed.layout.leaves[i]
             for lo in range(0, leaf.size, CHUNK_ELEMENTS):
                 hi = min(lo + CHUNK_ELEMENTS, leaf.size)
                 yield (a.values(_leaf_span(a, sample, i, lo, hi), i), b.values(_leaf_span(b, sample, j, lo, hi), j),
@@ -359,9 +367,15 @@ def _inside_samples(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]]
 
 def _leaf_span(file: _DataFile, sample: int, i: int, lo: int, hi: int) -> np.ndarray:
     """The bytes of elements ``lo .. hi - 1`` of leaf ``i`` of one sample."""
-    item = file.placement.disk_dtypes[i].itemsize
-    offset = sample * file.placement.sample_bytes + file.placement.offsets[i] + lo * item
+    placement = file.placed
+    item = placement.disk_dtypes[i].itemsize
+    offset = sample * placement.sample_bytes + placement.offsets[i] + lo * item
     return file.read(offset, (hi - lo) * item)
+
+
+def _element_namer(first: int) -> Callable[[int], str]:
+    """Names value k of a chunk of the data as one vector, the chunk starting at element ``first``."""
+    return lambda k: f"element {first + k} of the data"
 
 
 def _place_namer(path: str, size: int, first_sample: int, first_element: int) -> Callable[[int], str]:
@@ -395,7 +409,7 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
         for start in range(0, sizes[0], step):
             size = min(step, sizes[0] - start)
             with np.errstate(invalid="ignore"):  # (a signalling NaN widens to a NaN)
-                chunks = [f.read(start, size).view(disk).view(value).astype(np.float64) for f in (file_a, file_b)]
-            first = start // disk.itemsize
-            total.add(*chunks, lambda k, first=first: f"element {first + k} of the data")
+                chunk_a, chunk_b = [f.read(start, size).view(disk).view(value).astype(np.float64)
+                                    for f in (file_a, file_b)]
+            total.add(chunk_a, chunk_b, _element_namer(start // disk.itemsize))
     return total.distance(without_layout=True)

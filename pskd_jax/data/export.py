@@ -151,6 +151,7 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
         placement = reader.placement
         if placement is None:
             reader.samples()  # raises E9001 naming what is missing
+        assert placement is not None
         count = len(reader)
         if placement.sample_bytes == 0 and count > MAX_EMPTY_SAMPLES:
             raise TruncatedError(f"{path}: {count} samples of type {reader.header.type_text!r}, which hold no data: "
@@ -185,14 +186,16 @@ class ShownLeaves:
     file gave its form)."""
 
     def __init__(self, reader: Reader, forms: list[sd.Form | None] | None):
-        self.reader = reader
-        self.forms = forms or [None] * len(reader.placement.layout.leaves)
+        placement = reader.placement
+        assert placement is not None  # (shown only by a reader that has its layout)
+        self.reader, self.placement = reader, placement
+        self.forms = forms or [None] * len(placement.layout.leaves)
 
     def leaf(self, i: int, stored: np.ndarray, *, batched: bool = False) -> Any:
         form = self.forms[i]
         if form is None:
             return stored
-        placement = self.reader.placement
+        placement = self.placement
         leaf = placement.layout.leaves[i]
         where = f"{self.reader.path}: at {leaf.path or '(root)'}"
         shown = shown_values(stored, form, where, bound=leaf.bound,
@@ -225,7 +228,7 @@ def _sample_runs(reader: Reader, shown: ShownLeaves) -> Iterator[bytes | Iterato
     """The samples' JSON, a run of consecutive samples at a time: the bytes of a chunk of samples
     (separated by ", "), or an iterator of the pieces of one sample larger than a chunk (read leaf
     by leaf, row by row)."""
-    layout = reader.placement.layout
+    layout = shown.placement.layout
     count = len(reader)
     per_sample = layout.sample_elements
     if per_sample == 0:
@@ -255,9 +258,9 @@ _MARK = "\ue000pskd-leaf-{}\ue001"
 def _large_sample(reader: Reader, k: int, shown: ShownLeaves) -> Iterator[bytes]:
     """Sample ``k``'s JSON in pieces: its structure with each leaf written in place, a large leaf
     a block of rows at a time (positional reads of those rows alone)."""
-    layout = reader.placement.layout
+    layout = shown.placement.layout
     skeleton = _dumps(plain(layout.unflatten([_MARK.format(i) for i in range(len(layout.leaves))]))).decode("utf-8")
-    for i, leaf in enumerate(layout.leaves):
+    for i in range(len(layout.leaves)):
         before, after = skeleton.split(json.dumps(_MARK.format(i), ensure_ascii=False), 1)
         yield before.encode("utf-8")
         yield from _leaf_text(reader, k, i, shown)
@@ -267,7 +270,7 @@ def _large_sample(reader: Reader, k: int, shown: ShownLeaves) -> Iterator[bytes]
 
 def _leaf_text(reader: Reader, k: int, i: int, shown: ShownLeaves) -> Iterator[bytes]:
     """Leaf ``i`` of sample ``k`` as nested JSON lists, read a block of innermost rows at a time."""
-    leaf = reader.placement.layout.leaves[i]
+    leaf = shown.placement.layout.leaves[i]
     shape = leaf.shape
     if leaf.size <= CHUNK_ELEMENTS or not shape or shown.whole(i):
         yield _dumps(plain(shown.leaf(i, reader.leaf_range(k, i, 0, leaf.size).reshape(shape))))

@@ -39,7 +39,7 @@ class _Head:
 
 def _sample(reader: Reader, k: int, shown: ShownLeaves) -> Any:
     """Sample ``k`` as info shows it: small leaves whole, large ones as their :class:`_Head`."""
-    layout = reader.placement.layout
+    layout = shown.placement.layout
     values = []
     for i, leaf in enumerate(layout.leaves):
         if leaf.size > INFO_ELEMENTS and not shown.whole(i):

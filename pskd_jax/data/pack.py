@@ -82,7 +82,7 @@ def _value_blocks(path: str, width: int, sample_type: str) -> Iterator[tuple[lis
         del lines
         if numbers:
             yield tokens, np.frombuffer(numbers, dtype=np.int64)
-        tokens = numbers = None  # (not held while the next block is parsed)
+        del tokens, numbers  # (not held while the next block is parsed)
 
 
 class _LineNames:
@@ -233,7 +233,8 @@ def _leaf_column(column: np.ndarray, bound: int | None, path: str, numbers: np.n
     raise BadValueError(f"{path}:{numbers[row]}: value {first + col + 1} {_shown(flat[row, col])} is not {kind}")
 
 
-def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: np.ndarray, first: int) -> np.ndarray:
+def _indices(column: np.ndarray, flat: np.ndarray, bound: int, path: str, numbers: np.ndarray,
+             first: int) -> np.ndarray:
     """Digit tokens → uint64: at once when every token has at most 19 digits, else the long ones
     one by one, exactly (leading zeros allowed, values up to 2^64 - 1)."""
     lengths = np.char.str_len(flat.astype(str)) if flat.dtype == object else np.char.str_len(flat)

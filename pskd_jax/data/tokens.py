@@ -152,7 +152,7 @@ def _combine_planes(planes: list[np.ndarray]) -> np.ndarray:
     """Values from base-100 digit planes (Horner, most significant plane first), in the narrowest
     dtype that holds them: 2 digits fit a byte, 4 a ``uint16``, 8 a ``uint32``, 19 a ``uint64``."""
     dtype = (np.uint8, np.uint16, np.uint32, np.uint32, *(np.uint64,) * 6)[len(planes) - 1]
-    value = planes[-1].astype(dtype, copy=False)  # one plane: the plane itself, no copy
+    value: np.ndarray = planes[-1].astype(dtype, copy=False)  # one plane: the plane itself, no copy
     for plane in reversed(planes[:-1]):
         value *= dtype(100)
         value += plane
@@ -169,7 +169,7 @@ def _bad_token(path: PathLike, offset: int, block: bytes, position: int) -> Pskd
                          "expected non-negative decimal integers separated by whitespace")
 
 
-def _too_large(path: PathLike, offset: int, value: int, bound: int | None) -> PskdError:
+def _too_large(path: PathLike, offset: int, value: int | str, bound: int | None) -> PskdError:
     """The E9004 error for a token at or above ``bound`` (or 2**64) at byte ``offset``."""
     where = f"{os.fspath(path)}:{line_at(path, offset)}"
     if bound is None or bound > 1 << 64:
