@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def mode_words(mode: int) -> str:
     return "not a regular file"
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int | np.integer]:
     """Whether ``value`` is an integer: a Python ``int`` or a numpy integer, never a boolean.
 
     >>> is_integer(3), is_integer(np.uint8(3)), is_integer(True), is_integer(3.0)
