@@ -11,7 +11,7 @@ import numpy as np
 
 from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.format.sample_type import Dim, SampleType, TupleType, format_type, parse_type
+from pskd_jax.format.sample_type import Dim, ParamsType, SampleType, TupleType, format_type, parse_type
 from pskd_jax.pipeline.shuffle import MAX_N, MAX_SEED, held_permutation
 
 BLOCK_POSITIONS = 1 << 14  # positions whose order the iterator computes in one pass
@@ -97,10 +97,11 @@ class Pipeline:
         samples: ``batch(B = n)`` larger than the file would give every epoch zero batches, and
         a training run would loop over nothing.
 
-        >>> Pipeline("d.psk.d", seed=None, batch_size=8).check_batches(5)
+        >>> Pipeline("d.psk.d", seed=None, batch_size=8).check_batches(5)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pskd_jax.errors.PipelineError: E9010: stream "d.psk.d" |> batch(B = 8) makes no batch of 8 from 5 samples: the file needs at least 8 samples, or a smaller B
+        pskd_jax.errors.PipelineError: E9010: stream "d.psk.d" |> batch(B = 8) makes no batch of 8 from 5 samples:
+            the file needs at least 8 samples, or a smaller B
         """
         count = self.batches_per_epoch(n)
         if count == 0:
@@ -197,10 +198,11 @@ class Pipeline:
 
         >>> p = Pipeline("d.psk.d", seed=None, batch_size=32)
         >>> p.check_batch_type("(idx[64][seq: 8], ℝ[])", "(idx[64][B, seq: 8], ℝ[B])")
-        >>> p.check_batch_type("ℝ[3]", "ℝ[B, 4]")
+        >>> p.check_batch_type("ℝ[3]", "ℝ[B, 4]")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        pskd_jax.errors.PipelineError: E9010: batch(B = 32) over samples of type 'ℝ[3]' gives batches of type 'ℝ[32, 3]', but the step expects 'ℝ[B, 4]' (= 'ℝ[32, 4]')
+        pskd_jax.errors.PipelineError: E9010: batch(B = 32) over samples of type 'ℝ[3]' gives batches of type
+            'ℝ[32, 3]', but the step expects 'ℝ[B, 4]' (= 'ℝ[32, 4]')
         """
         check_batch_type(self.batch_size, sample_type, batch_type)
 
@@ -235,6 +237,7 @@ def _with_batch_axis(parsed: SampleType, batch_size: int) -> SampleType:
     """The type of a batch: a leading axis of ``batch_size`` on every leaf."""
     if isinstance(parsed, TupleType):
         return TupleType(tuple(_with_batch_axis(item, batch_size) for item in parsed.items))
+    assert not isinstance(parsed, ParamsType)  # (a params type has no layout of its own: refused before)
     return dataclasses.replace(parsed, dims=(Dim(batch_size), *parsed.dims))
 
 

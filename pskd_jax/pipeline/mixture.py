@@ -120,7 +120,7 @@ class Mixture:
         object.__setattr__(self, "batch_size", int(self.batch_size))
         if self.take is not None:
             object.__setattr__(self, "take", int(self.take))
-        self.schedule  # the weights are checked now (their total), not at the first batch
+        _ = self.schedule  # the weights are checked now (their total), not at the first batch
 
     def __str__(self) -> str:
         stages = ["mix(" + ", ".join(map(str, self.sources)) + ")", f"batch(B = {self.batch_size})"]

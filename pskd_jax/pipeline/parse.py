@@ -3,8 +3,8 @@
 
 The grammar, how relative paths resolve, why a pipeline file may stream only inside its own
 directory (or a ``root`` its reader names), and the E9010 messages are defined in
-``docs/pipeline.md`` ("The text"), mixtures (``mix(…)``, :mod:`pskd_jax.pipeline.mixture`) included; the evaluation over sample indices is in
-:mod:`pskd_jax.pipeline.batches`.
+``docs/pipeline.md`` ("The text"), mixtures (``mix(…)``, :mod:`pskd_jax.pipeline.mixture`) included; the
+evaluation over sample indices is in :mod:`pskd_jax.pipeline.batches`.
 """
 
 from __future__ import annotations
@@ -263,7 +263,8 @@ class _Parser:
         """One ``name(param = INT)`` after ``|>``."""
         name_token = self.peek()
         if name_token.kind != "name" or name_token.text not in _STAGES:
-            raise self.fail(name_token, f"expected a stage (shuffle, batch or take) after '|>', found {name_token.shown()}")
+            raise self.fail(name_token, "expected a stage (shuffle, batch or take) after '|>', "
+                                        f"found {name_token.shown()}")
         self.position += 1
         parameter, low, accepted = _STAGES[name_token.text]
         self.where = f"after {name_token.text}"
@@ -292,10 +293,12 @@ class _Parser:
         name = token.text
         if name in stages:
             first = stages[name][1]
-            raise self.fail(token, f"duplicate stage '{name}' (first at {first.line}:{first.column}): each stage appears once")
+            raise self.fail(token, f"duplicate stage '{name}' (first at {first.line}:{first.column}): "
+                                   "each stage appears once")
         later = [s for s in stages if _STAGE_ORDER.index(s) > _STAGE_ORDER.index(name)]
         if later:
-            raise self.fail(token, f"stage '{name}' must come before '{later[0]}': the order is stream, shuffle, batch, take")
+            raise self.fail(token, f"stage '{name}' must come before '{later[0]}': "
+                                   "the order is stream, shuffle, batch, take")
 
 
 def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
@@ -321,10 +324,13 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
         (stream,) = streams
         return Pipeline(path=_resolve(stream.path, base_dir), seed=stream.seed, batch_size=values["batch"],
                         take=values.get("take"))
-    sources = tuple(MixSource(_resolve(s.path, base_dir), s.seed, s.weight, f"{source}:{s.token.line}:{s.token.column}")
-                    for s in streams)
+    sources = []
+    for s in streams:
+        assert s.weight is not None  # (the parser asks each source of a mix for its weight)
+        sources.append(MixSource(_resolve(s.path, base_dir), s.seed, s.weight,
+                                 f"{source}:{s.token.line}:{s.token.column}"))
     try:
-        return Mixture(sources, batch_size=values["batch"], take=values.get("take"))
+        return Mixture(tuple(sources), batch_size=values["batch"], take=values.get("take"))
     except PipelineError as e:  # the weights' total: named at the mix
         raise PipelineError(f"{source}:{mix_token.line}:{mix_token.column}: {e.message}") from None
 

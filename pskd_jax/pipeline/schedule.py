@@ -31,7 +31,6 @@ import heapq
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Union
 
 import numpy as np
 
@@ -58,7 +57,7 @@ MAX_POSITION = 2**63 - 1
 RUN_CHUNK = 4096  # positions the splits evaluate at once
 TILE_SPAN = 256  # positions of whole periods evaluated once and repeated over a longer run
 
-Shape = Union[int, tuple["Shape", "Shape"]]  # a source number, or (left, right)
+Shape = int | tuple["Shape", "Shape"]  # a source number, or (left, right)
 
 _FIXED_SHAPES: dict[int, Shape] = {2: (0, 1), 3: (0, (1, 2)), 4: ((0, 1), (2, 3))}
 
