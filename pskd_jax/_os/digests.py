@@ -10,7 +10,6 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import xxhash
@@ -27,8 +26,14 @@ class _Hash(Protocol):
     def hexdigest(self) -> str: ...
 
 
+class _NewHash(Protocol):
+    """Makes a hash object, fed ``data`` first when it is given."""
+
+    def __call__(self, data: bytes = ..., /) -> _Hash: ...
+
+
 # algorithm → a new hash object
-DIGESTS: dict[str, Callable[[], _Hash]] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
+DIGESTS: dict[str, _NewHash] = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}
 BLOCK = 8 << 20  # bytes read and hashed at a time
 
 
