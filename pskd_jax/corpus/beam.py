@@ -102,7 +102,7 @@ def _readable(source: str) -> Iterator[tuple[str, dict[str, Any]]]:
     try:
         metadata = filesystems.match([source])[0].metadata_list[0]
         identity = {"path": source, "size": int(metadata.size_in_bytes),
-                    "mtime_ns": int(round(metadata.last_updated_in_seconds * 1e9))}
+                    "mtime_ns": round(metadata.last_updated_in_seconds * 1e9)}
         suffix = next(s for s in sorted(SUFFIXES, key=len, reverse=True) if source.endswith(s))
         with tempfile.TemporaryDirectory(prefix="pskd-corpus-input.") as directory:
             local = os.path.join(directory, "input" + suffix)
@@ -184,7 +184,7 @@ def build_transform(sources: Sequence[str], directory: str, options: BuildOption
     ``directory``: apply it to a pipeline (``pipeline | build_transform(...)``); its output is the
     manifest's path, once the manifest is written. ``readable`` gives, per source, the path a
     worker reads it from (default: the source itself)."""
-    beam = beam_module()
+    beam: Any = beam_module()  # (imported on first use: Any lets a class below derive from beam.PTransform)
     options = BuildOptions.checked(options)
     readable = list(readable) if readable is not None else list(sources)
     elements = [(i, s, r) for i, (s, r) in enumerate(zip(sources, readable, strict=True))]

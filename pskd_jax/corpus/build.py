@@ -86,8 +86,9 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
         finished = [r for r in results if r is not None]
         manifest = publisher.finish(finished)
         tidy_directory(directory, manifest)
+    examples = tuple(e for r in finished for e in r.examples)[:EXAMPLES]
     return BuildResult(manifest, sum(not r.kept for r in finished), sum(r.kept for r in finished),
-                       sum(r.entry.skipped for r in finished), tuple(e for r in finished for e in r.examples)[:EXAMPLES],
+                       sum(r.entry.skipped for r in finished), examples,
                        sum(r.input_bytes for r in finished), time.perf_counter() - started)
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import io
 import itertools
 import json
 import os
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -128,6 +129,7 @@ class Encoder:
                 texts = [s[: self.limit] for s in texts]
             lengths = np.fromiter(map(len, texts), np.int64, len(texts))
             points = np.frombuffer(b"\0\0\0\0".join([s.encode("utf-32-le") for s in texts]) + b"\0\0\0\0", "<u4")
+            assert self.table is not None  # (a chars tokenizer's encoder has its table)
             out = self.table.take(points)
         ends = np.cumsum(lengths + 1) - 1
         out[ends] = t.boundary
@@ -156,8 +158,8 @@ class Encoder:
             ids = [d[: self.limit] if len(d) > self.limit else d for d in ids]
         boundary = [t.boundary]
         total = sum(map(len, ids)) + len(ids)
-        return np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))),
-                           t.dtype, total)
+        documents = itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))
+        return np.fromiter(itertools.chain.from_iterable(documents), t.dtype, total)
 
 
 class _Refused(Exception):
@@ -208,7 +210,7 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
     return (encoder.encode(kept) if kept else np.zeros(0, encoder.tokenizer.dtype)), len(kept)
 
 
-def _line_blocks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
+def _line_blocks(f: io.BufferedIOBase, path: str) -> Iterator[tuple[int, bytes]]:
     """``(first line number, block)``: the file in blocks of whole lines (a leading UTF-8 byte
     order mark dropped)."""
     carry: list[bytes] = []  # the start of a line longer than a block, in pieces
@@ -286,8 +288,8 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
         yield from _txt_tokens(path, encoder, bad, on_bytes)
         return
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
-    raw = open(open_fd(path, CorpusInputError), "rb")
-    with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
+    with open(open_fd(path, CorpusInputError), "rb") as raw, \
+            (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         for first, block in _line_blocks(f, path):
             texts, lines = _jsonl_texts(path, block, first, options.text_key, bad)
             tokens, documents = _encode_checked(encoder, texts, lines, path, bad)
@@ -316,6 +318,7 @@ def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[
             else:
                 if limit is not None:
                     points = points[: limit - produced]
+                assert encoder.table is not None  # (a chars tokenizer's encoder has its table)
                 tokens = encoder.table.take(points)
                 if len(tokens) and tokens.max() > t.boundary:
                     position = int(np.argmax(tokens > t.boundary))

@@ -62,7 +62,7 @@ class BuildJournal:
             for shard in entries:
                 f.write(self._line(shard.to_json()))
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        self._file = open(fd, "ab")
+        self._file = open(fd, "ab")  # noqa: SIM115  # appended to until close(), not within one block
 
     def add(self, shard: Shard) -> None:
         """Records one more finished shard, durably."""

@@ -87,7 +87,7 @@ def content_problem(fd: int, path: str, header: Header, shard: Shard, tokenizer:
     item = dtype.itemsize
     end = header.data_offset + shard.tokens * item
     buffer = np.empty(max(item, min(BLOCK, end)), np.uint8)
-    view = memoryview(buffer)
+    view = buffer.data
     checks_bound = bound < 1 << (8 * item)  # idx[256] in u8 holds no value at or above its bound
     first_bad: tuple[int, int] | None = None  # (token position, value)
     boundaries = 0
@@ -294,5 +294,5 @@ def _describe_tokenizer(t: Tokenizer) -> str:
     return t.describe()
 
 
-__all__ = ["ShardProblem", "VerifyResult", "check_shards", "check_tokenizer", "content_problem", "header_problem", "info_lines",
-           "merge_manifests", "open_shard", "shard_header", "shard_problem", "verify_corpus"]
+__all__ = ["ShardProblem", "VerifyResult", "check_shards", "check_tokenizer", "content_problem", "header_problem",
+           "info_lines", "merge_manifests", "open_shard", "shard_header", "shard_problem", "verify_corpus"]

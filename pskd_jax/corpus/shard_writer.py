@@ -138,7 +138,7 @@ class ShardWriter:
         """Appends one chunk, syncs it, then counts it in the header and syncs that."""
         if not len(tokens):
             return
-        self._write_at(memoryview(np.ascontiguousarray(tokens)), self._data_offset + self.count * self._item)
+        self._write_at(np.ascontiguousarray(tokens).data, self._data_offset + self.count * self._item)
         self._sync()
         self.count += len(tokens)
         self._write_at(self.tokenizer.header(self.count), 0)

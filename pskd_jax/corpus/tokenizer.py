@@ -26,6 +26,7 @@ boundary is one of its tokens. Ids are stored in the narrowest unsigned integers
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -114,7 +115,7 @@ class Tokenizer:
         return cls._hf(path, raw, boundary_token)
 
     @classmethod
-    def _hf(cls, path: str, raw: bytes, boundary_token: str | None) -> Tokenizer:
+    def _hf(cls, path: str, raw: builtins.bytes, boundary_token: str | None) -> Tokenizer:  # (not cls.bytes)
         library = tokenizers_module()
         try:
             native = library.Tokenizer.from_str(raw.decode("utf-8"))
@@ -150,16 +151,28 @@ class Tokenizer:
     # -- sizes ----------------------------------------------------------------------------------
 
     @property
+    def _characters(self) -> tuple[str, ...]:
+        """A chars tokenizer's vocabulary (the one kind that has one)."""
+        assert self.vocab is not None
+        return self.vocab
+
+    @property
     def size(self) -> int:
         """The tokenizer's own ids: 256 bytes, the vocabulary's length, or a tokenizer.json's ids."""
         if self.kind == "bytes":
             return BYTE_TOKENS
-        return len(self.vocab) if self.kind == "chars" else self.tokens
+        if self.kind == "chars":
+            return len(self._characters)
+        assert self.tokens is not None  # (an hf tokenizer knows its ids)
+        return self.tokens
 
     @property
     def boundary(self) -> int:
         """The id after every document: the end-of-text token, else the first id past the tokenizer's."""
-        return self.boundary_id if self.boundary_token is not None else self.size
+        if self.boundary_token is None:
+            return self.size
+        assert self.boundary_id is not None  # (a boundary token has its id)
+        return self.boundary_id
 
     @property
     def vocab_size(self) -> int:
@@ -174,14 +187,14 @@ class Tokenizer:
     def sample_type(self) -> str:
         return f"idx[{self.vocab_size}][]"
 
-    def header(self, count: int) -> bytes:
+    def header(self, count: int) -> builtins.bytes:  # (not cls.bytes)
         """The ``.psk.d`` header of a shard of ``count`` tokens."""
         return encode_header(self.sample_type, count, [Encoding.F64])
 
     def code_point_table(self) -> np.ndarray:
         """For ``chars``: code point → token, ``vocab_size`` (one past the boundary) where unknown."""
         table = np.full(CODE_POINTS, self.vocab_size, dtype=index_dtype(self.vocab_size + 1))
-        table[[ord(c) for c in self.vocab]] = np.arange(len(self.vocab))
+        table[[ord(c) for c in self._characters]] = np.arange(len(self._characters))
         return table
 
     # -- the tokenizers library ------------------------------------------------------------------
@@ -192,6 +205,7 @@ class Tokenizer:
         if self.kind != "hf":
             raise UsageError(f"a {self.kind} tokenizer has no tokenizer.json")
         if self._native is None:
+            assert self.path is not None  # (an hf tokenizer has its tokenizer.json)
             loaded = Tokenizer.from_file(self.path, boundary_token=self.boundary_token or "")
             if loaded.sha256 != self.sha256 or loaded.tokens != self.tokens or loaded.boundary != self.boundary:
                 raise CorpusDirectoryError(f"{self.path}: this tokenizer.json has sha256 {loaded.sha256}, but the "
@@ -254,7 +268,8 @@ class Tokenizer:
     def _decode_text(self, ids: np.ndarray, first: int, errors: str) -> str:
         """The text of ids holding no boundary (``first``: where they start, for messages)."""
         if self.kind == "chars":
-            return "".join([self.vocab[i] for i in ids.tolist()])
+            vocab = self._characters
+            return "".join([vocab[i] for i in ids.tolist()])
         if self.kind == "hf":
             return self.native().decode(ids.tolist(), skip_special_tokens=False) if len(ids) else ""
         try:
@@ -278,8 +293,9 @@ class Tokenizer:
         if self.kind == "bytes":
             return f"bytes, vocabulary {self.vocab_size}"
         if self.kind == "chars":
-            shown = "".join(self.vocab[:20])
-            return f"chars, {self.size} characters {shown!r}{'…' if self.size > 20 else ''}, vocabulary {self.vocab_size}"
+            shown = "".join(self._characters[:20])
+            more = "…" if self.size > 20 else ""
+            return f"chars, {self.size} characters {shown!r}{more}, vocabulary {self.vocab_size}"
         end = f"boundary {self.boundary_token!r} ({self.boundary})" if self.boundary_token is not None \
             else f"boundary {self.boundary} past its ids"
         return f"tokenizer.json {self.path} of sha256 {self.sha256}, {self.size} ids, {end}"
@@ -290,7 +306,7 @@ class Tokenizer:
         if self.kind == "bytes":
             return {"kind": "bytes"}
         if self.kind == "chars":
-            return {"kind": "chars", "vocab": list(self.vocab)}
+            return {"kind": "chars", "vocab": list(self._characters)}
         return {"kind": "hf", "path": self.path, "sha256": self.sha256, "vocab_size": self.tokens,
                 "boundary_token": self.boundary_token, "boundary": self.boundary}
 
@@ -314,7 +330,7 @@ class Tokenizer:
                 raise CorpusDirectoryError(f"{name}: tokenizer vocab: token {i} is {json_kind(token)}, not one "
                                 "character")
         try:
-            return cls.chars(data.get("vocab"), f"{name}: tokenizer vocab")
+            return cls.chars(vocab, f"{name}: tokenizer vocab")
         except PskdError as e:
             raise CorpusDirectoryError(e.message) from None
 

@@ -222,8 +222,9 @@ class CorpusWindows(RandomAccessSource):
                 raise ShardProblem(problem)
             tokens = np.zeros(0, tokenizer.dtype)
             if self.access == "mmap" and entry.tokens:
-                tokens = np.frombuffer(source.mapped(size), tokenizer.dtype, count=entry.tokens,
-                                       offset=header.data_offset)
+                mapped = source.mapped(size)
+                assert mapped is not None  # (a shard of tokens is no empty file: its header said so)
+                tokens = np.frombuffer(mapped, tokenizer.dtype, count=entry.tokens, offset=header.data_offset)
             return _OpenShard(entry, path, source, header, tokens)
         except ShardProblem as e:
             source.close()
@@ -273,7 +274,7 @@ class CorpusWindows(RandomAccessSource):
         high = max(address[k] + len(tokens[k]) * item for k in live)
         for k in live:
             shift[k] = (address[k] - low) // item - offsets[k]
-        base = tokens[min(live, key=address.get)].view(np.uint8)
+        base = tokens[min(live, key=address.__getitem__)].view(np.uint8)
         span = (high - low) // item - self.seq  # record starts whose window, target included, ends by high
         views = [as_strided(np.ndarray((1,), dtype=record, buffer=base[skip:]), shape=(span,), strides=(item,),
                             writeable=False) for skip in (0, item)]
@@ -349,7 +350,7 @@ class CorpusWindows(RandomAccessSource):
                 local = at - int(state.offsets[k])
                 take = min(stop - at, int(state.counts[k]) - local)
                 if self.access == "pread":
-                    state.sources[k].read_at(memoryview(out[at - start : at - start + take].view(np.uint8)),
+                    state.sources[k].read_at(out[at - start : at - start + take].view(np.uint8).data,
                                              int(state.data_offsets[k]) + local * self.dtype.itemsize)
                 else:
                     self._check_still_whole(state, (k,))
@@ -378,6 +379,7 @@ class CorpusWindows(RandomAccessSource):
         if not self._bounded or tokens.size == 0 or tokens.max() < bound:
             return
         flat = first_true(tokens >= bound)
+        assert flat is not None  # (the largest token is at or above the bound)
         position = int(position_of(flat))
         k = int(np.searchsorted(state.offsets, position, side="right")) - 1
         raise BadValueError(f"{self.path}: shard {k} {state.manifest.shards[k].path}: token "
