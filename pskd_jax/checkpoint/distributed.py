@@ -213,7 +213,7 @@ def _write_shard(fd: int, temporary: str, plan_: SavePlan, i: int, shard: Any, o
     run_bytes = run * itemsize
     start = _leaf_start(plan_, i)
     for k, element in enumerate(runs):
-        write_at(fd, memoryview(encoded[k * run_bytes : (k + 1) * run_bytes]), start + element * itemsize, temporary)
+        write_at(fd, encoded[k * run_bytes : (k + 1) * run_bytes].data, start + element * itemsize, temporary)
 
 
 def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[str, str]) -> None:

@@ -83,7 +83,7 @@ def encode_chunks(i: int, plan_: SavePlan, round_to_encoding: bool, reports: dic
     box = tuple(array.shape)
     disk = placement.disk_dtypes[i]
     name = leaf_name(leaf.path)
-    if not leaf.is_real:
+    if leaf.bound is not None:  # an idx leaf
         for start, chunk in _flat_chunks(array, CHUNK_BYTES):
             site = _ChunkSite(name, full_shape=box, start=start, origin=origin)
             if chunk.dtype == disk or chunk.dtype == np.bool_:
@@ -99,6 +99,7 @@ def encode_chunks(i: int, plan_: SavePlan, round_to_encoding: bool, reports: dic
         if half or native is not None:
             # float16 goes to f32 by its bits (the hardware conversion would quiet a signalling NaN)
             encoded = sd.float16_to_float32(chunk) if half else _native_real(chunk, encoding)
+            assert encoded is not None  # (a chunk of an array in its encoding's dtype is too)
             if finite_only:
                 check_finite_encoded(encoded, encoding, site)
             yield encoded.view(disk)
@@ -118,7 +119,7 @@ def encode_chunks(i: int, plan_: SavePlan, round_to_encoding: bool, reports: dic
 
 
 def bytes_of(chunk: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(chunk).reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(chunk).reshape(-1).view(np.uint8).data
 
 
 __all__ = ["CHUNK_BYTES", "bytes_of", "encode_chunks"]

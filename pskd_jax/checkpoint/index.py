@@ -30,7 +30,7 @@ _KNOWN = ("step", "file", "layout", "type", "bytes", "digest", "extra", "score",
 
 def is_step(value: Any) -> bool:
     """Whether ``value`` is a step: an integer (not a boolean) from 0 to :data:`MAX_STEP`."""
-    return is_integer(value) and 0 <= value <= MAX_STEP
+    return is_integer(value) and bool(0 <= value <= MAX_STEP)
 
 
 def check_step(value: Any) -> int:

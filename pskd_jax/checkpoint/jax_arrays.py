@@ -28,7 +28,7 @@ def wants_jax(spec: Any) -> bool:
     if spec is None or isinstance(spec, np.ndarray) or not is_array_like(spec):
         return False
     module = type(spec).__module__ or ""
-    return module.startswith("jax") or module.startswith("jaxlib")
+    return module.startswith(("jax", "jaxlib"))
 
 
 def sharding_of(spec: Any) -> Any:

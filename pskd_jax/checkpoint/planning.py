@@ -83,9 +83,7 @@ def _source(path: str, value: Any, keep_global: bool) -> tuple[Any, sd.Form]:
     dtype = getattr(array, "dtype", None)
     if isinstance(array, np.ndarray) and array.dtype == object:
         ints = _object_ints(array, path)
-        if ints is not None:
-            return ints, sd.form_of_dtype(ints.dtype)
-        return array, sd.form_of_dtype(np.float64)
+        array, dtype = (ints, ints.dtype) if ints is not None else (array, np.dtype(np.float64))
     form = sd.form_of_dtype(dtype)
     if form is None:
         raise MismatchError(f"{leaf_name(path)}: dtype {dtype} cannot be stored in a checkpoint (numbers, bools, "
@@ -119,7 +117,8 @@ def _encodings_asked(pairs: list[tuple[str, Any]], leaves: list[Leaf], asked: An
         try:
             encoding = Encoding.parse(label) if isinstance(label, str) else Encoding(label)
         except (ValueError, TypeError):
-            raise BadValueError(f"{leaf_name(leaf.path)}: unknown encoding {label!r:.40}; expected f64, f32 or bf16") from None
+            raise BadValueError(f"{leaf_name(leaf.path)}: unknown encoding {label!r:.40}; "
+                                "expected f64, f32 or bf16") from None
         if not leaf.is_real and encoding != Encoding.F64:
             raise MismatchError(f"{leaf_name(leaf.path)} is an index leaf; it has no real encoding")
         out.append(encoding)
@@ -172,6 +171,14 @@ def _closed_form(form: sd.Form, value: Any) -> bool:
     return is_array_like(value) and form.kind == sd.KIND_VALUE and form.dtype != "float16"
 
 
+def _own_encoding(form: sd.Form, leaf: Leaf) -> Encoding:
+    """The encoding a leaf gets when none is asked for: its form's for a real leaf, 0 for an idx leaf."""
+    if leaf.is_real:
+        assert form.encoding is not None  # (every real form has its encoding)
+        return form.encoding
+    return Encoding.F64
+
+
 def plan(tree: Any, options: SaveOptions | None = None, *, keep_global: bool = False) -> SavePlan:
     """The type, layout and encodings a save of ``tree`` with ``options`` writes (no file is
     touched); ``keep_global`` keeps arrays spread over several processes (a distributed save)."""
@@ -194,8 +201,7 @@ def plan(tree: Any, options: SaveOptions | None = None, *, keep_global: bool = F
             shape = form.stored_shape(shape)
         leaves.append(Leaf(path, shape, form.bound))
     asked = _encodings_asked(pairs, leaves, encodings)
-    chosen = [a if a is not None else (f.encoding if leaf.is_real else Encoding.F64)
-              for a, f, leaf in zip(asked, forms, leaves)]
+    chosen = [a if a is not None else _own_encoding(f, leaf) for a, f, leaf in zip(asked, forms, leaves)]
     closed = [_closed_form(f, v) for f, (_, v) in zip(forms, pairs)]
     if pairs and is_array_like(tree) and not isinstance(tree, (list, tuple, dict)) and len(pairs) == 1 \
             and pairs[0][1] is tree and closed[0]:

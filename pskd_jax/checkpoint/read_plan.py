@@ -37,7 +37,7 @@ class FileView:
     whether they are matched to a target by key path, and how they form a tree without one."""
 
     layout: Layout
-    forms: list[sd.Form | None]
+    forms: Sequence[sd.Form | None]
     by_path: bool
     layout_file: LayoutFile | None = None
 
@@ -46,9 +46,9 @@ def _form_of_spec(spec: TargetSpec, value: Any) -> sd.Form:
     """How a target leaf would have been stored (a file without a layout file is read so)."""
     if spec.key is not None:
         return sd.key_form(*spec.key)
-    if spec.python is not None:
-        return sd.python_form(value)
-    return sd.form_of_dtype(spec.dtype)
+    form = sd.python_form(value) if spec.python is not None else sd.form_of_dtype(spec.dtype)
+    assert form is not None  # (spec_of takes only what a checkpoint can store)
+    return form
 
 
 def _stored_leaf(path: str, spec: TargetSpec, form: sd.Form, value: Any) -> Leaf:
@@ -94,6 +94,7 @@ def file_view(reader: Reader, layout: Any, target_pairs, specs: list[TargetSpec]
     if target_pairs is None:
         raise NotClosedError(f"{path}: type {reader.header.type_text!r} needs its layout: pass a target pytree, "
                              f"layout=..., or keep {os.path.basename(layout_path_for(path))} beside it")
+    assert specs is not None  # (given with the target's pairs)
     return _template_view(target_pairs, specs, None)
 
 
@@ -133,10 +134,10 @@ def match_by_path(path: str, file_layout: Layout, target_paths: list[str], parti
     dict's ``…`` and back); E9005 listing every missing and extra key path."""
     index = {leaf.path: i for i, leaf in enumerate(file_layout.leaves)}
     aliases: dict[str, int | None] = {}
-    for i, leaf in enumerate(file_layout.leaves):
+    for position, leaf in enumerate(file_layout.leaves):
         for alias in (_without_value(leaf.path), leaf.path + ".value"):
             if alias is not None and alias not in index:
-                aliases[alias] = None if alias in aliases else i  # (an ambiguous alias matches nothing)
+                aliases[alias] = None if alias in aliases else position  # (an ambiguous alias matches nothing)
     chosen: list[int | None] = []
     missing: list[str] = []
     for target_path in target_paths:
@@ -178,7 +179,9 @@ def _saved_category(leaf: Leaf, form: sd.Form | None) -> str:
         return "key"
     if form.kind == sd.KIND_PYTHON:
         return {"bool": "bool", "int": "int", "float": "real"}[form.dtype]
-    return category(sd.dtype_named(form.dtype))
+    named = sd.dtype_named(form.dtype)
+    assert named is not None  # (the stored dtypes of the other kinds have names)
+    return category(named)
 
 
 def _describe_saved(leaf: Leaf, form: sd.Form | None, placement: Placement, i: int) -> str:

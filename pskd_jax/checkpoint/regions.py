@@ -47,7 +47,7 @@ def read_region(fd: int, path: str, offset: int, shape: tuple[int, ...], disk: n
     run_bytes = run * disk.itemsize
     for k, start in enumerate(runs):
         if run_bytes:
-            read_into(fd, memoryview(flat[k * run_bytes : (k + 1) * run_bytes]), offset + start * disk.itemsize, path)
+            read_into(fd, flat[k * run_bytes : (k + 1) * run_bytes].data, offset + start * disk.itemsize, path)
     return out
 
 

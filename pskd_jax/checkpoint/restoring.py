@@ -283,7 +283,7 @@ def _read_leaves(fd: int, path: str, data_offset: int, placement: Placement, whi
 
 
 def _as_bytes(array: np.ndarray) -> memoryview:
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return array.reshape(-1).view(np.uint8).data
 
 
 def _finish(path: str, raw: np.ndarray, leaf: Leaf, form: sd.Form | None, spec: TargetSpec | None,
@@ -297,8 +297,8 @@ def _finish(path: str, raw: np.ndarray, leaf: Leaf, form: sd.Form | None, spec: 
     jax = jax_module()
     sharding = spec.sharding if spec is not None else None
     if is_key:
-        impl = form.impl if form is not None else spec.key[0]
-        keys = wrap_keys(jax.device_put(value), impl)
+        assert form is not None and form.impl is not None  # (a key leaf's form names its implementation)
+        keys = wrap_keys(jax.device_put(value), form.impl)
         return jax.device_put(keys, sharding) if sharding is not None else keys
     return jax.device_put(value, sharding) if sharding is not None else jax.device_put(value)
 
@@ -320,13 +320,15 @@ def _restore_sharded(fd: int, path: str, offset: int, leaf: Leaf, form: sd.Form 
             else:
                 piece = read_region(fd, path, offset, leaf.shape, disk, value, index)
             saved = saved_values(piece, leaf, form, placement, i, where)
+            assert spec.dtype is not None  # (an array leaf: a key or a scalar is never sharded)
             cache[key] = cast(saved, spec.dtype, where, allow_overflow=allow_overflow)
         return cache[key]
 
     return jax.make_array_from_callback(leaf.shape, spec.sharding, shard, dtype=spec.dtype)
 
 
-def read_saved_leaves(path: str | os.PathLike, *, layout: Any = None) -> tuple[list[tuple[str, Any]], LayoutFile | None]:
+def read_saved_leaves(path: str | os.PathLike, *,
+                      layout: Any = None) -> tuple[list[tuple[str, Any]], LayoutFile | None]:
     """Every leaf of a checkpoint as (key path, saved value), in storage order, as numpy (key
     arrays as their key data, Python scalars as themselves), and its layout file (when it has
     one): what a conversion writes out."""

@@ -152,7 +152,7 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
         tree = nest(keys, [tensors[n] for n in order])
     except MismatchError as e:
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
-    if options.name is None and (metadata or {}).get(TYPE_KEY, "").startswith("params "):
+    if options.name is None and metadata and metadata.get(TYPE_KEY, "").startswith("params "):
         options = options.replace(name=metadata[TYPE_KEY].split(" ", 1)[1])
     extra = {"safetensors": {"metadata": metadata}}  # (None: the source had none, and gets none back)
     return save_checkpoint(destination, tree, options, layout_extra=extra)

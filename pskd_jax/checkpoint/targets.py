@@ -39,6 +39,7 @@ class TargetSpec:
             return "key"
         if self.python is not None:
             return {bool: "bool", int: "int", float: "real"}[self.python]
+        assert self.dtype is not None  # (neither a key nor a Python scalar: an array of a dtype)
         return category(self.dtype)
 
     def describe(self) -> str:
@@ -46,6 +47,7 @@ class TargetSpec:
             return f"{self.shape} key<{self.key[0]}>"
         if self.python is not None:
             return f"a Python {self.python.__name__}"
+        assert self.dtype is not None  # (an array of a dtype)
         return f"{self.shape} {sd.dtype_name(self.dtype)}"
 
 
@@ -174,6 +176,7 @@ def to_target(saved: Any, spec: TargetSpec | None, where: str, allow_overflow: b
         if spec.python is int and isinstance(value, float):
             raise MismatchError(f"{where}: expected a Python int, found a real")
         return spec.python(value)
+    assert spec.dtype is not None  # (neither a key nor a Python scalar: an array of a dtype)
     if isinstance(saved, (bool, int, float)):
         return _python_to_array(saved, spec.dtype, where, allow_overflow)
     return cast(saved, spec.dtype, where, allow_overflow=allow_overflow)
