@@ -107,7 +107,7 @@ class Loader:
 
         Dtypes are fixed by the source's layout, so they are looked at once; a u64 leaf (an idx
         bound above 2^32) is then checked batch by batch for values that 32 bits cannot hold."""
-        if jax.config.jax_enable_x64:
+        if jax.config.jax_enable_x64:  # type: ignore[attr-defined]  # a flag JAX's stubs do not declare
             return
         leaves = jax.tree_util.tree_leaves(host_batch)
         if self._wide_leaves is None:
@@ -163,12 +163,14 @@ class Loader:
         rows = None
         for following, epoch, j in self.pipeline.iter_batch_numbers(n, state, epochs=self.epochs):
             rows = self._local_rows(batch_size) if rows is None else rows
-            parts = [self.source.gather(self.pipeline.batch_indices(n, epoch, j, start=a, stop=min(a + PART_ROWS, rows[1])))
+            parts = [self.source.gather(self.pipeline.batch_indices(n, epoch, j, start=a,
+                                                                    stop=min(a + PART_ROWS, rows[1])))
                      for a in range(rows[0], max(rows[1], rows[0] + 1), PART_ROWS)]
             yield following, jax.tree_util.tree_map(lambda *leaves: np.concatenate(leaves), *parts)
 
     def _produce(self, state: IteratorState) -> None:
         out = self._queue
+        assert out is not None  # (made by _start before the thread that runs this)
         try:
             group: list[tuple[IteratorState, Any]] = []
             batch_size = self.pipeline.batch_size
@@ -213,7 +215,9 @@ class Loader:
         try:
             while True:
                 started = time.perf_counter()
-                item = self._queue.get()
+                made = self._queue
+                assert made is not None  # (made by _start; gone only after close() inside the loop, a misuse)
+                item = made.get()
                 self.waited_seconds += time.perf_counter() - started
                 if item is _DONE:
                     return
