@@ -101,26 +101,25 @@ def _stderr_held() -> Iterator[None]:
     with the toolkit's error (its one line says it), shown when anything else went wrong."""
     sys.stderr.flush()
     saved = os.dup(2)
-    held = tempfile.TemporaryFile()
-    os.dup2(held.fileno(), 2)
-    show = False
-    try:
-        yield
-    except PskdError:
-        raise
-    except BaseException:
-        show = True
-        raise
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        if show:
-            held.seek(0)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        show = False
+        try:
+            yield
+        except PskdError:
+            raise
+        except BaseException:
+            show = True
+            raise
+        finally:
             sys.stderr.flush()
-            shutil.copyfileobj(held, sys.stderr.buffer)
-            sys.stderr.flush()
-        held.close()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if show:
+                held.seek(0)
+                sys.stderr.flush()
+                shutil.copyfileobj(held, sys.stderr.buffer)
+                sys.stderr.flush()
 
 
 def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str) -> Iterator[str]:
@@ -129,14 +128,15 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str)
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
            f"vocabulary {m.vocab_size} with boundary {m.boundary}{kept})")
     if result.skipped:
-        yield f"pskd: left out {result.skipped} bad documents (--skip-bad)" + ("; the first:" if result.examples else "")
+        first = "; the first:" if result.examples else ""
+        yield f"pskd: left out {result.skipped} bad documents (--skip-bad){first}"
         for example in result.examples:
             yield f"pskd:   {example}"
     mb = result.input_bytes / 1e6
     if result.built:
+        workers = f"{options.workers} worker{'s' if options.workers > 1 else ''}"
         yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
-               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {options.workers} worker{'s' if options.workers > 1 else ''}"
-               f"{' ' + where if where else ''})")
+               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {workers}{' ' + where if where else ''})")
 
 
 def _manifest_path(given: str) -> str:

@@ -135,7 +135,8 @@ def _tokenizer_options(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--vocab", metavar="VOCAB.json", help="a character vocabulary (pskd chars)")
     which.add_argument("--tokenizer", metavar="tokenizer.json",
-                       help="a Hugging Face tokenizer.json (pip install 'pskd_jax[tokenizers]'); the text is one document")
+                       help="a Hugging Face tokenizer.json (pip install 'pskd_jax[tokenizers]'); "
+                            "the text is one document")
 
 
 LAYOUT_HELP = "the layout of a params file (default: the NAME.layout.json written beside it, if any)"
@@ -164,8 +165,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = command("pack", _pack, "Pack one sample a line of text values into a .psk.d file.")
     p.add_argument("input", metavar="INPUT.txt")
     p.add_argument("--type", required=True, help="the sample type, e.g. '(idx[10][], ℝ[3])'")
-    p.add_argument("--encoding", help="f64, f32 or bf16 for every real leaf, or a comma list, one per leaf ('-' for an idx leaf)")
-    p.add_argument("--round", action="store_true", help="round reals to their encoding (half-even) and report the largest error")
+    p.add_argument("--encoding",
+                   help="f64, f32 or bf16 for every real leaf, or a comma list, one per leaf ('-' for an idx leaf)")
+    p.add_argument("--round", action="store_true",
+                   help="round reals to their encoding (half-even) and report the largest error")
     p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
 
     p = command("lm-windows", _lm_windows, "Cut a token stream into language-modelling windows.")

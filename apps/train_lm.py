@@ -1,8 +1,10 @@
 """Train a small character-level language model on an ``lm-windows`` file or a sharded corpus.
 
-    python -m pskd_jax.apps.train_lm --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
+    python -m pskd_jax.apps.train_lm \
+        --pipeline 'stream "out/demo/windows.psk.d" |> shuffle(seed = 1) |> batch(B = 32)' \
         --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
-    python -m pskd_jax.apps.train_lm --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
+    python -m pskd_jax.apps.train_lm \
+        --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
         --seq 64 [--stride 64] [--noverify_corpus] [--mask_boundary] --steps 300
 
 A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
@@ -108,11 +110,14 @@ def open_data(config: RunConfig) -> TrainingData:
     """The pipeline named by ``--pipeline`` and the source it streams: windows cut from a corpus
     (its manifest), or an lm-windows file."""
     from pskd_jax import corpus
-    from pskd_jax.pipeline import load_pipeline, parse_pipeline
+    from pskd_jax.errors import UsageError
+    from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
+    if isinstance(pipeline, Mixture):
+        raise UsageError("--pipeline: the training job streams one source, not a mix(…) of several")
     return _corpus_data(pipeline, config) if corpus.is_manifest(pipeline.path) else _windows_file_data(pipeline, config)
 
 
@@ -155,8 +160,8 @@ def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
     if config.tokenizer is not None:
         raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
     reader = Reader(pipeline.path, access=config.access)
-    inputs_leaf = reader.placement.layout.leaves[0]
-    if inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
+    inputs_leaf = reader.placement.layout.leaves[0] if reader.placement is not None else None  # (None: params)
+    if inputs_leaf is None or inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
         raise PipelineError(
             f"{reader.path} holds samples of type {reader.header.type_text!r}; the training job reads "
             "lm-windows files, of type (idx[V][seq: T], idx[V][seq: T]), or a corpus's shards.json")
