@@ -71,8 +71,9 @@ def main() -> int:
         size = sum(os.path.getsize(p) for p in inputs) / MB
         print(f"beam build: {size:.0f} MB of JSONL in {args.files} files, {args.tokenizer} tokenizer, 2 workers each "
               f"(the command, start-up included)")
-        print(f"  pskd corpus build --workers 2:                {times['local']:.2f} s ({size / times['local']:.1f} MB/s)")
-        print(f"  pskd corpus build --workers 2 --runner beam:  {times['beam']:.2f} s ({size / times['beam']:.1f} MB/s)")
+        for name, command in (("local", "pskd corpus build --workers 2:"),
+                              ("beam", "pskd corpus build --workers 2 --runner beam:")):
+            print(f"  {command:45s} {times[name]:.2f} s ({size / times[name]:.1f} MB/s)")
         print(f"  beam / local = {times['beam'] / times['local']:.2f}x the time; same bytes: "
               f"{'yes' if identical else 'NO'}")
         return 0 if identical else 1

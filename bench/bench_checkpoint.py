@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from pskd_jax import checkpoint as ck  # noqa: E402
 from pskd_jax._os.digests import DIGESTS, file_digest  # noqa: E402
 from pskd_jax._os.names import layout_path_for  # noqa: E402
-from pskd_jax.checkpoint import (
+from pskd_jax.checkpoint import (  # noqa: E402
     SaveOptions,
     restoring,
 )
@@ -322,9 +322,9 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-_ORBAX_SETUP = """
+_ORBAX_SETUP = f"""
 import sys, pathlib, shutil
-sys.path.insert(0, %r)
+sys.path.insert(0, {str(ROOT)!r})
 from pskd_jax import checkpoint as ck
 import orbax.checkpoint as ocp
 directory = pathlib.Path(sys.argv[1])
@@ -333,7 +333,7 @@ shutil.rmtree(directory / "orbax", ignore_errors=True)
 checkpointer = ocp.StandardCheckpointer()
 checkpointer.save(directory / "orbax", tree)
 checkpointer.wait_until_finished()
-""" % str(ROOT)
+"""
 
 
 def _importable(module: str) -> bool:

@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 
 import pskd_jax  # noqa: E402
-from pskd_jax import corpus
+from pskd_jax import corpus  # noqa: E402
 from pskd_jax.corpus import BuildOptions  # noqa: E402
 from pskd_jax.data.windows import lm_window_records, window_type  # noqa: E402
 

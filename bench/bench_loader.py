@@ -375,7 +375,8 @@ def resident_memory(directory: str, args: argparse.Namespace) -> None:
             print(f"  {name:36s} {small[key] / MIB:10.1f} {large[key] / MIB:10.1f}   {ratio}")
         anon = large["peak_anon"] / small["peak_anon"]
         total = large["peak_rss"] / small["peak_rss"]
-        held = f"target 0.9–1.1   ({verdict(0.9 <= total <= 1.1)})" if mode == "pread" else "(the map's pages: not held)"
+        held = (f"target 0.9–1.1   ({verdict(0.9 <= total <= 1.1)})" if mode == "pread"
+                else "(the map's pages: not held)")
         print(f"  peak total RSS, large / small:        {total:5.2f}   {held}")
         print(f"  peak anonymous memory, large / small: {anon:5.2f}   target 0.9–1.1   ({verdict(0.9 <= anon <= 1.1)})")
     print("  With mmap the file's pages count in RssFile as the loop visits them (one fault maps a whole")

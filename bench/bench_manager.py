@@ -26,7 +26,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pskd_jax.checkpoint import (
+from pskd_jax.checkpoint import (  # noqa: E402
     CheckpointManager,
     SaveOptions,
 )

@@ -86,8 +86,10 @@ def main() -> None:
         order = pskd_jax.shuffle_order(len(reader), seed=0, epoch=1, start=0, stop=4)
         inputs, targets = reader.gather(order)
         vocab_list = json.loads(vocab.read_text(encoding="utf-8"))
-        print(f"demo: a shuffled batch of {len(order)} windows {list(map(int, order))}: inputs {inputs.shape} {inputs.dtype}")
-        print("demo: window %d reads %r" % (order[0], "".join(vocab_list[t] for t in inputs[0][:60])))
+        print(f"demo: a shuffled batch of {len(order)} windows {list(map(int, order))}: "
+              f"inputs {inputs.shape} {inputs.dtype}")
+        shown = "".join(vocab_list[t] for t in inputs[0][:60])
+        print(f"demo: window {int(order[0])} reads {shown!r}")
         assert np.array_equal(inputs[:, 1:], targets[:, :-1]), "targets are inputs shifted by one"
 
     train_and_resume(windows, rel)
@@ -119,16 +121,16 @@ def corpus_demo(text: pathlib.Path, vocab: pathlib.Path, rel) -> None:
     """``demo.py --corpus``: the same text as JSONL documents in four files → ``pskd corpus build``
     (the character vocabulary, two workers) → ``verify`` → ``info``, then training on windows cut
     on the fly across the shards, stopped and resumed like the file's."""
+    import contextlib
     import json
 
     docs = OUT / "docs"
     docs.mkdir()
     lines = text.read_text(encoding="utf-8").splitlines(keepends=True)
-    files = [open(docs / f"part-{i}.jsonl", "w", encoding="utf-8") for i in range(4)]
-    for k, start in enumerate(range(0, len(lines), 100)):  # documents of 100 lines
-        files[k % 4].write(json.dumps({"text": "".join(lines[start : start + 100])}, ensure_ascii=False) + "\n")
-    for f in files:
-        f.close()
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(docs / f"part-{i}.jsonl", "w", encoding="utf-8")) for i in range(4)]
+        for k, start in enumerate(range(0, len(lines), 100)):  # documents of 100 lines
+            files[k % 4].write(json.dumps({"text": "".join(lines[start : start + 100])}, ensure_ascii=False) + "\n")
     manifest = OUT / "corpus" / "shards.json"
     pskd("corpus", "build", rel(docs), "--vocab", rel(vocab), "-o", rel(manifest.parent), "--workers", "2")
     pskd("corpus", "verify", rel(manifest))

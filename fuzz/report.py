@@ -108,8 +108,8 @@ def report(record: dict) -> str:
              "`pskd`, in a process of its own under an address-space limit (its own size + 512 MiB), a CPU "
              "time limit of 20 s and a 120 s guard against blocking; the API's peak allocation must stay "
              "within 64 × the input's size + 16 MiB, an accepted `diff` pair must give the values its case "
-             "records, the command must exit 0 without a warning on an accepted input, or 1 with one `pskd: E9xxx:` line, no traceback, and "
-             "leave no output behind.",
+             "records, the command must exit 0 without a warning on an accepted input, or 1 with one "
+             "`pskd: E9xxx:` line, no traceback, and leave no output behind.",
            "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
            "`python fuzz/run.py TARGET --minutes M`):", "",
            "| target | minutes | inputs run | findings in the last run | regressions kept | run on, at commit |",
@@ -124,26 +124,27 @@ def report(record: dict) -> str:
     waiting = sorted(os.listdir(os.path.join(HERE, "open"))) if os.path.isdir(os.path.join(HERE, "open")) else []
     out += ["", f"Every input a fuzzer found a bug with is kept: fixed ones in `fuzz/regressions/` "
                 f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones "
-                f"whose fix belongs to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); the hostile "
-                "collection's cases of open bugs are written by `python tools/make_hostile.py --include-open`.", ""]
-    out += [f"**Faults** (`tests/robustness/test_faults.py`): kills at points each run reaches for sure, whatever "
-            "the machine's speed or load (`tests/robustness/kill_points.py`: a run's file-system steps are counted "
+                f"whose fix belongs to other code in `fuzz/open/` ({len(waiting)}: {', '.join(waiting) or 'none'}); "
+                "the hostile collection's cases of open bugs are written by "
+                "`python tools/make_hostile.py --include-open`.", ""]
+    out += ["**Faults** (`tests/robustness/test_faults.py`): kills at points each run reaches for sure, whatever the "
+            "machine's speed or load (`tests/robustness/kill_points.py`: a run's file-system steps are counted "
             "through audit hooks and wrappers of `os.write`, `os.pwrite`, `os.fsync`; half the kills are a SIGKILL "
             "just before a step drawn in each stretch of a recorded run, half die inside a write at a drawn byte "
-            f"under a file size limit), {test_faults.KILLS} kills "
-            f"each of `pskd pack`, `pskd lm-windows`, `pskd encode` and `pskd corpus build`, {test_faults.KILLS // 2} each "
-            "of `checkpoint.save` and `CheckpointManager.save`, every one landing (and in "
-            "`tests/robustness/test_kill.py`, fresh interpreters: saves, and a `corpus build` with two workers killed "
-            "before the journal line of its n-th shard is synced): the destination held the old content or the new, "
-            "whole, after every kill (a corpus: its old or new `shards.json` and every shard it lists, or the "
-            "manifest of the unfinished build, marked in progress, every shard it lists whole, and its journal); a rerun completed and left no temporary file "
-            "(a killed writer's temporary file is removed by the next writer of the same destination, never one a "
-            "live writer holds), and the rerun corpus build equals a reference build byte for byte, the old "
-            "corpus's extra shards removed. A full disk (`RLIMIT_FSIZE`), a read-only directory and a missing "
-            "parent directory, for each of `pack`, `lm-windows` and `encode`: exit 1, one `pskd: E9003:` line "
-            "naming the destination, the old file untouched, nothing left behind; `pskd corpus build` on a full "
-            "disk leaves the old corpus or its manifest in progress and journal (and a rerun with room finishes it), and into a "
-            "read-only directory creates nothing.", "",
+            f"under a file size limit), {test_faults.KILLS} kills each of `pskd pack`, `pskd lm-windows`, `pskd "
+            f"encode` and `pskd corpus build`, {test_faults.KILLS // 2} each of `checkpoint.save` and "
+            "`CheckpointManager.save`, every one landing (and in `tests/robustness/test_kill.py`, fresh interpreters: "
+            "saves, and a `corpus build` with two workers killed before the journal line of its n-th shard is "
+            "synced): the destination held the old content or the new, whole, after every kill (a corpus: its old or "
+            "new `shards.json` and every shard it lists, or the manifest of the unfinished build, marked in progress, "
+            "every shard it lists whole, and its journal); a rerun completed and left no temporary file (a killed "
+            "writer's temporary file is removed by the next writer of the same destination, never one a live writer "
+            "holds), and the rerun corpus build equals a reference build byte for byte, the old corpus's extra shards "
+            "removed. A full disk (`RLIMIT_FSIZE`), a read-only directory and a missing parent directory, for each of "
+            "`pack`, `lm-windows` and `encode`: exit 1, one `pskd: E9003:` line naming the destination, the old file "
+            "untouched, nothing left behind; `pskd corpus build` on a full disk leaves the old corpus or its manifest "
+            "in progress and journal (and a rerun with room finishes it), and into a read-only directory creates "
+            "nothing.", "",
             "**Two writers at once** (real processes): a second `CheckpointManager` of one directory is refused "
             "with E9014 while the first is open (`read_only=True` and `pskd verify` still read); two "
             "`checkpoint.save`s of one file take turns under a lock, never mixing data and layout "

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import pathlib
 import random
 import re
 import resource
@@ -46,7 +47,8 @@ if HERE not in sys.path:
 
 TIMEOUT_S = 10  # one input may take at most this long
 MEMORY_HEADROOM = 1 << 30  # address space above the fuzzing process's own at start
-MAX_LEN = {"container": 16384, "safetensors": 8192, "export": 16384, "diff": 16384}  # the longest input, by target (default 4096)
+# The longest input, by target (4096 for the others).
+MAX_LEN = {"container": 16384, "safetensors": 8192, "export": 16384, "diff": 16384}
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +193,7 @@ def mutate(data: bytes, rng: random.Random, pool: list[bytes]) -> bytes:
 
 def run_mutate(target: str, workdir: str, seconds: float) -> dict:
     seeds_dir = write_seeds(target, workdir)
-    pool = [open(os.path.join(seeds_dir, n), "rb").read() for n in sorted(os.listdir(seeds_dir))]
+    pool = [pathlib.Path(seeds_dir, n).read_bytes() for n in sorted(os.listdir(seeds_dir))]
     one_input = make_one_input(target, workdir)
     limit_memory()
     rng = random.Random(int(time.time()))

@@ -173,7 +173,7 @@ def t_container(s: Scratch, data: bytes) -> None:
                         raise Finding("gather and getitem disagree on sample 0")
                 del again
             reader.raw_data()
-            reader.trailing_bytes
+            _ = reader.trailing_bytes
         inspection.info_lines(path, samples=3)
     except PskdError:
         pass
@@ -256,9 +256,9 @@ def t_vocab_tokens(s: Scratch, data: bytes) -> None:
                 raise large
             try:
                 tokens_module.read_tokens(path, bound=bound)
-            except PskdError:
+            except PskdError as e:
                 if bound is None or not len(large) or int(large.max()) < bound:
-                    raise Finding("a bound refused tokens below it")
+                    raise Finding("a bound refused tokens below it") from e
             else:
                 if bound is not None and len(large) and int(large.max()) >= bound:
                     raise Finding("a bound accepted a token at or above it")
@@ -423,7 +423,7 @@ def t_jsonl(s: Scratch, data: bytes) -> None:
         if expected is not None and expected[3] is None:
             raise Finding(f"the build refused an input a line-by-line reading accepts: {e}") from e
         if os.path.exists(os.path.join(out, corpus.MANIFEST)):
-            raise Finding("a failed build left shards.json")
+            raise Finding("a failed build left shards.json") from e
         return
     if expected is not None:
         tokens, documents, skipped, bad = expected
@@ -530,9 +530,9 @@ def t_export(s: Scratch, data: bytes) -> None:
     export_module.CHUNK_ELEMENTS = 3
     try:
         count = inspection.export_json(path, out)
-    except PskdError:
+    except PskdError as e:
         if os.path.exists(out):
-            raise Finding("a refused export left its output")
+            raise Finding("a refused export left its output") from e
         return
     finally:
         export_module.CHUNK_ELEMENTS = saved
@@ -662,7 +662,7 @@ def t_output_path(s: Scratch, data: bytes) -> None:
         if e.code not in ("E9012", "E9003"):
             raise Finding(f"{kind}: refused with {e.code}: {e.message}") from e
         if _tree(folder) != before:
-            raise Finding(f"{kind}: a refused output changed the directory: {before} → {_tree(folder)}")
+            raise Finding(f"{kind}: a refused output changed the directory: {before} → {_tree(folder)}") from e
         return
     if kind in ("directory", "fifo", "link-dir", "link-loop", "link-device", "link-proc", "dash", "empty"):
         raise Finding(f"{kind}: the output was written ({before} → {_tree(folder)})")
@@ -804,7 +804,8 @@ def _container_seeds(scratch: Scratch) -> list[bytes]:
     cases = [
         ("ℝ[]", np.arange(3, dtype=np.float64), None),
         ("(idx[64][seq: 4], ℝ[])", (np.arange(8).reshape(2, 4), np.array([0.5, 1.5])), None),
-        ("(ℝ[2], ℝ[2], idx[3][])", (np.ones((2, 2), np.float32), np.ones((2, 2)), np.array([0, 2])), ["f32", "bf16", "f64"]),
+        ("(ℝ[2], ℝ[2], idx[3][])", (np.ones((2, 2), np.float32), np.ones((2, 2)), np.array([0, 2])),
+         ["f32", "bf16", "f64"]),
         ("idx[70000][2, 2]", np.arange(8).reshape(2, 2, 2), None),
         ("bool[3]", np.array([[True, False, True]]), None),
         ("idx[4294967297][]", np.array([1, 2**32]), None),
@@ -834,7 +835,8 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [t.encode() for t in ('stream "a.psk.d" |> shuffle(seed = 42) |> batch(B = 4) |> take(n = 2)',
                                      'stream "d" |> batch(B = 3)', 'stream "x y"\n|> shuffle(seed=0)\n|> batch(B=1)')]
     if target == "vocab_tokens":
-        return [b"\x00" + json.dumps(v, ensure_ascii=False).encode() for v in (["\n", "a", "b"], ["é", "ß", "漢", "😀"], [])] + \
+        vocabularies = (["\n", "a", "b"], ["é", "ß", "漢", "😀"], [])
+        return [b"\x00" + json.dumps(v, ensure_ascii=False).encode() for v in vocabularies] + \
                [b"\x01" + t for t in (b"1 2 3\n", b"0\t17\r\n255 256", b"18446744073709551615", b"")]
     if target == "pack":
         return [b"(idx[10][2], R[])\n1 2 0.5\n-- comment\n\n3 4 1e-3\n", "ℝ[3]\n1 2 3\n4.5 6 7\n".encode(),

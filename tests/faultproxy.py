@@ -44,7 +44,8 @@ import urllib.parse
 
 __all__ = ["Fault", "FaultProxy", "Rule", "Seen", "answer", "cut", "drop", "lost_answer", "short", "slow"]
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "expect"}
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
+               "expect"}
 _REASONS = {429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
             504: "Gateway Timeout"}
 _CODES = {429: "TooManyRequests", 503: "SlowDown"}

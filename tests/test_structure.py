@@ -321,7 +321,8 @@ def test_the_layout_page_maps_every_folder_and_module_of_the_tree():
                     if m.stem != "__init__" and m.stem not in described]
     missing += [f"pskd_jax/{p.name}" for p in sorted(PACKAGE.iterdir()) if p.is_file() and not p.name.startswith(".")
                 and p.name not in entries]
-    missing += [f"apps/{m.name}" for m in sorted(APPS.glob("*.py")) if m.stem != "__init__" and m.stem not in words["apps/"]]
+    missing += [f"apps/{m.name}" for m in sorted(APPS.glob("*.py"))
+                if m.stem != "__init__" and m.stem not in words["apps/"]]
     listed = {part.strip().rstrip("/") for name in entries for part in name.split(",")}
     ignored = [line.strip().rstrip("/") for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()]
     folders = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")

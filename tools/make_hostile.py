@@ -258,7 +258,8 @@ def pipelines(c: Collection) -> None:
     add("escape-absolute", 'stream "/etc/passwd" |> batch(B = 1)', "E9010", "an absolute path outside the collection")
     add("escape-symlink", 'stream "../_fixtures/outside.psk.d" |> batch(B = 1)', "E9010",
         "a path to a symbolic link inside the collection that leads outside it (to /etc/passwd)")
-    add("escape-root-itself", 'stream "..' + '" |> batch(B = 1)', "E9010", "a path to the collection's directory itself")
+    add("escape-root-itself", 'stream "..' + '" |> batch(B = 1)', "E9010",
+        "a path to the collection's directory itself")
 
 
 def vocabularies(c: Collection) -> None:
@@ -567,17 +568,20 @@ def manifests(c: Collection) -> None:
         "a build field nested 100000 deep")
     add("tokens-nan", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": NaN')), "E9016",
         "a token count of NaN")
-    add("documents-infinity", corpus(text=_manifest_text(t, [e0, e1]).replace('"documents": 2', '"documents": Infinity')),
-        "E9016", "a document count of Infinity")
-    add("tokens-negative-infinity", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": -Infinity')),
-        "E9016", "a token count of -Infinity")
+    add("documents-infinity",
+        corpus(text=_manifest_text(t, [e0, e1]).replace('"documents": 2', '"documents": Infinity')), "E9016",
+        "a document count of Infinity")
+    add("tokens-negative-infinity",
+        corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": -Infinity')), "E9016",
+        "a token count of -Infinity")
     add("tokens-real", corpus(entry0(tokens=9.0)), "E9016", "a token count of 9.0")
     add("tokens-bool", corpus(entry0(tokens=True)), "E9016", "a token count of true")
     add("tokens-string", corpus(entry0(tokens="9")), "E9016", "a token count that is a string")
     add("tokens-negative", corpus(entry0(tokens=-1)), "E9016", "a negative token count")
     add("tokens-2-63", corpus(entry0(tokens=2**63)), "E9016", "a token count of 2^63")
-    add("tokens-5000-digits", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": ' + "9" * 5000)),
-        "E9016", "a token count of 5000 digits (int() refuses over 4300)")
+    add("tokens-5000-digits",
+        corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": ' + "9" * 5000)), "E9016",
+        "a token count of 5000 digits (int() refuses over 4300)")
     add("documents-beyond-tokens", corpus(entry0(documents=10)), "E9016", "more documents than tokens")
     add("format-other", corpus(format="other"), "E9016", "another format")
     add("version-real", corpus(version=1.0), "E9016", "version 1.0")
@@ -599,9 +603,9 @@ def manifests(c: Collection) -> None:
     add("path-empty", corpus(entry0(path="")), "E9016", "an empty shard path")
     add("sha256-uppercase", corpus(entry0(sha256=e0["sha256"].upper())), "E9016", "a sha256 in capitals")
     add("sha256-short", corpus(entry0(sha256="0" * 63)), "E9016", "a sha256 of 63 digits")
-    add("key-twice", corpus(text=_manifest_text(t, [e0, e1]).replace('"format": "pskd-corpus"',
-                                                                      '"format": "pskd-corpus", "format": "pskd-corpus"')),
-        "E9016", "a top-level key twice")
+    twice = '"format": "pskd-corpus", "format": "pskd-corpus"'
+    add("key-twice", corpus(text=_manifest_text(t, [e0, e1]).replace('"format": "pskd-corpus"', twice)), "E9016",
+        "a top-level key twice")
     add("entry-key-twice", corpus(text=_manifest_text(t, [e0, e1]).replace('"tokens": 9', '"tokens": 9, "tokens": 9')),
         "E9016", "a key twice in a shard entry")
     add("build-unknown-key", corpus(build={"text_key": "text", "tokenizer_speed": 1}), "E9016", "an unknown build key")
@@ -869,7 +873,8 @@ def diffs(c: Collection) -> None:
 
     inf, nan = "inf", "nan"
     add("1e308-against-minus-1e308", pair(reals("ℝ[]", [1e308]), reals("ℝ[]", [-1e308])), None,
-        "[1e308] against [-1e308]: ‖a − b‖₂ = 2e308 is beyond f64 (inf), relative exactly 2 (scaled before subtracting)",
+        "[1e308] against [-1e308]: ‖a − b‖₂ = 2e308 is beyond f64 (inf), relative exactly 2 "
+        "(scaled before subtracting)",
         diff_norm=inf, a_norm=1e308, relative=2.0, elements=1)
     add("1e200-squares", pair(reals("ℝ[1000]", [1e200] * 1000), reals("ℝ[1000]", [-1e200] * 1000)), None,
         "a thousand 1e200 against -1e200: squares beyond f64, relative exactly 2", relative=2.0, elements=1000)

@@ -140,7 +140,8 @@ def test_nan_payloads_and_infinities_are_kept_unless_finite_only(tmp_path):
     bf.view(np.uint16)[0] = 0x7F81
     f16 = np.array([np.nan, -np.inf], np.float16)
     f16.view(np.uint16)[0] = 0x7C01
-    tree = {"f32": f32, "f64": f64, "bf": bf, "f16": f16, "best": float("inf"), "c": np.array([complex(np.nan, -np.inf)])}
+    tree = {"f32": f32, "f64": f64, "bf": bf, "f16": f16, "best": float("inf"),
+            "c": np.array([complex(np.nan, -np.inf)])}
     ck.save(tmp_path / "c.psk.d", tree)
     back = ck.restore(tmp_path / "c.psk.d", as_numpy=True)
     for key in ("f32", "f64", "bf", "f16", "c"):

@@ -40,16 +40,20 @@ def layout_text(tmp_path, change) -> str:
 
 @pytest.mark.parametrize("what, text", [
     ("nested 100000 deep", lambda tmp_path: "[" * 100000 + "]" * 100000),
-    ("a bound of Infinity", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=float("inf")))),
+    ("a bound of Infinity",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=float("inf")))),
     ("a bound of 184467440737E551615 (infinite as a float)",
-     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=0)).replace('"bound": 0',
-                                                                                            '"bound": 184467440737E551615')),
-    ("a shape of -Infinity", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(shape=[2, float("-inf")]))),
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][1].update(bound=0))
+     .replace('"bound": 0', '"bound": 184467440737E551615')),
+    ("a shape of -Infinity",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(shape=[2, float("-inf")]))),
     ("a key that is a list", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=[[1, 2]]))),
     ("a key that is an object", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=[{}]))),
     ("keys that are a string", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys="w"))),
-    ("a key path 5000 keys deep", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 5000))),
-    ("a key path 65 keys deep", lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 65))),
+    ("a key path 5000 keys deep",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 5000))),
+    ("a key path 65 keys deep",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 65))),
 ])
 def test_a_hostile_layout_file_is_e9001_naming_it(tmp_path, what, text):
     layout_text(tmp_path, lambda d: None)  # the checkpoint the layout is tried on

@@ -58,7 +58,8 @@ SCRIPT = textwrap.dedent(
     for k, v in host.items():
         assert back[k].sharding == shardings[k], (k, back[k].sharding)
         assert back[k].dtype == v.dtype
-        np.testing.assert_array_equal(np.asarray(back[k]).reshape(-1).view(np.uint8), np.asarray(v).reshape(-1).view(np.uint8))
+        np.testing.assert_array_equal(np.asarray(back[k]).reshape(-1).view(np.uint8),
+                                      np.asarray(v).reshape(-1).view(np.uint8))
         for shard in back[k].addressable_shards:
             np.testing.assert_array_equal(np.asarray(shard.data), np.asarray(v)[shard.index])
     # Each distinct shard box is read once: row shards once each, column shards once per column

@@ -34,7 +34,8 @@ def test_build_verify_info(tmp_path):
     lines = ok("corpus", "verify", "out/shards.json", "--workers", "2", cwd=tmp_path)
     assert lines[0].startswith(f"pskd: ok out/shards.json: 3 shards, {m.tokens} tokens; every sha256")
     lines = ok("corpus", "info", "out/shards.json", cwd=tmp_path)
-    assert lines[0] == "corpus     out/shards.json" and lines[1:] == corpus.info_lines(tmp_path / "out" / "shards.json")[1:]
+    assert lines[0] == "corpus     out/shards.json"
+    assert lines[1:] == corpus.info_lines(tmp_path / "out" / "shards.json")[1:]
     assert ok("corpus", "info", "out", cwd=tmp_path)[1:] == lines[1:]  # the directory stands for its manifest
     assert ok("corpus", "verify", "out", cwd=tmp_path)[0].startswith("pskd: ok out/shards.json: ")
     lines = ok("corpus", "build", "in", "-o", "out", cwd=tmp_path)

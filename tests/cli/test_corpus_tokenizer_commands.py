@@ -83,7 +83,8 @@ def test_without_the_extras_it_is_e9012_naming_them(setup, tmp_path):
     error = fails("E9012", "corpus", "build", inputs[0], "-o", tmp_path / "c", "--tokenizer", tok,
                   blocked="tokenizers")
     assert "pip install 'pskd_jax[tokenizers]'" in error
-    error = fails("E9012", "corpus", "build", inputs[0], "-o", tmp_path / "c", "--runner", "beam", blocked="apache_beam")
+    error = fails("E9012", "corpus", "build", inputs[0], "-o", tmp_path / "c", "--runner", "beam",
+                  blocked="apache_beam")
     assert "pip install 'pskd_jax[beam]'" in error
     assert not (tmp_path / "c").exists()
 

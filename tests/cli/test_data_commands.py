@@ -157,8 +157,10 @@ def test_info_on_a_params_file_says_it_needs_its_layout(tmp_path):
 def test_two_params_files_of_one_encoding_diff_without_their_layout(tmp_path):
     template = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
     a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
-    pskd_jax.write(a, "params M", {"w": np.full((1, 2, 3), 2.0, np.float32), "b": np.zeros((1, 3), np.float32)}, layout=template)
-    pskd_jax.write(b, "params M", {"w": np.full((1, 2, 3), 2.0, np.float32), "b": np.ones((1, 3), np.float32)}, layout=template)
+    pskd_jax.write(a, "params M", {"w": np.full((1, 2, 3), 2.0, np.float32), "b": np.zeros((1, 3), np.float32)},
+                   layout=template)
+    pskd_jax.write(b, "params M", {"w": np.full((1, 2, 3), 2.0, np.float32), "b": np.ones((1, 3), np.float32)},
+                   layout=template)
     (line,) = ok("diff", a, b)
     assert line.startswith(f"‖a − b‖₂ = {3 ** 0.5!r}  ‖a‖₂ = {24 ** 0.5!r}")
     assert line.endswith("(flat, without the layout)")

@@ -133,7 +133,8 @@ def test_verify_flag_and_mask_boundary(built, tmp_path):
     import pskd_jax
 
     windows = tmp_path / "w.psk.d"
-    pskd_jax.write(windows, "(idx[10][seq: 4], idx[10][seq: 4])", (np.zeros((8, 4), np.uint8), np.ones((8, 4), np.uint8)))
+    pskd_jax.write(windows, "(idx[10][seq: 4], idx[10][seq: 4])",
+                   (np.zeros((8, 4), np.uint8), np.ones((8, 4), np.uint8)))
     result = subprocess.run(
         [sys.executable, "-m", "pskd_jax.apps.train_lm", f'--pipeline=stream "{windows}" |> batch(B = 2)',
          "--steps=1", "--mask_boundary"], capture_output=True, text=True, cwd=ROOT, timeout=300,

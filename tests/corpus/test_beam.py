@@ -105,8 +105,9 @@ def test_direct_runner_with_two_workers_gives_the_local_bytes(tmp_path, docs, bp
     options = BuildOptions(tokenizer=tokenizer, max_document_tokens=300 if kind == "hf" else None,
                            skip_bad=kind == "bytes")
     local = corpus.build_corpus(inputs, tmp_path / "local", options.replace(workers=2))
-    on_beam = corpus.build_corpus_beam(inputs, tmp_path / "beam", options.replace(chunk_tokens=1000),
-                                       beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    on_beam = corpus.build_corpus_beam(
+        inputs, tmp_path / "beam", options.replace(chunk_tokens=1000),
+        beam_options=["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert_same_corpus(tmp_path / "local", tmp_path / "beam")
     assert len(on_beam.manifest.shards) == 5 and on_beam.skipped == local.skipped == (2 if kind == "bytes" else 0)
     assert on_beam.input_bytes == local.input_bytes and on_beam.manifest.tokens == local.manifest.tokens

@@ -33,7 +33,8 @@ def test_build_corpus_manifest_and_rerun(tmp_path):
         assert s["source"]["path"] == str(source)
         assert s["sha256"] == sha256(out / s["path"])
         assert shard_tokens(out / s["path"])[-1] == B and shard_tokens(out / s["path"]).count(B) == s["documents"]
-    assert sorted(os.listdir(out)) == [".pskd-corpus.lock"] + [f"shard-{i:05d}.psk.d" for i in range(5)] + ["shards.json"]
+    shards = [f"shard-{i:05d}.psk.d" for i in range(5)]
+    assert sorted(os.listdir(out)) == [".pskd-corpus.lock", *shards, "shards.json"]
     first = (out / "shards.json").read_bytes()
 
     again = build_corpus(inputs, out, BuildOptions(chunk_tokens=50, durable=False))

@@ -80,6 +80,7 @@ def test_a_small_vocabulary_in_u8_is_checked(tmp_path):
     t = Tokenizer.chars(["a", "b", "c"])  # V = 4
     m = damaged_corpus(tmp_path / "c", [[0, 1, 3, 2, 3], [0, 3]], (0, 1, 4), t)
     with CorpusWindows(m, seq=2) as w:
-        with pytest.raises(PskdError, match=r"E9004: .*shard 0 s0.psk.d: token 1 is 4, not below the vocabulary size 4"):
+        with pytest.raises(PskdError,
+                           match=r"E9004: .*shard 0 s0.psk.d: token 1 is 4, not below the vocabulary size 4"):
             w.gather([0])
         w.gather([1, 2])

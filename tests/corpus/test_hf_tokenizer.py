@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 import sys
 
@@ -210,7 +211,7 @@ def test_the_manifest_records_kind_digest_vocabulary_and_boundary(tmp_path, bpe,
     t = Tokenizer.from_file(bpe)
     corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:3])], tmp_path / "c", BuildOptions(tokenizer=t))
     data = json.loads((tmp_path / "c" / "shards.json").read_text())
-    digest = hashlib.sha256(open(bpe, "rb").read()).hexdigest()
+    digest = hashlib.sha256(pathlib.Path(bpe).read_bytes()).hexdigest()
     assert data["tokenizer"] == {"kind": "hf", "path": bpe, "sha256": digest, "vocab_size": 800,
                                  "boundary_token": "<|endoftext|>", "boundary": 0}
     assert (data["vocab_size"], data["boundary"]) == (800, 0)
@@ -237,7 +238,7 @@ def test_verify_and_windows_refuse_a_corpus_of_another_tokenizer(tmp_path, bpe, 
     t = Tokenizer.from_file(bpe)
     corpus.build_corpus([write_jsonl(tmp_path / "a.jsonl", docs[:30])], tmp_path / "c", BuildOptions(tokenizer=t))
     manifest = tmp_path / "c" / "shards.json"
-    mine, theirs = (hashlib.sha256(open(p, "rb").read()).hexdigest() for p in (bpe, bpe_other))
+    mine, theirs = (hashlib.sha256(pathlib.Path(p).read_bytes()).hexdigest() for p in (bpe, bpe_other))
     for attempt in (lambda: corpus.verify_corpus(manifest, tokenizer=bpe_other),
                     lambda: corpus.CorpusWindows(manifest, seq=8, tokenizer=Tokenizer.from_file(bpe_other)),
                     lambda: corpus.CorpusWindows(manifest, seq=8, tokenizer=Tokenizer.bytes())):

@@ -172,7 +172,8 @@ def test_a_block_of_documents_bad_in_two_ways(tmp_path):
         build(tmp_path, p, t)
     result, out = build(tmp_path, p, t, skip_bad=True)
     assert (result.entry.documents, result.entry.skipped) == (2, 2)
-    assert f"{p}:2: character 'c'" in result.examples[0] and f"{p}:3: the text holds a lone surrogate" in result.examples[1]
+    assert f"{p}:2: character 'c'" in result.examples[0]
+    assert f"{p}:3: the text holds a lone surrogate" in result.examples[1]
     assert shard_tokens(out) == [0, 1, 3, 1, 0, 3]
     p.write_text('{"text": "a\\ud800"}\n{"text": "abc"}\n', encoding="utf-8")
     with pytest.raises(PskdError, match=rf"E9015: {p}:1: the text holds a lone surrogate U\+D800"):

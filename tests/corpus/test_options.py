@@ -62,7 +62,8 @@ def test_numpy_values_become_plain_python_values():
     assert (options.max_document_tokens, options.workers, options.chunk_tokens, options.skip_bad) == (7, 2, 9, True)
     assert all(type(v) in (int, bool) for v in (options.max_document_tokens, options.workers, options.chunk_tokens,
                                                  options.skip_bad))
-    assert json.loads(json.dumps(options.recorded())) == {"text_key": "text", "max_document_tokens": 7, "skip_bad": True}
+    recorded = json.loads(json.dumps(options.recorded()))
+    assert recorded == {"text_key": "text", "max_document_tokens": 7, "skip_bad": True}
 
 
 def test_it_is_a_frozen_value_that_pickles_for_the_workers():

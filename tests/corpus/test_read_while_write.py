@@ -128,7 +128,8 @@ def test_reset_of_a_shard_written_in_place_does_not_truncate_what_a_reader_saw(t
 def test_a_directory_or_fifo_at_a_shard_name_is_refused_not_replaced(tmp_path, kind):
     path = tmp_path / "s.psk.d"
     path.mkdir() if kind == "directory" else os.mkfifo(path)
-    with pytest.raises(PskdError, match=r"E9012: .*s.psk.d: a (directory|named pipe \(FIFO\)) stands at the shard's name"):
+    with pytest.raises(PskdError,
+                       match=r"E9012: .*s.psk.d: a (directory|named pipe \(FIFO\)) stands at the shard's name"):
         ShardWriter(str(path), Tokenizer.bytes(), durable=False)
     assert path.is_dir() if kind == "directory" else path.is_fifo()
     assert sorted(os.listdir(tmp_path)) == ["s.psk.d"]
@@ -205,7 +206,8 @@ def test_a_rebuild_never_breaks_an_open_reader_and_refresh_takes_it_up(tmp_path,
         during.append([s.path for s in m.shards])
         assert windows.refresh() in (True, False)
         assert windows.complete == m.complete and windows.manifest.to_bytes() == m.to_bytes()
-        assert_serves(windows, np.concatenate([tokens_of(p) for p in inputs[: len(m.shards)]] or [np.zeros(0, np.uint16)]))
+        pieces = [tokens_of(p) for p in inputs[: len(m.shards)]]
+        assert_serves(windows, np.concatenate(pieces or [np.zeros(0, np.uint16)]))
         assert_serves(held, old_stream)
 
     result = build_corpus(inputs, out, BuildOptions(chunk_tokens=16, durable=False), progress=progress)

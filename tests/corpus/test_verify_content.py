@@ -106,7 +106,8 @@ def test_a_version_2_header_is_refused_by_verify_and_windows(tmp_path):
     header = len(Tokenizer.bytes().header(0))
     shard.write_bytes(raw[:4] + struct.pack("<H", 2) + raw[6:header] + struct.pack("<I", 1) + b"\x00" + raw[header:])
     rewrite(m, 1)
-    pattern = r"E9017: .*shard 1 s1.psk.d: a version 2 header; a shard of type 'idx\[257\]\[\]' is written with version 1"
+    pattern = (r"E9017: .*shard 1 s1.psk.d: a version 2 header; "
+               r"a shard of type 'idx\[257\]\[\]' is written with version 1")
     expect_verify(m, pattern)
     for access in ("mmap", "pread"):
         with pytest.raises(PskdError, match=pattern):

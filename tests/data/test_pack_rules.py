@@ -118,7 +118,8 @@ def test_encoding_list_starting_with_a_dash_is_taken_as_written(tmp_path):
         with pskd_jax.Reader(out) as reader:
             assert [e.label for e in reader.header.encodings] == ["f64", "f32", "bf16"]
             index, first, second = reader.gather([0, 1])
-        assert index.tolist() == [1, 0] and first.tolist() == [[0.5], [1.5]] and second.astype(float).tolist() == [[0.25], [-2.0]]
+        assert index.tolist() == [1, 0] and first.tolist() == [[0.5], [1.5]]
+        assert second.astype(float).tolist() == [[0.25], [-2.0]]
         out.unlink()
     done = run_pskd("pack", "--type", "(idx[2][], R[1], R[1])", "--encoding", "-,f32", "v.txt", "-o",
                     tmp_path / "o.psk.d", cwd=tmp_path)

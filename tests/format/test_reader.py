@@ -63,7 +63,8 @@ def test_golden_idx_widths_read(tmp_path):
 )
 def test_idx_width_boundaries_both_ways(tmp_path, bound, element, value, dtype):
     type_bytes = f"idx[{bound}][]".encode()
-    data = b"PSKD" + h("01 00") + struct.pack("<I", len(type_bytes)) + type_bytes + h("01 00 00 00 00 00 00 00") + h(element)
+    data = (b"PSKD" + h("01 00") + struct.pack("<I", len(type_bytes)) + type_bytes + h("01 00 00 00 00 00 00 00")
+            + h(element))
     with Reader(put(tmp_path, data, "hand.psk.d")) as reader:
         assert reader[0].dtype == dtype and int(reader[0]) == value
     write(tmp_path / "w.psk.d", f"idx[{bound}][]", [value])

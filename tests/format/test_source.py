@@ -68,7 +68,7 @@ def test_the_error_pairs_are_both_kinds_and_keep_their_codes_and_classes_through
 def test_a_for_loop_over_a_reader_stops_after_the_last_sample_and_gives_what_indexing_gives(pairs):
     path, tokens, values = pairs
     with Reader(path) as reader:
-        seen = [sample for sample in reader]
+        seen = [sample for sample in reader]  # noqa: C416  # (the plain loop is what is tested)
         assert len(seen) == COUNT
         for k, (t, v) in enumerate(seen):
             assert t.tolist() == tokens[k].tolist() and v.shape == () and float(v) == values[k]

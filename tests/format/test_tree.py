@@ -328,7 +328,7 @@ def test_jax_shape_dtype_structs_and_custom_nodes(tmp_path):
     assert [(leaf.path, leaf.shape) for leaf in layout.leaves] == [
         ("['z'].value['q']", (2,)), ("['z'].value['p']", ()), ("['z'].scale", (3,)), ("['a']", (2, 2))]
     # jax itself would sort the dict keys: the file keeps declaration order.
-    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]][0] == "['a']"
+    assert next(jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]) == "['a']"
 
     values = {"z": Scaled({"q": np.array([[1.5, -2.0]], np.float32),
                            "p": np.array([3.0], ml_dtypes.bfloat16)},

@@ -144,7 +144,8 @@ meshes = {
 for name, (mesh, spec) in meshes.items():
     sharding = NamedSharding(mesh, spec)
     expected = [reader.gather(i) for _, i in pipeline.iter_batches(len(reader), epochs=1)]
-    for (tokens, values), (want_tokens, want_values) in zip(Loader(reader, pipeline, sharding=sharding, epochs=1), expected):
+    loader = Loader(reader, pipeline, sharding=sharding, epochs=1)
+    for (tokens, values), (want_tokens, want_values) in zip(loader, expected):
         assert tokens.sharding == sharding, tokens.sharding
         rows = {s.device: s.index[0] for s in tokens.addressable_shards}
         per_device = 8 // mesh.shape["data"]

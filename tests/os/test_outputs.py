@@ -168,7 +168,8 @@ def test_a_corpus_build_never_removes_what_stands_at_its_manifest_name(tmp_path,
     out.mkdir()
     manifest = out / "shards.json"
     manifest.mkdir() if kind == "directory" else os.mkfifo(manifest)
-    assert code_of(corpus_build.build_corpus, [str(tmp_path / "in.jsonl")], str(out), BuildOptions(durable=False)) == "E9012"
+    inputs = [str(tmp_path / "in.jsonl")]
+    assert code_of(corpus_build.build_corpus, inputs, str(out), BuildOptions(durable=False)) == "E9012"
     assert os.path.exists(manifest) and not os.path.isfile(manifest)
     assert not any(name.startswith("shard-") for name in os.listdir(out))
 

@@ -48,7 +48,8 @@ def test_batch_indices_without_shuffle_are_consecutive():
 
 def test_batch_indices_argument_errors():
     pipeline = Pipeline("d", 1, 4, 2)
-    for kwargs in (dict(n=100, epoch=0, j=0), dict(n=100, epoch=1, j=2), dict(n=100, epoch=1, j=-1), dict(n=-1, epoch=1, j=0)):
+    for kwargs in (dict(n=100, epoch=0, j=0), dict(n=100, epoch=1, j=2), dict(n=100, epoch=1, j=-1),
+                   dict(n=-1, epoch=1, j=0)):
         with pytest.raises(PskdError) as raised:
             pipeline.batch_indices(**kwargs)
         assert raised.value.code == "E9004"
@@ -71,7 +72,8 @@ def test_an_epoch_is_a_slice_of_the_permutation():
 def test_take_applies_to_each_epoch():
     stream = list(Pipeline("d", 5, 4, 2).iter_batches(100, epochs=3))
     assert [state for state, _ in stream] == [
-        IteratorState(1, 1), IteratorState(2, 0), IteratorState(2, 1), IteratorState(3, 0), IteratorState(3, 1), IteratorState(4, 0)
+        IteratorState(1, 1), IteratorState(2, 0), IteratorState(2, 1), IteratorState(3, 0), IteratorState(3, 1),
+        IteratorState(4, 0),
     ]
     for k, (_, indices) in enumerate(stream):
         epoch, j = k // 2 + 1, k % 2
@@ -91,7 +93,8 @@ def test_the_stream_runs_on_without_an_epoch_limit():
     assert states[-1] == IteratorState(5, 1)
 
 
-@pytest.mark.parametrize("pipeline", [Pipeline("d", 77, 3, None), Pipeline("d", None, 4, None), Pipeline("d", 2**64 - 1, 5, 3)])
+@pytest.mark.parametrize("pipeline",
+                         [Pipeline("d", 77, 3, None), Pipeline("d", None, 4, None), Pipeline("d", 2**64 - 1, 5, 3)])
 def test_state_saved_at_every_step_resumes_the_exact_stream(pipeline):
     n = 23
     reference = [(state, batch.tolist()) for state, batch in pipeline.iter_batches(n, epochs=3)]
@@ -134,7 +137,8 @@ def test_iterator_errors():
         pipeline.iter_batches(30, epochs=-1)
 
 
-@pytest.mark.parametrize("data", [{"epoch": 0, "batch": 0}, {"epoch": 1, "batch": -1}, {"epoch": 1}, {"epoch": "1", "batch": 0}, [1, 0], {"epoch": True, "batch": 0}])
+@pytest.mark.parametrize("data", [{"epoch": 0, "batch": 0}, {"epoch": 1, "batch": -1}, {"epoch": 1},
+                                  {"epoch": "1", "batch": 0}, [1, 0], {"epoch": True, "batch": 0}])
 def test_bad_states_are_refused(data):
     with pytest.raises(PskdError) as raised:
         IteratorState.from_json(data)

@@ -18,8 +18,9 @@ imported the toolkit once, so a kill costs the time the writer ran, not an inter
   unfinished build, marked in progress, every shard it lists whole, and its journal (a build never
   removes the manifest, and leaves a shard out of it before replacing it); the kills of one
   series resume each other's work (each drawn over the steps of a run from the state the last one
-  left, recorded on a copy of the directory), and a rerun finishes the build: the directory then equals a reference build's, file for file and byte for byte (stale shards of the
-  old, bigger corpus, the journal and temporary files gone);
+  left, recorded on a copy of the directory), and a rerun finishes the build: the directory then
+  equals a reference build's, file for file and byte for byte (stale shards of the old, bigger
+  corpus, the journal and temporary files gone);
 - a full disk (``RLIMIT_FSIZE`` below the output's size: writes fail with EFBIG), a read-only
   directory, a missing parent directory: exit status 1, one ``pskd: E9003: …`` line naming the
   destination, the old destination untouched, no temporary file.

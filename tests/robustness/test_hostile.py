@@ -189,8 +189,8 @@ def _in_child(body, result_fd: int) -> None:
     try:
         signal.alarm(HANG_GUARD_S)  # default action: the child dies of SIGALRM
         hard = resource.getrlimit(resource.RLIMIT_CPU)[1]  # (kept: an ordinary user cannot raise it)
-        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S if hard == resource.RLIM_INFINITY else min(CPU_LIMIT_S, hard),
-                                                 hard))  # then SIGXCPU
+        soft = CPU_LIMIT_S if hard == resource.RLIM_INFINITY else min(CPU_LIMIT_S, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))  # then SIGXCPU
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _limit_memory()
         outcome = body()
@@ -352,7 +352,8 @@ def _needs_packages(case) -> None:
 def test_api(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "api"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
+    assert record["signal"] is None, \
+        f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     outcome = record["outcome"]
     assert outcome is not None and outcome["status"] != "crash", outcome and outcome.get("traceback")
     if case["code"] is None:
@@ -378,7 +379,8 @@ def test_api(outcomes, case):
 def test_cli(outcomes, case):
     _needs_packages(case)
     record = outcomes[case["file"], "cli"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
+    assert record["signal"] is None, \
+        f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] is None:
@@ -403,7 +405,8 @@ MANIFEST_CASES = [case for case in CASES if case["kind"] == "manifest"]
 def test_cli_corpus_info(outcomes, case):
     """``pskd corpus info`` reads the manifest alone: E9016 where the manifest is bad, else its lines."""
     record = outcomes[case["file"], "cli-info"]
-    assert record["signal"] is None, f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
+    assert record["signal"] is None, \
+        f"killed by {_signal_name(record['signal'])} (CPU time, hang guard or memory limit)"
     stderr = record["stderr"]
     assert "Traceback" not in stderr, stderr
     if case["code"] != "E9016":

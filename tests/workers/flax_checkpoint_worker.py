@@ -264,9 +264,12 @@ def sharded_dtypes_case(directory: str, mesh) -> dict:
     import ml_dtypes
 
     rng = np.random.default_rng(0)
-    host = {"i8": rng.integers(-128, 128, (8, 4), dtype=np.int8), "f16": rng.standard_normal((8, 4)).astype(np.float16),
-            "mask": rng.integers(0, 2, (8, 4)).astype(bool), "c": (rng.standard_normal((8, 4)) + 1j).astype(np.complex64),
-            "f8": rng.standard_normal((8, 4)).astype(ml_dtypes.float8_e4m3fn), "keys": jax.random.split(jax.random.key(1), 8)}
+    host = {"i8": rng.integers(-128, 128, (8, 4), dtype=np.int8),
+            "f16": rng.standard_normal((8, 4)).astype(np.float16),
+            "mask": rng.integers(0, 2, (8, 4)).astype(bool),
+            "c": (rng.standard_normal((8, 4)) + 1j).astype(np.complex64),
+            "f8": rng.standard_normal((8, 4)).astype(ml_dtypes.float8_e4m3fn),
+            "keys": jax.random.split(jax.random.key(1), 8)}
     path = f"{directory}/dtypes.psk.d"
     ck.save(path, host)
     target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding_for(mesh, v.shape)) for k, v in host.items()}

@@ -44,7 +44,7 @@ def main() -> None:
     state = IteratorState.from_json(resume) if resume else None
     batches, states = [], []
     with Loader(reader, pipeline, sharding=sharding, state=state) as loader:
-        for step, (tokens, values) in enumerate(loader):
+        for step, (tokens, _values) in enumerate(loader):
             whole = multihost_utils.process_allgather(tokens, tiled=True)
             batches.append(np.asarray(whole).tolist())
             states.append(loader.state.to_json())
