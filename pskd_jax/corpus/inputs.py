@@ -156,12 +156,21 @@ class Encoder:
             ids = [d[: self.limit] if len(d) > self.limit else d for d in ids]
         boundary = [t.boundary]
         total = sum(map(len, ids)) + len(ids)
-        return np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))),
-                           t.dtype, total)
+        out = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))),
+                          t.dtype, total)
+        # The boundary id must come from here alone: a text the model encoded to it would be cut in
+        # two (the tokenizer's check refuses the boundaries it can see reached; this is the guard).
+        if t.boundary_token is not None and np.count_nonzero(out == t.boundary) != len(ids):
+            raise _Boundary()
+        return out
 
 
 class _Refused(Exception):
     """The tokenizers library failed on a block of documents (its message)."""
+
+
+class _Boundary(Exception):
+    """A document of a block was encoded to the boundary id, which only the corpus may put there."""
 
 
 class _Unknown(Exception):
@@ -188,7 +197,7 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
         return np.zeros(0, encoder.tokenizer.dtype), 0
     try:
         return encoder.encode(texts), len(texts)
-    except (UnicodeEncodeError, _Unknown, _Refused):
+    except (UnicodeEncodeError, _Unknown, _Refused, _Boundary):
         pass
     drop = set()
     for j, s in enumerate(texts):
@@ -202,6 +211,11 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
             message = f"{path}:{lines[j]}: character {_describe(e.found[0][1])} is not in the vocabulary"
         except _Refused as e:
             message = f"{path}:{lines[j]}: the tokenizer failed on the text ({e})"
+        except _Boundary:
+            t = encoder.tokenizer
+            message = (f"{path}:{lines[j]}: the text encodes to the boundary token {t.boundary_token!r} (id "
+                       f"{t.boundary}), which would cut the document in two; build with another --boundary-token, "
+                       "or '' for an id past the vocabulary")
         bad(message)
         drop.add(j)
     kept = [s for j, s in enumerate(texts) if j not in drop]
@@ -365,6 +379,11 @@ def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Call
         tokens = encoder.encode([text])
     except _Refused as e:
         bad(f"{path}:1: the tokenizer failed on the text ({e})")
+        raise ResetShard() from None
+    except _Boundary:
+        t = encoder.tokenizer
+        bad(f"{path}:1: the text encodes to the boundary token {t.boundary_token!r} (id {t.boundary}), which would "
+            "cut the document in two; build with another --boundary-token, or '' for an id past the vocabulary")
         raise ResetShard() from None
     yield tokens, 1
 
