@@ -156,8 +156,8 @@ class Encoder:
             ids = [d[: self.limit] if len(d) > self.limit else d for d in ids]
         boundary = [t.boundary]
         total = sum(map(len, ids)) + len(ids)
-        out = np.fromiter(itertools.chain.from_iterable(itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))),
-                          t.dtype, total)
+        pairs = itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))
+        out = np.fromiter(itertools.chain.from_iterable(pairs), t.dtype, total)
         # The boundary id must come from here alone: a text the model encoded to it would be cut in
         # two (the tokenizer's check refuses the boundaries it can see reached; this is the guard).
         if t.boundary_token is not None and np.count_nonzero(out == t.boundary) != len(ids):

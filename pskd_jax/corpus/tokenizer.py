@@ -19,7 +19,8 @@ Kinds
   (:func:`boundary_problem`): it must be a *special* token of the file, and the model itself
   must not turn the token's string into its id (a WordLevel model, or a Unigram model whose
   pieces hold the string, does: ``</s>`` quoted in a document would end it there). A named token
-  that fails either test is refused (E9011, saying which); the default passes over it. The manifest records the file's path as given, its sha256 (by which a corpus and a
+  that fails either test is refused (E9011, saying which); the default passes over it. The
+  manifest records the file's path as given, its sha256 (by which a corpus and a
   tokenizer are matched), the tokenizer's vocabulary size and the boundary token.
 
 The corpus's vocabulary ``V`` (``vocab_size``) counts every id, the boundary included: one more
