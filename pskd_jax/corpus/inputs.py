@@ -1,19 +1,25 @@
 """Reading corpus inputs and tokenizing their documents, a block of documents at a time.
 
-:func:`find_inputs` turns the paths given into input files; :func:`token_blocks` is the one place
-a build reads an input: it yields the input's token stream block by block, every document followed
-by the boundary, bad documents reported to a :class:`BadInput`. What a document is, what counts as
-bad input and how a block is tokenized: ``docs/corpus.md`` (Building).
+:func:`find_inputs` turns the paths and URLs given into input files; :func:`token_blocks` is the
+one place a build reads an input: it yields the input's token stream block by block, every
+document followed by the boundary, bad documents reported to a :class:`BadInput`. An input may be
+an object of a store (``s3://``, ``gs://``, ``memory://``): a ``.jsonl`` or ``.jsonl.gz`` object is
+streamed, a ``.txt`` object (one document) is copied to a temporary file first. What a document
+is, what counts as bad input and how a block is tokenized: ``docs/corpus.md`` (Building).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import gzip
+import io
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -25,6 +31,7 @@ from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.text import iter_text_blocks
 from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
+from pskd_jax.storage import Location, is_url, locate, resolve
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
 BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
@@ -36,7 +43,10 @@ EXAMPLES = 5  # bad documents quoted in a report
 
 
 def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The input files, in order: each file as given, each directory's files sorted by path.
+    """The input files, in order: each file as given, each directory's files sorted by path; in a
+    store, each object as given, a URL ending in ``/`` for the objects directly below it (sorted by
+    key), and a pattern (``*``, ``?``, ``[…]`` in the last part of its key) for the objects it
+    matches there.
 
     >>> import tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -48,6 +58,11 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """
     found: list[str] = []
     for given in [os.fspath(p) for p in inputs]:
+        where = locate(given)  # E9018 for a URL the toolkit cannot serve
+        if not where.is_local:
+            found += _objects(given, where)
+            continue
+        given = where.path
         if os.path.isdir(given):
             below = []
             for root, dirs, files in os.walk(given):
@@ -63,6 +78,25 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     return found
 
 
+def _objects(given: str, where: Location) -> list[str]:
+    """The input objects a URL names: itself, those directly below a prefix ending in ``/``, or
+    those a pattern in its last part matches (input suffixes only, hidden names passed over)."""
+    store, _ = resolve(where)
+    name = where.name
+    if given.endswith("/") or not where.key or any(c in name for c in "*?["):
+        prefix = where if given.endswith("/") or not where.key else where.parent()
+        pattern = "*" if prefix is where else name
+        listed = [o.key for o in store.list(prefix.key)]
+        return [prefix.child(key.rpartition("/")[2]).url for key in listed
+                if fnmatch.fnmatchcase(key.rpartition("/")[2], pattern)
+                and key.endswith(SUFFIXES) and not key.rpartition("/")[2].startswith(".")]
+    if store.info(where.key) is None:
+        raise CorpusInputError(f"{given}: no such object (a prefix is written with a trailing '/')")
+    if not name.endswith(SUFFIXES):
+        raise CorpusInputError(f"{given}: not a .jsonl, .jsonl.gz or .txt object (or a prefix ending in '/' of them)")
+    return [where.url]
+
+
 def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) -> list[str]:
     """``found``, the input files of the paths ``given``, unless there is none (E9015 naming them)."""
     if not found:
@@ -71,12 +105,62 @@ def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) ->
 
 
 def source_of(path: str) -> dict[str, Any]:
-    """What identifies an input for a rerun: its path (as given), size and modification time."""
+    """What identifies an input for a rerun: its path (as given), size and modification time; for
+    an object of a store its URL, size and version tag."""
+    if is_url(path):
+        store, where = resolve(path)
+        if not where.is_local:
+            found = store.info(where.key)
+            if found is None:
+                raise CorpusInputError(f"{path}: cannot read: no such object")
+            return {"path": path, "size": found.size, "tag": found.tag}
+        path = where.path
     try:
         st = os.stat(path)
     except OSError as e:
         raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from e
     return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+class ObjectStream(io.RawIOBase):
+    """An object of a store read as a stream, a chunk at a time (what ``gzip`` and the line
+    reader read from): memory holds one chunk, whatever the object's size."""
+
+    def __init__(self, url: str, chunk_bytes: int = 8 << 20):
+        super().__init__()
+        store, where = resolve(url)
+        self._chunks = iter(store.chunks(where.key, chunk_bytes))
+        self._held = memoryview(b"")
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        while not self._held:
+            piece = next(self._chunks, None)
+            if piece is None:
+                return 0
+            self._held = memoryview(piece).cast("B")
+        n = min(len(out), len(self._held))
+        out[:n] = self._held[:n]
+        self._held = self._held[n:]
+        self._position += n
+        return n
+
+    def tell(self) -> int:
+        return self._position
+
+
+@contextlib.contextmanager
+def _local_copy(url: str) -> Iterator[str]:
+    """A temporary local file holding the object at ``url`` (copied a chunk at a time)."""
+    with tempfile.TemporaryDirectory(prefix="pskd-corpus-input.") as directory:
+        local = os.path.join(directory, "input.txt")
+        with ObjectStream(url) as stream, open(local, "wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 22)
+        yield local
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,11 +380,19 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
     into the file (in bytes, compressed bytes for ``.gz``) each block ends."""
     bad = bad if bad is not None else BadInput(False)
     encoder = Encoder(options.tokenizer, options.max_document_tokens)
+    url = is_url(path) and not locate(path).is_local
     if path.endswith(".txt"):
-        yield from _txt_tokens(path, encoder, bad, on_bytes)
+        if not url:
+            yield from _txt_tokens(locate(path).path, encoder, bad, on_bytes)
+            return
+        with _local_copy(path) as local:
+            try:
+                yield from _txt_tokens(local, encoder, _Renamed(bad, local, path), on_bytes)
+            except PskdError as e:  # name the object, not its copy
+                raise type(e)(e.message.replace(local, path)) from None
         return
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
-    raw = open(open_fd(path, CorpusInputError), "rb")
+    raw: Any = ObjectStream(path) if url else open(open_fd(locate(path).path, CorpusInputError), "rb")
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         for first, block in _line_blocks(f, path):
             texts, lines = _jsonl_texts(path, block, first, options.text_key, bad)
@@ -310,7 +402,7 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
             yield tokens, documents
 
 
-def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+def _txt_tokens(path: str, encoder: Encoder, bad: Callable[[str], None], on_bytes: Callable[[int], None] | None
                 ) -> Iterator[tuple[np.ndarray, int]]:
     """A ``.txt`` file as one document, streamed. A bad document raises ``ResetShard`` under skip_bad
     once tokens may have been yielded (the caller then empties the shard)."""
@@ -354,7 +446,7 @@ def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[
         yield np.array([t.boundary], dtype=t.dtype), 1
 
 
-def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+def _txt_tokens_whole(path: str, encoder: Encoder, bad: Callable[[str], None], on_bytes: Callable[[int], None] | None
                       ) -> Iterator[tuple[np.ndarray, int]]:
     """A ``.txt`` document for a ``tokenizer.json``: read whole and encoded in one call, then cut
     to the limit (the ids of a part of a text need not be the first ids of the whole: a tokenizer
@@ -388,6 +480,16 @@ def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Call
     yield tokens, 1
 
 
+class _Renamed:
+    """A :class:`BadInput` hearing of bad documents in a copy of an input, under the input's name."""
+
+    def __init__(self, bad: BadInput, local: str, url: str):
+        self.bad, self.local, self.url = bad, local, url
+
+    def __call__(self, message: str) -> None:
+        self.bad(message.replace(self.local, self.url))
+
+
 class ResetShard(Exception):
     """A ``.txt`` document turned out bad under skip_bad: its shard goes back to empty."""
 
@@ -398,6 +500,7 @@ __all__ = [
     "SUFFIXES",
     "BadInput",
     "Encoder",
+    "ObjectStream",
     "ResetShard",
     "find_inputs",
     "require_inputs",
