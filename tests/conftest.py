@@ -25,7 +25,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 pytest.register_assert_rewrite("tests.helpers", "tests.format.golden", "tests.corpus.helpers",
                                "tests.checkpoint.helpers", "tests.data.files")
 
-from tests.objectstore import any_place, s3_bucket, s3_server  # noqa: F401 (fixtures for every folder)
+from tests.objectstore import any_place, fault_proxy, faulty_bucket, s3_bucket, s3_server  # noqa: F401 (fixtures)
 
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "pskd_jax-hypothesis"))
 

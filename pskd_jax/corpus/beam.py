@@ -367,8 +367,17 @@ def _run_in_store(beam: Any, sources: list[str], place: Location, options: Build
 
 def _run(beam: Any, transform: Any, flags: Any) -> None:
     try:
-        with beam.Pipeline(options=flags) as pipeline:
-            _ = pipeline | "BuildCorpus" >> transform
+        pipeline = beam.Pipeline(options=flags)
+        _ = pipeline | "BuildCorpus" >> transform
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            # Beam's DaskRunner connects a client to the cluster for the run and leaves it open;
+            # left open, it keeps reconnecting (and logging) once the cluster is gone.
+            client = getattr(result, "client", None)
+            if client is not None and hasattr(client, "close"):
+                client.close()
     except Exception as e:
         reported = _reported(e)
         if reported is None:
