@@ -13,8 +13,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-import tqdm
-
 from pskd_jax import corpus, data
 from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.storage import is_url, locate
@@ -24,6 +22,8 @@ class BuildProgress:
     """Shows a corpus build's progress with a tqdm bar (input megabytes, and shards done)."""
 
     def __init__(self, file=None):
+        import tqdm  # only for a terminal: a build's start-up stays small without it
+
         self.bar = tqdm.tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1000, file=file or sys.stderr,
                              desc="corpus build", dynamic_ncols=True, mininterval=0.1)
 

@@ -18,8 +18,10 @@ import io
 import itertools
 import json
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
@@ -35,6 +37,7 @@ from pskd_jax.storage import Location, is_url, locate, resolve
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
 BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
+AHEAD = 2  # blocks read (and encoded) ahead of the one being written
 EXAMPLES = 5  # bad documents quoted in a report
 
 
@@ -192,13 +195,25 @@ class Encoder:
         self.limit = max_document_tokens
         self.table = tokenizer.code_point_table() if tokenizer.kind == "chars" else None
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """The tokens of non-empty ``texts``, a boundary after each. Raises UnicodeEncodeError
-        (a lone surrogate), ``_Unknown`` (characters outside the vocabulary) or ``_Refused`` (the
-        tokenizers library failed on a text)."""
+    def prepared(self, texts: list[str]) -> Any:
+        """For ``hf``: the library's encodings of ``texts`` (the slow part of :meth:`encode`, which
+        runs without the GIL, so a thread reading ahead does it), or None when the library fails on
+        the block (:meth:`encode` then finds out why). None for the other kinds."""
+        if self.tokenizer.kind != "hf" or not texts:
+            return None
+        try:
+            return self.tokenizer.native().encode_batch_fast(texts, add_special_tokens=False)
+        except Exception:  # the library's errors have no type of their own: encode() names them
+            return None
+
+    def encode(self, texts: list[str], prepared: Any = None) -> np.ndarray:
+        """The tokens of non-empty ``texts``, a boundary after each (``prepared``: their
+        :meth:`prepared` encodings, if made). Raises UnicodeEncodeError (a lone surrogate),
+        ``_Unknown`` (characters outside the vocabulary), ``_Refused`` (the tokenizers library
+        failed on a text) or ``_Boundary`` (a text reached the boundary id)."""
         t = self.tokenizer
         if t.kind == "hf":
-            return self._encode_hf(texts)
+            return self._encode_hf(texts, prepared)
         if t.kind == "bytes":
             parts = [s.encode("utf-8") for s in texts]
             if self.limit is not None:
@@ -225,13 +240,13 @@ class Encoder:
             out = out.astype(t.dtype, copy=False)
         return out
 
-    def _encode_hf(self, texts: list[str]) -> np.ndarray:
+    def _encode_hf(self, texts: list[str], prepared: Any = None) -> np.ndarray:
         """``hf``: the block's texts encoded in one ``encode_batch`` on the library's side, each
         document's ids (a list the library builds) cut to the limit, then every id and boundary
         gathered into one array by one ``fromiter`` over the lists: no Python step per token."""
         t = self.tokenizer
         try:
-            ids = t.encode_batch(texts)
+            ids = [e.ids for e in prepared] if prepared is not None else t.encode_batch(texts)
         except Exception as e:  # the library's errors have no type of their own
             for s in texts:
                 s.encode("utf-8")  # a lone surrogate: the UnicodeEncodeError that names it
@@ -269,8 +284,8 @@ def _describe(ch: str) -> str:
     return f"{ch!r} (U+{ord(ch):04X})"
 
 
-def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: BadInput
-                    ) -> tuple[np.ndarray, int]:
+def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: Callable[[str], None],
+                    prepared: Any = None) -> tuple[np.ndarray, int]:
     """Encodes a block of documents, reporting (and, skipping, leaving out) the bad ones; returns
     the tokens and how many documents they hold.
 
@@ -280,7 +295,7 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
     if not texts:
         return np.zeros(0, encoder.tokenizer.dtype), 0
     try:
-        return encoder.encode(texts), len(texts)
+        return encoder.encode(texts, prepared), len(texts)
     except (UnicodeEncodeError, _Unknown, _Refused, _Boundary):
         pass
     drop = set()
@@ -332,7 +347,8 @@ def _line_blocks(f: BinaryIO, path: str) -> Iterator[tuple[int, bytes]]:
         line += block.count(b"\n")
 
 
-def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: BadInput) -> tuple[list[str], list[int]]:
+def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[str], None]
+                 ) -> tuple[list[str], list[int]]:
     """The documents of a block of JSONL lines and their line numbers (bad lines reported)."""
     try:
         lines = block.decode("utf-8").split("\n")
@@ -394,12 +410,79 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
     raw: Any = ObjectStream(path) if url else open(open_fd(locate(path).path, CorpusInputError), "rb")
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
-        for first, block in _line_blocks(f, path):
-            texts, lines = _jsonl_texts(path, block, first, options.text_key, bad)
-            tokens, documents = _encode_checked(encoder, texts, lines, path, bad)
-            if on_bytes is not None:
-                on_bytes(raw.tell())
-            yield tokens, documents
+        ahead = _ReadAhead(f, raw, path, options.text_key, encoder)
+        try:
+            for block in ahead:
+                for message in block.messages:  # in the order a reader on this thread would report them
+                    bad(message)
+                tokens, documents = _encode_checked(encoder, block.texts, block.lines, path, bad, block.prepared)
+                if on_bytes is not None:
+                    on_bytes(block.end)
+                yield tokens, documents
+        finally:
+            ahead.close()  # before the file is closed: the thread reads it
+
+
+@dataclasses.dataclass
+class _Block:
+    """A block of a JSONL input as the thread reading ahead leaves it: its documents and their
+    lines, the bad lines it found (in order, not yet reported), where in the file it ends, and
+    for a ``tokenizer.json`` the library's encodings of its documents."""
+
+    texts: list[str]
+    lines: list[int]
+    messages: list[str]
+    end: int
+    prepared: Any = None
+
+
+class _ReadAhead:
+    """The blocks of a JSONL input, read, parsed and (for a ``tokenizer.json``) encoded on a thread
+    of their own, :data:`AHEAD` blocks ahead of the one being written. The tokenizers library
+    releases the GIL while it encodes, so encoding block k+1 overlaps with turning block k's ids
+    into tokens, hashing and writing them. Bad lines are handed over as messages and reported by
+    the consumer, so that what is raised or counted, and in which order, is what a single thread
+    would do; an error of the thread (an unreadable file) is raised where its block would be."""
+
+    def __init__(self, f: Any, raw: Any, path: str, key: str, encoder: Encoder):
+        self._queue: queue.Queue[_Block | BaseException | None] = queue.Queue(AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(f, raw, path, key, encoder),
+                                        name="pskd-corpus-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _read(self, f: Any, raw: Any, path: str, key: str, encoder: Encoder) -> None:
+        try:
+            for first, data in _line_blocks(f, path):
+                messages: list[str] = []
+                texts, lines = _jsonl_texts(path, data, first, key, messages.append)
+                if not self._hand(_Block(texts, lines, messages, raw.tell(), encoder.prepared(texts))):
+                    return
+            self._hand(None)
+        except BaseException as e:  # raised on the consumer's side, in its place
+            self._hand(e)
+
+    def _hand(self, item: _Block | BaseException | None) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[_Block]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _txt_tokens(path: str, encoder: Encoder, bad: Callable[[str], None], on_bytes: Callable[[int], None] | None
