@@ -328,7 +328,7 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
                              "this process (workers=1)")
         manifest = _run_in_store(beam, sources, place, options, flags)
     else:
-        manifest = _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)
+        _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)
         manifest = read_manifest(os.path.join(place.path, MANIFEST))  # named as the local build names it
     return BuildResult(manifest, len(manifest.shards), 0, sum(s.skipped for s in manifest.shards), (),
                        sum(s.source["size"] for s in manifest.shards if s.source), time.perf_counter() - started)

@@ -229,6 +229,6 @@ def test_an_unreadable_block_is_raised_after_the_blocks_before_it(tmp_path, monk
                                    mtime=0)[:600])
     seen = []
     with pytest.raises(PskdError, match=r"^E9015: .*cut\.jsonl\.gz: cannot read past line \d+"):
-        for tokens, documents in corpus_tokens.token_blocks(str(path), BuildOptions()):
+        for _, documents in corpus_tokens.token_blocks(str(path), BuildOptions()):
             seen.append(documents)
     assert sum(seen) > 0
