@@ -13,16 +13,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-import tqdm
-
 from pskd_jax import corpus, data
 from pskd_jax.errors import PskdError, UsageError
+from pskd_jax.storage import is_url, locate
 
 
 class BuildProgress:
     """Shows a corpus build's progress with a tqdm bar (input megabytes, and shards done)."""
 
     def __init__(self, file=None):
+        import tqdm  # only for a terminal: a build's start-up stays small without it
+
         self.bar = tqdm.tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1000, file=file or sys.stderr,
                              desc="corpus build", dynamic_ncols=True, mininterval=0.1)
 
@@ -140,7 +141,16 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str)
 
 
 def _manifest_path(given: str) -> str:
-    """A corpus directory stands for its shards.json."""
+    """A corpus directory stands for its shards.json; so does a store's prefix (a URL whose last
+    part does not end in ``.json``, or that ends in ``/``)."""
+    if is_url(given):
+        where = locate(given)
+        if where.is_local:
+            given = where.path
+        elif given.endswith("/") or not where.name.endswith(".json"):
+            return where.child(corpus.MANIFEST).url
+        else:
+            return given
     return os.path.join(given, "shards.json") if os.path.isdir(given) else given
 
 
@@ -163,8 +173,8 @@ def _info(args) -> Iterator[str]:
 
 def _merge(args) -> Iterator[str]:
     output = args.output
-    if os.path.isdir(output):  # a directory: its shards.json
-        output = os.path.join(output, corpus.MANIFEST)
+    if os.path.isdir(output) or is_url(output):  # a directory (or a store's prefix): its shards.json
+        output = _manifest_path(output) if is_url(output) else os.path.join(output, corpus.MANIFEST)
     m = corpus.merge_manifests(args.manifests, output)
     yield (f"pskd: wrote {output} ({len(m.shards)} shards from {len(args.manifests)} manifests, {m.tokens} tokens, "
            f"{m.documents} documents, vocabulary {m.vocab_size} with boundary {m.boundary})")
@@ -181,8 +191,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         return parser
 
     p = command("build", _build, "Tokenize documents into shards (one per input file) and write DIR/shards.json.")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help=".jsonl, .jsonl.gz, .txt files, or directories of them")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the corpus directory")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help=".jsonl, .jsonl.gz, .txt files, or directories of them; or objects of a store (s3://B/K, "
+                        "gs://B/K), a prefix ending in / for the objects directly below it, a pattern such as "
+                        "s3://B/raw/*.jsonl")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="the corpus directory, or a prefix of a store (s3://B/corpus, gs://B/corpus)")
     p.add_argument("--tokenizer", metavar="bytes|chars|tokenizer.json",
                    help="bytes (the default), chars (needs --vocab), or a Hugging Face tokenizer.json (needs the "
                         "tokenizers package: pip install 'pskd_jax[tokenizers]')")

@@ -695,6 +695,28 @@ def manifests(c: Collection) -> None:
     add("in-progress-not-object", corpus(in_progress=True), "E9016", "in_progress that is not an object")
 
 
+# Two tokenizer.json files whose model encodes the text "</s>" to the id of "</s>" (issue 20,
+# class 6): a WordLevel model where it is an ordinary word, and a Unigram (SentencePiece's kind)
+# where it is a piece and the special token. Written by hand, so that the collection does not
+# change with the tokenizers library's own way of saving.
+_SPECIAL = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}
+BOUNDARY_TOKENIZERS = {
+    "words-tokenizer.json": {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "</s>": 1, "a": 2, "b": 3}, "unk_token": "[UNK]"}},
+    "unigram-tokenizer.json": {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 1, "content": "</s>", **_SPECIAL}], "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        "post_processor": None, "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                            "split": True},
+        "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                  "vocab": [["<unk>", 0.0], ["</s>", -1.25], ["\u2581", -2.0], ["a", -2.0], ["b", -2.0],
+                            ["<", -2.0], ["/", -2.0], ["s", -2.0], [">", -2.0]]}},
+}
+
+
 # JSONL (and .txt) corpus inputs.
 
 def jsonl_inputs(c: Collection) -> None:
@@ -753,6 +775,16 @@ def jsonl_inputs(c: Collection) -> None:
         "a gzip input", extension=".jsonl.gz")
     add("txt-not-utf8", b"ab\xffcd\n", "E9015", "a .txt document that is not UTF-8", extension=".txt")
     add("txt-valid", "one document\nof two lines\n", None, "a .txt document", extension=".txt")
+    quoted = '{"text": "a </s> b"}\n{"text": "</s>"}\n{"text": "a</s>b"}\n'
+    for model, fixture in (("word", "_fixtures/words-tokenizer.json"), ("piece", "_fixtures/unigram-tokenizer.json")):
+        add(f"boundary-{model}-in-text", quoted, None,
+            f"texts quoting '</s>', which a {model} of the tokenizer's model encodes to its id: the default boundary "
+            "passes over it (an id past the vocabulary) and every document stays whole", tokenizer=fixture)
+        add(f"boundary-{model}-named", quoted, "E9011",
+            f"--boundary-token '</s>', which the tokenizer's model reaches from text (a {model} of it): refused "
+            "naming why", tokenizer=fixture, boundary_token="</s>")
+        add(f"boundary-{model}-ordinary-named", quoted, "E9011",
+            "--boundary-token 'a', an ordinary entry of the vocabulary", tokenizer=fixture, boundary_token="a")
 
 
 def safetensors_files(c: Collection) -> None:
@@ -947,6 +979,9 @@ def fixtures(directory: str) -> None:
         f.write("ab\nba\n")
     with open(os.path.join(path, "corpus-vocab.json"), "w", encoding="utf-8") as f:
         f.write('["a", "b"]\n')
+    for name, tokenizer in BOUNDARY_TOKENIZERS.items():
+        with open(os.path.join(path, name), "w", encoding="utf-8") as f:
+            f.write(json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
     # A link leading outside the collection: what a pipeline may not stream through.
     os.symlink("/etc/passwd", os.path.join(path, "outside.psk.d"))
     # 2^40 samples of an empty type: a count no byte backs (a pipeline's batches of 10^9 over it).

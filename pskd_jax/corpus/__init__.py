@@ -4,8 +4,9 @@ or Apache Beam), looking after, and training windows over the global token strea
 from pskd_jax.corpus.beam import build_corpus_beam
 from pskd_jax.corpus.build import BuildResult, build_corpus
 from pskd_jax.corpus.inputs import find_inputs
-from pskd_jax.corpus.maintain import VerifyResult, check_tokenizer, info_lines, merge_manifests, verify_corpus
+from pskd_jax.corpus.maintain import VerifyResult, check_tokenizer, info_lines, verify_corpus
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, is_manifest, read_manifest, write_manifest
+from pskd_jax.corpus.merge import merge_manifests
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_build import ShardResult, build_shard
 from pskd_jax.corpus.shard_writer import DEFAULT_CHUNK_TOKENS, ShardWriter

@@ -1,14 +1,20 @@
 """Building a corpus on Apache Beam: the shards and ``shards.json`` of the local build, byte for
-byte, from any Beam runner (the DirectRunner on one machine; Dataflow, Flink or Spark on a cluster).
-``apache_beam`` is imported on first use (the extra ``pskd_jax[beam]``); without it a Beam build is
-E9012, and nothing else here needs it.
+byte, from any Beam runner (the FnApiRunner in this process or its worker processes by default;
+Dask, Dataflow, Flink or Spark on a cluster). ``apache_beam`` is imported on first use (the extra
+``pskd_jax[beam]``); without it a Beam build is E9012, and nothing else here needs it.
 
 The pipeline: ``Create`` the inputs with their index → ``Reshuffle`` → one shard per input
-(:func:`write_shard`, under a temporary name renamed to its fixed one, so a retried or speculative
-attempt never leaves a torn or doubled shard) → every entry gathered → ``shards.json`` written
-once, in input order, and the directory tidied as the local build tidies it. Inputs, the corpus
-directory, what workers need and how this differs from the local build: ``docs/corpus.md``
-(Building, Apache Beam).
+(:func:`write_shard`: in a directory under a temporary name renamed to its fixed one; in a store
+put whole under its fixed name; either way a retried or speculative attempt never leaves a torn or
+doubled shard) → every entry gathered → ``shards.json`` written once, in input order, and the
+place tidied as the local build tidies it. Into a store, the launcher first puts a manifest in
+progress (the build's claim, see :mod:`pskd_jax.corpus.publisher`) and the last step puts the
+complete one only if that claim still stands. Inputs, the corpus's place, what workers need and
+how this differs from the local build: ``docs/corpus.md`` (Building, Apache Beam).
+
+The default runner is named: ``FnApiRunner``. Beam's own default, the DirectRunner, tries to
+download a runner program (Prism) from the internet on every run before falling back; the toolkit
+never fetches anything while it runs.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import dataclasses
 import logging
 import os
 import re
+import secrets
 import shlex
 import shutil
 import tempfile
@@ -28,18 +35,36 @@ from typing import Any
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, unlocked_temporary_for
 from pskd_jax._os.checks import abridged_list
-from pskd_jax.corpus.build import BuildResult
+from pskd_jax.corpus.build import BuildResult, check_unchanged
 from pskd_jax.corpus.extras import beam_module
 from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, require_inputs, source_of
+from pskd_jax.corpus.journal import previous_manifest
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.maintain import shard_problem
-from pskd_jax.corpus.manifest import MANIFEST, read_manifest, write_manifest
+from pskd_jax.corpus.manifest import (
+    MANIFEST,
+    Manifest,
+    manifest_object,
+    put_manifest,
+    read_manifest,
+    write_manifest,
+)
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.corpus.publisher import tidy_directory
-from pskd_jax.corpus.shard_build import ShardResult, build_shard
-from pskd_jax.errors import CODES, CorpusInputError, PskdError, ShardMismatchError, TruncatedError, UsageError
+from pskd_jax.corpus.publisher import ManifestPublisher, tidy_directory
+from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, build_shard
+from pskd_jax.errors import (
+    CODES,
+    CorpusDirectoryError,
+    CorpusInputError,
+    PskdError,
+    ShardMismatchError,
+    TruncatedError,
+    UsageError,
+)
+from pskd_jax.storage import Conflict, Location, Version, locate, resolve
 
 _LOG = logging.getLogger(__name__)
+DEFAULT_RUNNER = "FnApiRunner"  # Beam's in-process (or multi-process) local runner; it fetches nothing
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # How a worker's PskdError reads once a runner has turned it into text (a traceback).
 _REPORTED = re.compile(r"pskd_jax\.errors\.[A-Za-z]+Error: (?P<code>E9[0-9]{3}): (?P<message>[^\n]*)")
@@ -59,18 +84,24 @@ def is_url(path: str) -> bool:
 
 
 def find_sources(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The input files in order: local paths as :func:`find_inputs` finds them, URLs matched
+    """The input files in order: local paths and objects of the toolkit's stores (``s3://``,
+    ``gs://``, ``memory://``, ``file://``) as :func:`find_inputs` finds them, other URLs matched
     through Beam's ``FileSystems`` (sorted by path, input suffixes only, hidden names passed over)."""
     found: list[str] = []
     local: list[str] = []
     for given in [os.fspath(p) for p in inputs]:
-        if not is_url(given):
+        if not is_url(given) or _served(given):
             local.append(given)
             continue
         found += find_inputs(local) if local else []
         local = []
         found += _match_urls(given)
     return found + (find_inputs(local) if local else [])
+
+
+def _served(url: str) -> bool:
+    """Whether the toolkit's own storage reads ``url`` (rather than one of Beam's file systems)."""
+    return url.split("://", 1)[0].lower() in ("s3", "gs", "memory", "file")
 
 
 def _match_urls(given: str) -> list[str]:
@@ -122,52 +153,69 @@ def _readable(source: str) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def write_shard(source: str, directory: str, index: int, options: BuildOptions | None = None, *,
-                recorded_path: str | None = None) -> ShardResult:
-    """Builds shard ``index`` of the corpus in ``directory`` from ``source`` (a path or a URL) under
-    a temporary name, then renames it to its deterministic name: any number of attempts, one after
-    another or at once, leave one whole shard of the same bytes. ``recorded_path`` is the path the
-    manifest records for the input (default: ``source``)."""
+                recorded_path: str | None = None, claim: BuildClaim | None = None) -> ShardResult:
+    """Builds shard ``index`` of the corpus in ``directory`` from ``source`` (a path or a URL). In a
+    local directory it is written under a temporary name, then renamed to its deterministic name;
+    in a store (``directory`` a prefix URL) it is put whole under that name, once the build's
+    ``claim`` is checked. Any number of attempts, one after another or at once, leave one whole
+    shard of the same bytes. ``recorded_path`` is the path the manifest records for the input
+    (default: ``source``)."""
     options = BuildOptions.checked(options)
-    final = os.path.join(directory, names.shard_name(index))
-    with _readable(source) as (local, identity):
-        temporary = unlocked_temporary_for(final)
-        try:
-            result = build_shard(local, temporary, options)
-            try:
-                os.replace(temporary, final)
-            except OSError as e:
-                raise TruncatedError(f"{final}: cannot put the shard in place: {e.strerror or e}") from e
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-    if options.durable:
-        fsync_directory(directory)
+    place = locate(directory)
+    with _readable(source) as (readable, identity):
+        if not place.is_local:
+            result = build_shard(readable, place.child(names.shard_name(index)).url, options, claim=claim)
+        else:
+            result = _renamed_shard(readable, place.path, index, options)
     identity = dict(identity, path=recorded_path if recorded_path is not None else identity["path"])
     entry = dataclasses.replace(result.entry, path=names.shard_name(index), source=identity)
     return dataclasses.replace(result, entry=entry)
 
 
-def _shard_step(element: tuple[int, str, str], directory: str, options: BuildOptions) -> tuple[int, ShardResult]:
+def _renamed_shard(source: str, directory: str, index: int, options: BuildOptions) -> ShardResult:
+    final = os.path.join(directory, names.shard_name(index))
+    temporary = unlocked_temporary_for(final)
+    try:
+        result = build_shard(source, temporary, options)
+        try:
+            os.replace(temporary, final)
+        except OSError as e:
+            raise TruncatedError(f"{final}: cannot put the shard in place: {e.strerror or e}") from e
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    if options.durable:
+        fsync_directory(directory)
+    return result
+
+
+def _shard_step(element: tuple[int, str, str], directory: str, options: BuildOptions,
+                claim: BuildClaim | None = None) -> tuple[int, ShardResult]:
     """The pipeline's per-input step (runs on a worker)."""
     index, recorded, readable = element
     # One tokenizer thread per worker: the workers are the parallelism (unless the user said otherwise).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = write_shard(readable, directory, index, options, recorded_path=recorded)
+    result = write_shard(readable, directory, index, options, recorded_path=recorded, claim=claim)
     for example in result.examples:
         _LOG.warning("pskd corpus build: left out: %s", example)
     return index, result
 
 
-def _finish(results: list[tuple[int, ShardResult]], directory: str, options: BuildOptions, count: int) -> str:
-    """The pipeline's last step: ``shards.json`` in input order, then the directory tidied."""
+def _finish(results: list[tuple[int, ShardResult]], directory: str, options: BuildOptions, count: int,
+            claimed: str | None = None) -> str:
+    """The pipeline's last step: ``shards.json`` in input order, then the directory tidied. In a
+    store, the manifest is put only if it is still the claim the launcher put (tag ``claimed``)."""
     by_index: dict[int, ShardResult] = {}
     for index, result in results:
         by_index.setdefault(index, result)  # a result given twice is the same shard
     missing = [i for i in range(count) if i not in by_index]
     if missing:
         raise TruncatedError(f"{directory}: the pipeline gave no shard for input(s) {abridged_list(missing, 5)}")
+    place = locate(directory)
     entries = [by_index[i].entry for i in range(count)]
+    if not place.is_local:
+        return _finish_in_store(place, [by_index[i] for i in range(count)], options, claimed)
     for entry in entries:
         problem = shard_problem(os.path.join(directory, entry.path), entry, options.tokenizer, digest=False)
         if problem is not None:
@@ -178,12 +226,30 @@ def _finish(results: list[tuple[int, ShardResult]], directory: str, options: Bui
     return manifest.path
 
 
+def _finish_in_store(place: Location, results: list[ShardResult], options: BuildOptions, claimed: str | None) -> str:
+    check_unchanged(place, results)
+    store, _ = resolve(place)
+    where = place.child(MANIFEST)
+    try:
+        manifest, _ = put_manifest(store, where.key, options.tokenizer, [r.entry for r in results], options.recorded(),
+                                   mode=Version(claimed) if claimed is not None else "create")
+    except Conflict as e:
+        raise CorpusDirectoryError(f"{where.url}: another build of this corpus put its manifest while this one ran "
+                                   f"({e.why}); this build's shards are not listed: run one build of a corpus at a "
+                                   "time, then run it again to finish it") from None
+    tidy_directory(place, manifest)
+    return manifest.path
+
+
 def build_transform(sources: Sequence[str], directory: str, options: BuildOptions | None = None, *,
-                    readable: Sequence[str] | None = None) -> Any:
+                    readable: Sequence[str] | None = None, claim: BuildClaim | None = None,
+                    claimed: str | None = None) -> Any:
     """The Beam transform that builds the corpus of ``sources`` (input files, in stream order) into
-    ``directory``: apply it to a pipeline (``pipeline | build_transform(...)``); its output is the
-    manifest's path, once the manifest is written. ``readable`` gives, per source, the path a
-    worker reads it from (default: the source itself)."""
+    ``directory`` (a path, or a prefix URL of a store): apply it to a pipeline (``pipeline |
+    build_transform(...)``); its output is the manifest's path, once the manifest is written.
+    ``readable`` gives, per source, the path a worker reads it from (default: the source itself).
+    Into a store, ``claim`` is the build's claim and ``claimed`` the version tag of the manifest
+    in progress that made it (see :func:`build_corpus_beam`)."""
     beam: Any = beam_module()  # (imported on first use: Any lets a class below derive from beam.PTransform)
     options = BuildOptions.checked(options)
     readable = list(readable) if readable is not None else list(sources)
@@ -195,9 +261,9 @@ def build_transform(sources: Sequence[str], directory: str, options: BuildOption
             return (root
                     | "Inputs" >> beam.Create(elements)
                     | "Spread" >> beam.Reshuffle()
-                    | "Shards" >> beam.Map(_shard_step, directory, options)
+                    | "Shards" >> beam.Map(_shard_step, directory, options, claim)
                     | "Gather" >> beam.combiners.ToList()
-                    | "Manifest" >> beam.Map(_finish, directory, options, count))
+                    | "Manifest" >> beam.Map(_finish, directory, options, count, claimed))
 
     return BuildCorpus()
 
@@ -208,13 +274,18 @@ def build_transform(sources: Sequence[str], directory: str, options: BuildOption
 
 def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> Any:
     """Beam's ``PipelineOptions`` from command-line flags (a string is split as a shell would), passed
-    through to the runner as given. On the DirectRunner (the default), ``workers`` above 1 sets
-    ``--direct_num_workers`` and ``--direct_running_mode=multi_processing`` unless the flags set them."""
+    through to the runner as given. Without a ``--runner`` the runner is ``FnApiRunner`` (named, so
+    that Beam's DirectRunner does not try to download a program first). On it, or on the
+    DirectRunner, ``workers`` above 1 sets ``--direct_num_workers`` and
+    ``--direct_running_mode=multi_processing`` unless the flags set them."""
     beam = beam_module()
     flags = shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or [])
+    if beam.options.pipeline_options.PipelineOptions(flags).view_as(
+            beam.options.pipeline_options.StandardOptions).runner is None:
+        flags.append(f"--runner={DEFAULT_RUNNER}")
     options = beam.options.pipeline_options.PipelineOptions(flags)
     runner = options.view_as(beam.options.pipeline_options.StandardOptions).runner
-    if workers > 1 and runner in (None, "DirectRunner", "direct") \
+    if workers > 1 and runner in (DEFAULT_RUNNER, "DirectRunner", "direct") \
             and not any(f.startswith(("--direct_num_workers", "--direct_running_mode")) for f in flags):
         options = beam.options.pipeline_options.PipelineOptions(
             flags + [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"])
@@ -238,44 +309,84 @@ def _reported(error: BaseException) -> PskdError | None:
 def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                       options: BuildOptions | None = None, *,
                       beam_options: str | Sequence[str] | None = None) -> BuildResult:
-    """Builds the corpus of ``inputs`` in ``out_dir`` on Apache Beam (see the module docstring):
-    the same shards and ``shards.json`` as :func:`pskd_jax.corpus.build_corpus` with the same options.
+    """Builds the corpus of ``inputs`` in ``out_dir`` (a directory every worker sees, or a prefix
+    of a store: ``s3://bucket/corpus``) on Apache Beam (see the module docstring): the same shards
+    and ``shards.json`` as :func:`pskd_jax.corpus.build_corpus` with the same options.
 
     ``beam_options`` are Beam's own flags (``--runner``, ``--project``, …), passed to the runner as
-    given; ``options.workers`` is the DirectRunner's number of worker processes when they do not say.
-    A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
+    given; ``options.workers`` is the local runner's number of worker processes when they do not
+    say. A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
     started = time.perf_counter()
     beam = beam_module()
     options = BuildOptions.checked(options)
-    directory = os.fspath(out_dir)
-    if is_url(directory):
-        raise UsageError(f"{directory}: the corpus directory is a path that the launcher and every worker see "
-                         "(a shared file system), not a URL")
+    place = locate(out_dir)  # E9018 for a URL the toolkit cannot serve
     sources = require_inputs(find_sources(inputs), inputs)
-    directory = os.path.abspath(directory)
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
-    # Workers may start elsewhere (another directory, another machine): a local input is read by its
-    # absolute path, and recorded as given, as the local build records it.
-    readable = [s if is_url(s) else os.path.abspath(s) for s in sources]
-    transform = build_transform(sources, directory, options, readable=readable)
-    with directory_lock(directory):
-        try:
-            with beam.Pipeline(options=pipeline_options(beam_options, options.workers)) as pipeline:
-                _ = pipeline | "BuildCorpus" >> transform
-        except Exception as e:
-            reported = _reported(e)
-            if reported is None:
-                raise
-            raise reported from None
-    manifest = read_manifest(os.path.join(os.fspath(out_dir), MANIFEST))  # named as the local build names it
+    flags = pipeline_options(beam_options, options.workers)
+    if not place.is_local:
+        if place.scheme == "memory" and options.workers > 1:
+            raise UsageError(f"{place.url}: a memory:// store is this process's own; a Beam build into it runs in "
+                             "this process (workers=1)")
+        manifest = _run_in_store(beam, sources, place, options, flags)
+    else:
+        _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)
+        manifest = read_manifest(os.path.join(place.path, MANIFEST))  # named as the local build names it
     return BuildResult(manifest, len(manifest.shards), 0, sum(s.skipped for s in manifest.shards), (),
                        sum(s.source["size"] for s in manifest.shards if s.source), time.perf_counter() - started)
 
 
+def _readable_paths(sources: Sequence[str]) -> list[str]:
+    # Workers may start elsewhere (another directory, another machine): a local input is read by its
+    # absolute path, and recorded as given, as the local build records it.
+    return [s if is_url(s) else os.path.abspath(s) for s in sources]
+
+
+def _run_in_directory(beam: Any, sources: list[str], directory: str, options: BuildOptions, flags: Any) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
+    transform = build_transform(sources, directory, options, readable=_readable_paths(sources))
+    with directory_lock(directory):
+        _run(beam, transform, flags)
+
+
+def _run_in_store(beam: Any, sources: list[str], place: Location, options: BuildOptions, flags: Any) -> Manifest:
+    """The claim (a manifest in progress, put under the previous manifest's version), the
+    pipeline, and the complete manifest read back."""
+    _, condition = previous_manifest(place)
+    writer = secrets.token_hex(8)
+    publisher = ManifestPublisher(place, options, len(sources), writer=writer, condition=condition)
+    publisher.start([None] * len(sources))
+    claimed = publisher.condition.tag if isinstance(publisher.condition, Version) else None
+    claim = BuildClaim(place.child(MANIFEST).url, writer)
+    _run(beam, build_transform(sources, place.url, options, readable=_readable_paths(sources), claim=claim,
+                               claimed=claimed), flags)
+    store, _ = resolve(place)
+    return manifest_object(store, place.child(MANIFEST).key)[0]
+
+
+def _run(beam: Any, transform: Any, flags: Any) -> None:
+    try:
+        pipeline = beam.Pipeline(options=flags)
+        _ = pipeline | "BuildCorpus" >> transform
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            # Beam's DaskRunner connects a client to the cluster for the run and leaves it open;
+            # left open, it keeps reconnecting (and logging) once the cluster is gone.
+            client = getattr(result, "client", None)
+            if client is not None and hasattr(client, "close"):
+                client.close()
+    except Exception as e:
+        reported = _reported(e)
+        if reported is None:
+            raise
+        raise reported from None
+
+
 __all__ = [
+    "DEFAULT_RUNNER",
     "build_corpus_beam",
     "build_transform",
     "find_sources",

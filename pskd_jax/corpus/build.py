@@ -14,21 +14,24 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax.corpus.inputs import EXAMPLES, find_inputs, require_inputs, source_of
-from pskd_jax.corpus.journal import BuildJournal, recorded_shards
+from pskd_jax.corpus.journal import BuildJournal, journal_for, previous_manifest, recorded_shards
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.pool import run_tasks
 from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, tidy_directory
-from pskd_jax.corpus.shard_build import ShardResult, ShardTask
+from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, ShardTask
 from pskd_jax.errors import CorpusDirectoryError
+from pskd_jax.storage import CREATE, Location, Version, is_object_url, locate, resolve
 
 #: ``progress(done_bytes, total_bytes, done_shards, total_shards)``: input bytes read (those of
 #: kept shards included) and shards finished (kept ones included), of all the build's.
@@ -54,42 +57,98 @@ class BuildResult:
 def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
                  options: BuildOptions | None = None, *, progress: Progress | None = None,
                  start_method: str | None = None) -> BuildResult:
-    """Builds (or finishes) the corpus of ``inputs`` in ``out_dir``: one shard per input file,
+    """Builds (or finishes) the corpus of ``inputs`` (paths, or objects' URLs) in ``out_dir`` (a
+    directory, or a prefix of a store: ``s3://bucket/corpus``): one shard per input file,
     ``options.workers`` processes, ``shards.json`` written last. ``progress`` is called now and
     then (see :data:`Progress`); ``start_method`` chooses how pool workers start (default:
-    :func:`pskd_jax.corpus.pool.pool_context`). The directory's build lock is held throughout: a
-    second build of it is refused (E9016)."""
+    :func:`pskd_jax.corpus.pool.pool_context`, ``spawn`` when a store is involved). A local
+    directory's build lock is held throughout: a second build of it is refused (E9016); in a
+    store, the build that puts its manifest first wins and the other stops (E9016)."""
     started = time.perf_counter()
     options = BuildOptions.checked(options)
+    place = locate(out_dir)  # E9018 for a URL the toolkit cannot serve: never a local directory named "s3:"
     sources = require_inputs(find_inputs(inputs), inputs)
-    directory = _corpus_directory(out_dir)
+    in_store = not place.is_local or any(is_object_url(s) for s in sources)
+    if in_store and start_method is None:
+        start_method = "spawn"  # a store's client runs threads a fork would not carry over
+    # memory:// stores are this process's own: their shards are built here, one at a time.
+    here = place.scheme == "memory" or any(s.startswith("memory://") for s in sources)
+    if not place.is_local:
+        journal = journal_for(place, options)
+        previous, condition = previous_manifest(place)
+        writer = secrets.token_hex(8)
+        claim = BuildClaim(place.child(MANIFEST).url, writer)
+        tasks = plan_shards(sources, place, options, recorded_shards(place, journal, options, previous), claim)
+        run = _Run(place, options, tasks, journal, progress, writer=writer, condition=condition)
+        finished = run.build(start_method, here, [])
+        return _result(finished, run.finish(finished), started)
+    directory = _corpus_directory(place.path)
+    local = Location("file", "", directory)
     with directory_lock(directory) as lock_fd:
         check_manifest_name(os.path.join(directory, MANIFEST))
-        journal = BuildJournal(directory, options)
-        tasks = plan_shards(sources, directory, options, recorded_shards(directory, journal, options))
-        results = kept_shards(tasks, options.workers)
-        journal.start([r.entry for r in results if r is not None])
-        publisher = ManifestPublisher(directory, options, len(tasks))
-        publisher.start(results)  # from here on, shards the manifest does not list may change
-        ledger = _Ledger(tasks, results, journal, publisher, progress)
-        ledger.report(force=True)
-        inherited = [fd for fd in (lock_fd, journal.fileno()) if fd is not None]
-        try:
-            run_tasks([t for t in tasks if results[t.index] is None], options.workers, ledger,
-                      start_method=start_method, inherited=inherited)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a full disk, say: the manifest stays as it was
-                publisher.update(results, now=True)
-            raise
-        finally:
-            journal.close()
-        finished = [r for r in results if r is not None]
-        manifest = publisher.finish(finished)
-        tidy_directory(directory, manifest)
+        journal = journal_for(local, options)
+        tasks = plan_shards(sources, local, options, recorded_shards(local, journal, options))
+        run = _Run(local, options, tasks, journal, progress)
+        finished = run.build(start_method, here, [lock_fd])
+        manifest = run.finish(finished)
+    return _result(finished, manifest, started)
+
+
+def _result(finished: Sequence[ShardResult], manifest: Manifest, started: float) -> BuildResult:
     examples = tuple(e for r in finished for e in r.examples)[:EXAMPLES]
     return BuildResult(manifest, sum(not r.kept for r in finished), sum(r.kept for r in finished),
-                       sum(r.entry.skipped for r in finished), examples,
-                       sum(r.input_bytes for r in finished), time.perf_counter() - started)
+                       sum(r.entry.skipped for r in finished), examples, sum(r.input_bytes for r in finished),
+                       time.perf_counter() - started)
+
+
+class _Run:
+    """One build's course once its shards are planned: the kept ones checked, the first manifest
+    put, the others built and journaled, the complete manifest written and the place tidied."""
+
+    def __init__(self, place: Location, options: BuildOptions, tasks: list[ShardTask], journal: BuildJournal,
+                 progress: Progress | None, *, writer: str | None = None, condition: str | Version = CREATE):
+        self.place, self.options, self.tasks, self.journal = place, options, tasks, journal
+        self.publisher = ManifestPublisher(place, options, len(tasks), writer=writer, condition=condition)
+        self.results = kept_shards(tasks, options.workers)
+        self.ledger = _Ledger(tasks, self.results, journal, self.publisher, progress)
+
+    def build(self, start_method: str | None, here: bool, inherited: list[int]) -> list[ShardResult]:
+        results = self.results
+        self.publisher.start(results)  # from here on, shards the manifest does not list may change
+        self.journal.start([r.entry for r in results if r is not None])
+        self.ledger.report(force=True)
+        descriptors = [fd for fd in (*inherited, self.journal.fileno()) if fd is not None]
+        try:
+            run_tasks([t for t in self.tasks if results[t.index] is None], self.options.workers, self.ledger,
+                      start_method=start_method, inherited=descriptors, in_process=here)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a full disk, say: the manifest stays as it was
+                self.publisher.update(results, now=True)
+            raise
+        finally:
+            self.journal.close()
+        return [r for r in results if r is not None]
+
+    def finish(self, finished: list[ShardResult]) -> Manifest:
+        if not self.place.is_local:
+            check_unchanged(self.place, finished)
+        manifest = self.publisher.finish(finished)
+        tidy_directory(self.place if not self.place.is_local else self.place.path, manifest)
+        return manifest
+
+
+def check_unchanged(place: Location, finished: Sequence[ShardResult]) -> None:
+    """Before the complete manifest of a build into a store: every shard this build put is still
+    the object it put (E9016 when another build overwrote one meanwhile)."""
+    store, _ = resolve(place)
+    for result in finished:
+        if result.tag is None:
+            continue
+        found = store.info(place.child(result.entry.path).key)
+        if found is None or found.tag != result.tag:
+            raise CorpusDirectoryError(f"{place.child(result.entry.path).url}: changed while this build ran (another "
+                                       "build of this corpus wrote it?); this build's shards are not listed: run "
+                                       "one build of a corpus at a time, then run it again to finish it")
 
 
 def _corpus_directory(out_dir: str | os.PathLike[str]) -> str:
@@ -101,25 +160,46 @@ def _corpus_directory(out_dir: str | os.PathLike[str]) -> str:
     return directory
 
 
-def plan_shards(sources: Sequence[str], directory: str, options: BuildOptions, recorded: dict[str, Shard]
-                ) -> list[ShardTask]:
-    """One task per input: shard ``i`` at its fixed name in ``directory``, with the entry an earlier
-    build ``recorded`` under that name when it names the same input (path, size, modification time)."""
+def plan_shards(sources: Sequence[str], place: str | Location, options: BuildOptions, recorded: dict[str, Shard],
+                claim: BuildClaim | None = None) -> list[ShardTask]:
+    """One task per input: shard ``i`` at its fixed name in ``place`` (a directory, or a prefix
+    of a store), with the entry an earlier build ``recorded`` under that name when it names the
+    same input (path, size, modification time or version tag)."""
+    where = Location("file", "", place) if isinstance(place, str) else place
     tasks = []
     for i, source in enumerate(sources):
         name = names.shard_name(i)
+        identity = source_of(source)
         entry = recorded.get(name)
-        if entry is not None and entry.source != source_of(source):
+        if entry is not None and entry.source != identity:
             entry = None
-        tasks.append(ShardTask(i, source, os.path.join(directory, name), options, entry))
+        shard = os.path.join(where.path, name) if where.is_local else where.child(name).url
+        tasks.append(ShardTask(i, source, shard, options, entry, identity["size"], claim))
     return tasks
 
 
 def _keeps(task: ShardTask) -> bool:
     """Whether the shard recorded for the task is intact and kept. A symbolic link at the shard's
-    name is never kept: it is replaced."""
-    return task.recorded is not None and not os.path.islink(task.shard_path) \
+    name is never kept: it is replaced. An object of a store is kept when its size and sha256 are
+    its entry's (the entry was written by a build of the same tokenizer and options)."""
+    if task.recorded is None:
+        return False
+    if is_object_url(task.shard_path):
+        return _object_matches(task.shard_path, task.recorded, task.options)
+    return not os.path.islink(task.shard_path) \
         and shard_problem(task.shard_path, task.recorded, task.options.tokenizer) is None
+
+
+def _object_matches(url: str, entry: Shard, options: BuildOptions) -> bool:
+    store, where = resolve(url)
+    found = store.info(where.key)
+    tokenizer = options.tokenizer
+    if found is None or found.size != len(tokenizer.header(0)) + entry.tokens * tokenizer.dtype.itemsize:
+        return False
+    digest = hashlib.sha256()
+    for chunk in store.chunks(where.key):
+        digest.update(chunk)
+    return digest.hexdigest() == entry.sha256
 
 
 def kept_shards(tasks: Sequence[ShardTask], workers: int) -> list[ShardResult | None]:
@@ -145,7 +225,7 @@ class _Ledger:
     def __init__(self, tasks: Sequence[ShardTask], results: list[ShardResult | None], journal: BuildJournal,
                  publisher: ManifestPublisher, progress: Progress | None):
         self.results, self.journal, self.publisher, self.progress = results, journal, publisher, progress
-        self.total_bytes = sum(os.stat(t.source).st_size for t in tasks)
+        self.total_bytes = sum(t.size for t in tasks)
         self.done_bytes = sum(r.entry.source["size"] for r in results if r is not None and r.entry.source)
         self._last = 0.0
 
@@ -171,4 +251,5 @@ class _Ledger:
                           len(self.results))
 
 
-__all__ = ["PROGRESS_SECONDS", "BuildResult", "Progress", "build_corpus", "kept_shards", "plan_shards"]
+__all__ = ["PROGRESS_SECONDS", "BuildResult", "Progress", "build_corpus", "check_unchanged", "kept_shards",
+           "plan_shards"]

@@ -1,20 +1,27 @@
 """Reading corpus inputs and tokenizing their documents, a block of documents at a time.
 
-:func:`find_inputs` turns the paths given into input files; :func:`token_blocks` is the one place
-a build reads an input: it yields the input's token stream block by block, every document followed
-by the boundary, bad documents reported to a :class:`BadInput`. What a document is, what counts as
-bad input and how a block is tokenized: ``docs/corpus.md`` (Building).
+:func:`find_inputs` turns the paths and URLs given into input files; :func:`token_blocks` is the
+one place a build reads an input: it yields the input's token stream block by block, every
+document followed by the boundary, bad documents reported to a :class:`BadInput`. An input may be
+an object of a store (``s3://``, ``gs://``, ``memory://``): a ``.jsonl`` or ``.jsonl.gz`` object is
+streamed, a ``.txt`` object (one document) is copied to a temporary file first. What a document
+is, what counts as bad input and how a block is tokenized: ``docs/corpus.md`` (Building).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
 import gzip
 import io
 import itertools
 import json
 import os
+import queue
+import shutil
+import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,9 +33,11 @@ from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.text import iter_text_blocks
 from pskd_jax.errors import BadValueError, CorpusInputError, PskdError
+from pskd_jax.storage import Location, is_url, locate, resolve
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".txt")
 BLOCK_BYTES = 1 << 20  # input read at a time; one block's documents are tokenized together
+AHEAD = 2  # blocks read (and encoded) ahead of the one being written
 EXAMPLES = 5  # bad documents quoted in a report
 
 
@@ -37,7 +46,10 @@ EXAMPLES = 5  # bad documents quoted in a report
 
 
 def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The input files, in order: each file as given, each directory's files sorted by path.
+    """The input files, in order: each file as given, each directory's files sorted by path; in a
+    store, each object as given, a URL ending in ``/`` for the objects directly below it (sorted by
+    key), and a pattern (``*``, ``?``, ``[…]`` in the last part of its key) for the objects it
+    matches there.
 
     >>> import tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -49,6 +61,11 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """
     found: list[str] = []
     for given in [os.fspath(p) for p in inputs]:
+        where = locate(given)  # E9018 for a URL the toolkit cannot serve
+        if not where.is_local:
+            found += _objects(given, where)
+            continue
+        given = where.path
         if os.path.isdir(given):
             below = []
             for root, dirs, files in os.walk(given):
@@ -64,6 +81,25 @@ def find_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     return found
 
 
+def _objects(given: str, where: Location) -> list[str]:
+    """The input objects a URL names: itself, those directly below a prefix ending in ``/``, or
+    those a pattern in its last part matches (input suffixes only, hidden names passed over)."""
+    store, _ = resolve(where)
+    name = where.name
+    if given.endswith("/") or not where.key or any(c in name for c in "*?["):
+        prefix = where if given.endswith("/") or not where.key else where.parent()
+        pattern = "*" if prefix is where else name
+        listed = [o.key for o in store.list(prefix.key)]
+        return [prefix.child(key.rpartition("/")[2]).url for key in listed
+                if fnmatch.fnmatchcase(key.rpartition("/")[2], pattern)
+                and key.endswith(SUFFIXES) and not key.rpartition("/")[2].startswith(".")]
+    if store.info(where.key) is None:
+        raise CorpusInputError(f"{given}: no such object (a prefix is written with a trailing '/')")
+    if not name.endswith(SUFFIXES):
+        raise CorpusInputError(f"{given}: not a .jsonl, .jsonl.gz or .txt object (or a prefix ending in '/' of them)")
+    return [where.url]
+
+
 def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) -> list[str]:
     """``found``, the input files of the paths ``given``, unless there is none (E9015 naming them)."""
     if not found:
@@ -72,12 +108,62 @@ def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) ->
 
 
 def source_of(path: str) -> dict[str, Any]:
-    """What identifies an input for a rerun: its path (as given), size and modification time."""
+    """What identifies an input for a rerun: its path (as given), size and modification time; for
+    an object of a store its URL, size and version tag."""
+    if is_url(path):
+        store, where = resolve(path)
+        if not where.is_local:
+            found = store.info(where.key)
+            if found is None:
+                raise CorpusInputError(f"{path}: cannot read: no such object")
+            return {"path": path, "size": found.size, "tag": found.tag}
+        path = where.path
     try:
         st = os.stat(path)
     except OSError as e:
         raise CorpusInputError(f"{path}: cannot read: {e.strerror or e}") from e
     return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+class ObjectStream(io.RawIOBase):
+    """An object of a store read as a stream, a chunk at a time (what ``gzip`` and the line
+    reader read from): memory holds one chunk, whatever the object's size."""
+
+    def __init__(self, url: str, chunk_bytes: int = 8 << 20):
+        super().__init__()
+        store, where = resolve(url)
+        self._chunks = iter(store.chunks(where.key, chunk_bytes))
+        self._held = memoryview(b"")
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        while not self._held:
+            piece = next(self._chunks, None)
+            if piece is None:
+                return 0
+            self._held = memoryview(piece).cast("B")
+        n = min(len(out), len(self._held))
+        out[:n] = self._held[:n]
+        self._held = self._held[n:]
+        self._position += n
+        return n
+
+    def tell(self) -> int:
+        return self._position
+
+
+@contextlib.contextmanager
+def _local_copy(url: str) -> Iterator[str]:
+    """A temporary local file holding the object at ``url`` (copied a chunk at a time)."""
+    with tempfile.TemporaryDirectory(prefix="pskd-corpus-input.") as directory:
+        local = os.path.join(directory, "input.txt")
+        with ObjectStream(url) as stream, open(local, "wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 22)
+        yield local
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,13 +195,25 @@ class Encoder:
         self.limit = max_document_tokens
         self.table = tokenizer.code_point_table() if tokenizer.kind == "chars" else None
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """The tokens of non-empty ``texts``, a boundary after each. Raises UnicodeEncodeError
-        (a lone surrogate), ``_Unknown`` (characters outside the vocabulary) or ``_Refused`` (the
-        tokenizers library failed on a text)."""
+    def prepared(self, texts: list[str]) -> Any:
+        """For ``hf``: the library's encodings of ``texts`` (the slow part of :meth:`encode`, which
+        runs without the GIL, so a thread reading ahead does it), or None when the library fails on
+        the block (:meth:`encode` then finds out why). None for the other kinds."""
+        if self.tokenizer.kind != "hf" or not texts:
+            return None
+        try:
+            return self.tokenizer.native().encode_batch_fast(texts, add_special_tokens=False)
+        except Exception:  # the library's errors have no type of their own: encode() names them
+            return None
+
+    def encode(self, texts: list[str], prepared: Any = None) -> np.ndarray:
+        """The tokens of non-empty ``texts``, a boundary after each (``prepared``: their
+        :meth:`prepared` encodings, if made). Raises UnicodeEncodeError (a lone surrogate),
+        ``_Unknown`` (characters outside the vocabulary), ``_Refused`` (the tokenizers library
+        failed on a text) or ``_Boundary`` (a text reached the boundary id)."""
         t = self.tokenizer
         if t.kind == "hf":
-            return self._encode_hf(texts)
+            return self._encode_hf(texts, prepared)
         if t.kind == "bytes":
             parts = [s.encode("utf-8") for s in texts]
             if self.limit is not None:
@@ -143,13 +241,13 @@ class Encoder:
             out = out.astype(t.dtype, copy=False)
         return out
 
-    def _encode_hf(self, texts: list[str]) -> np.ndarray:
+    def _encode_hf(self, texts: list[str], prepared: Any = None) -> np.ndarray:
         """``hf``: the block's texts encoded in one ``encode_batch`` on the library's side, each
         document's ids (a list the library builds) cut to the limit, then every id and boundary
         gathered into one array by one ``fromiter`` over the lists: no Python step per token."""
         t = self.tokenizer
         try:
-            ids = t.encode_batch(texts)
+            ids = [e.ids for e in prepared] if prepared is not None else t.encode_batch(texts)
         except Exception as e:  # the library's errors have no type of their own
             for s in texts:
                 s.encode("utf-8")  # a lone surrogate: the UnicodeEncodeError that names it
@@ -158,12 +256,21 @@ class Encoder:
             ids = [d[: self.limit] if len(d) > self.limit else d for d in ids]
         boundary = [t.boundary]
         total = sum(map(len, ids)) + len(ids)
-        documents = itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))
-        return np.fromiter(itertools.chain.from_iterable(documents), t.dtype, total)
+        pairs = itertools.chain.from_iterable(zip(ids, itertools.repeat(boundary)))
+        out = np.fromiter(itertools.chain.from_iterable(pairs), t.dtype, total)
+        # The boundary id must come from here alone: a text the model encoded to it would be cut in
+        # two (the tokenizer's check refuses the boundaries it can see reached; this is the guard).
+        if t.boundary_token is not None and np.count_nonzero(out == t.boundary) != len(ids):
+            raise _Boundary()
+        return out
 
 
 class _Refused(Exception):
     """The tokenizers library failed on a block of documents (its message)."""
+
+
+class _Boundary(Exception):
+    """A document of a block was encoded to the boundary id, which only the corpus may put there."""
 
 
 class _Unknown(Exception):
@@ -178,8 +285,8 @@ def _describe(ch: str) -> str:
     return f"{ch!r} (U+{ord(ch):04X})"
 
 
-def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: BadInput
-                    ) -> tuple[np.ndarray, int]:
+def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: str, bad: Callable[[str], None],
+                    prepared: Any = None) -> tuple[np.ndarray, int]:
     """Encodes a block of documents, reporting (and, skipping, leaving out) the bad ones; returns
     the tokens and how many documents they hold.
 
@@ -189,8 +296,8 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
     if not texts:
         return np.zeros(0, encoder.tokenizer.dtype), 0
     try:
-        return encoder.encode(texts), len(texts)
-    except (UnicodeEncodeError, _Unknown, _Refused):
+        return encoder.encode(texts, prepared), len(texts)
+    except (UnicodeEncodeError, _Unknown, _Refused, _Boundary):
         pass
     drop = set()
     for j, s in enumerate(texts):
@@ -204,6 +311,11 @@ def _encode_checked(encoder: Encoder, texts: list[str], lines: list[int], path: 
             message = f"{path}:{lines[j]}: character {_describe(e.found[0][1])} is not in the vocabulary"
         except _Refused as e:
             message = f"{path}:{lines[j]}: the tokenizer failed on the text ({e})"
+        except _Boundary:
+            t = encoder.tokenizer
+            message = (f"{path}:{lines[j]}: the text encodes to the boundary token {t.boundary_token!r} (id "
+                       f"{t.boundary}), which would cut the document in two; build with another --boundary-token, "
+                       "or '' for an id past the vocabulary")
         bad(message)
         drop.add(j)
     kept = [s for j, s in enumerate(texts) if j not in drop]
@@ -236,7 +348,8 @@ def _line_blocks(f: io.BufferedIOBase, path: str) -> Iterator[tuple[int, bytes]]
         line += block.count(b"\n")
 
 
-def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: BadInput) -> tuple[list[str], list[int]]:
+def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[str], None]
+                 ) -> tuple[list[str], list[int]]:
     """The documents of a block of JSONL lines and their line numbers (bad lines reported)."""
     try:
         lines = block.decode("utf-8").split("\n")
@@ -284,21 +397,96 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
     into the file (in bytes, compressed bytes for ``.gz``) each block ends."""
     bad = bad if bad is not None else BadInput(False)
     encoder = Encoder(options.tokenizer, options.max_document_tokens)
+    url = is_url(path) and not locate(path).is_local
     if path.endswith(".txt"):
-        yield from _txt_tokens(path, encoder, bad, on_bytes)
+        if not url:
+            yield from _txt_tokens(locate(path).path, encoder, bad, on_bytes)
+            return
+        with _local_copy(path) as local:
+            try:
+                yield from _txt_tokens(local, encoder, _Renamed(bad, local, path), on_bytes)
+            except PskdError as e:  # name the object, not its copy
+                raise type(e)(e.message.replace(local, path)) from None
         return
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
-    with open(open_fd(path, CorpusInputError), "rb") as raw, \
-            (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
-        for first, block in _line_blocks(f, path):
-            texts, lines = _jsonl_texts(path, block, first, options.text_key, bad)
-            tokens, documents = _encode_checked(encoder, texts, lines, path, bad)
-            if on_bytes is not None:
-                on_bytes(raw.tell())
-            yield tokens, documents
+    raw: Any = ObjectStream(path) if url else open(open_fd(locate(path).path, CorpusInputError), "rb")  # noqa: SIM115 (closed by the with below)
+    with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
+        ahead = _ReadAhead(f, raw, path, options.text_key, encoder)
+        try:
+            for block in ahead:
+                for message in block.messages:  # in the order a reader on this thread would report them
+                    bad(message)
+                tokens, documents = _encode_checked(encoder, block.texts, block.lines, path, bad, block.prepared)
+                if on_bytes is not None:
+                    on_bytes(block.end)
+                yield tokens, documents
+        finally:
+            ahead.close()  # before the file is closed: the thread reads it
 
 
-def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+@dataclasses.dataclass
+class _Block:
+    """A block of a JSONL input as the thread reading ahead leaves it: its documents and their
+    lines, the bad lines it found (in order, not yet reported), where in the file it ends, and
+    for a ``tokenizer.json`` the library's encodings of its documents."""
+
+    texts: list[str]
+    lines: list[int]
+    messages: list[str]
+    end: int
+    prepared: Any = None
+
+
+class _ReadAhead:
+    """The blocks of a JSONL input, read, parsed and (for a ``tokenizer.json``) encoded on a thread
+    of their own, :data:`AHEAD` blocks ahead of the one being written. The tokenizers library
+    releases the GIL while it encodes, so encoding block k+1 overlaps with turning block k's ids
+    into tokens, hashing and writing them. Bad lines are handed over as messages and reported by
+    the consumer, so that what is raised or counted, and in which order, is what a single thread
+    would do; an error of the thread (an unreadable file) is raised where its block would be."""
+
+    def __init__(self, f: Any, raw: Any, path: str, key: str, encoder: Encoder):
+        self._queue: queue.Queue[_Block | BaseException | None] = queue.Queue(AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(f, raw, path, key, encoder),
+                                        name="pskd-corpus-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _read(self, f: Any, raw: Any, path: str, key: str, encoder: Encoder) -> None:
+        try:
+            for first, data in _line_blocks(f, path):
+                messages: list[str] = []
+                texts, lines = _jsonl_texts(path, data, first, key, messages.append)
+                if not self._hand(_Block(texts, lines, messages, raw.tell(), encoder.prepared(texts))):
+                    return
+            self._hand(None)
+        except BaseException as e:  # raised on the consumer's side, in its place
+            self._hand(e)
+
+    def _hand(self, item: _Block | BaseException | None) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[_Block]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _txt_tokens(path: str, encoder: Encoder, bad: Callable[[str], None], on_bytes: Callable[[int], None] | None
                 ) -> Iterator[tuple[np.ndarray, int]]:
     """A ``.txt`` file as one document, streamed. A bad document raises ``ResetShard`` under skip_bad
     once tokens may have been yielded (the caller then empties the shard)."""
@@ -343,7 +531,7 @@ def _txt_tokens(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[
         yield np.array([t.boundary], dtype=t.dtype), 1
 
 
-def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Callable[[int], None] | None
+def _txt_tokens_whole(path: str, encoder: Encoder, bad: Callable[[str], None], on_bytes: Callable[[int], None] | None
                       ) -> Iterator[tuple[np.ndarray, int]]:
     """A ``.txt`` document for a ``tokenizer.json``: read whole and encoded in one call, then cut
     to the limit (the ids of a part of a text need not be the first ids of the whole: a tokenizer
@@ -369,7 +557,22 @@ def _txt_tokens_whole(path: str, encoder: Encoder, bad: BadInput, on_bytes: Call
     except _Refused as e:
         bad(f"{path}:1: the tokenizer failed on the text ({e})")
         raise ResetShard() from None
+    except _Boundary:
+        t = encoder.tokenizer
+        bad(f"{path}:1: the text encodes to the boundary token {t.boundary_token!r} (id {t.boundary}), which would "
+            "cut the document in two; build with another --boundary-token, or '' for an id past the vocabulary")
+        raise ResetShard() from None
     yield tokens, 1
+
+
+class _Renamed:
+    """A :class:`BadInput` hearing of bad documents in a copy of an input, under the input's name."""
+
+    def __init__(self, bad: BadInput, local: str, url: str):
+        self.bad, self.local, self.url = bad, local, url
+
+    def __call__(self, message: str) -> None:
+        self.bad(message.replace(self.local, self.url))
 
 
 class ResetShard(Exception):
@@ -382,6 +585,7 @@ __all__ = [
     "SUFFIXES",
     "BadInput",
     "Encoder",
+    "ObjectStream",
     "ResetShard",
     "find_inputs",
     "require_inputs",

@@ -1,9 +1,11 @@
-"""Resuming a local build: ``DIR/.shards.journal`` and the shards earlier builds finished.
+"""Resuming a build: ``DIR/.shards.journal`` and the shards earlier builds finished.
 
 The journal's first line holds the tokenizer and the recorded build options, then one JSON line a
 finished shard, appended and synced as each finishes; it is removed once the complete manifest is
-written. A rerun keeps a shard that the journal or a previous ``shards.json`` records for the same
-input and options when its file still matches its entry. See ``docs/corpus.md`` (Building).
+written. In a store, where nothing is appended, the journal is an object of the same lines
+(:class:`ObjectJournal`), put whole again as each shard finishes. A rerun keeps a shard that the
+journal or a previous ``shards.json`` records for the same input and options when its file (or
+object) still matches its entry. See ``docs/corpus.md`` (Building).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import json_text, read_strict
-from pskd_jax.corpus.manifest import MANIFEST, Shard, parse_manifest
+from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, manifest_object, parse_manifest
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.errors import CorpusDirectoryError, PskdError
+from pskd_jax.storage import CREATE, Location, ObjectInfo, Version, resolve
 
 JOURNAL_FORMAT = "pskd-corpus-journal"
 
@@ -37,9 +40,13 @@ class BuildJournal:
         """The entries of a journal written with the same tokenizer and options (a torn last line,
         from a crash while appending, is ignored)."""
         try:
-            lines = read_whole(self.path).split(b"\n")  # a regular file only, never a FIFO waited on
+            raw = read_whole(self.path)  # a regular file only, never a FIFO waited on
         except PskdError:
             return {}
+        return self._entries(raw)
+
+    def _entries(self, raw: bytes) -> dict[str, Shard]:
+        lines = raw.split(b"\n")
         entries: dict[str, Shard] = {}
         try:
             if json.loads(lines[0]) != self.header:
@@ -84,19 +91,82 @@ class BuildJournal:
         return (json_text(data) + "\n").encode("utf-8")  # a file name that is not UTF-8 included
 
 
-def recorded_shards(directory: str, journal: BuildJournal, options: BuildOptions) -> dict[str, Shard]:
+class ObjectJournal(BuildJournal):
+    """The journal of a build into a store: the object ``PREFIX/.shards.journal``, the same lines
+    as a local journal's, put whole at :meth:`start` and again at each :meth:`add` (an object
+    cannot be appended to; each put is seen whole). Losing it costs a rerun the shards it listed,
+    never a wrong corpus: a kept shard is checked against its entry first."""
+
+    def __init__(self, place: Location, options: BuildOptions):
+        super().__init__("", options)
+        self.where = place.child(names.CORPUS_JOURNAL)
+        self.path = self.where.url
+        self._store, _ = resolve(self.where)
+        self._lines: list[bytes] = []
+
+    def read(self) -> dict[str, Shard]:
+        try:
+            raw, _ = self._store.get(self.where.key)
+        except PskdError:
+            return {}
+        return self._entries(raw)
+
+    def start(self, entries: Sequence[Shard]) -> None:
+        self._lines = [self._line(self.header)] + [self._line(shard.to_json()) for shard in entries]
+        self._store.put(self.where.key, b"".join(self._lines))
+
+    def add(self, shard: Shard) -> None:
+        self._lines.append(self._line(shard.to_json()))
+        self._store.put(self.where.key, b"".join(self._lines))
+
+    def fileno(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        self._lines = []
+
+
+def journal_for(place: Location, options: BuildOptions) -> BuildJournal:
+    """The journal of a build into ``place``: a local directory's file, or a store's object."""
+    return BuildJournal(place.path, options) if place.is_local else ObjectJournal(place, options)
+
+
+def previous_manifest(place: Location) -> tuple[Manifest | None, str | Version]:
+    """The ``shards.json`` standing in ``place`` (a prefix of a store) and the condition a build's
+    first manifest is put under: :data:`pskd_jax.storage.CREATE` when there is none, else its
+    version (so that a build started meanwhile makes one of the two lose). Something there that is
+    no manifest is replaced like an old one (None, its version)."""
+    store, _ = resolve(place)
+    key = place.child(MANIFEST).key
+    try:
+        manifest, info = manifest_object(store, key)
+    except CorpusDirectoryError:
+        found: ObjectInfo | None = store.info(key)
+        return None, (CREATE if found is None else Version(found.tag))
+    except PskdError:
+        if store.info(key) is None:
+            return None, CREATE
+        raise
+    return manifest, Version(info.tag)
+
+
+def recorded_shards(place: Location, journal: BuildJournal, options: BuildOptions,
+                    previous: Manifest | None = None) -> dict[str, Shard]:
     """Shards finished by earlier builds with the same tokenizer and options, by file name: the
-    journal's, and those of a ``shards.json`` left by a finished build (or one in progress)."""
+    journal's, and those of a ``shards.json`` left by a finished build (or one in progress): in a
+    local directory its file, in a store ``previous`` (read by :func:`previous_manifest`)."""
     entries: dict[str, Shard] = {}
-    path = os.path.join(directory, MANIFEST)
-    try:  # the entries only: the build uses its own shard paths, and replaces a link at one
-        old = parse_manifest(read_strict(path, CorpusDirectoryError), path)
-        if old.tokenizer == options.tokenizer and old.build == options.recorded():
-            entries.update((s.path, s) for s in old.shards)
-    except PskdError:  # none, or not one to trust: every shard is rebuilt
-        pass
+    old = previous
+    if place.is_local:
+        path = os.path.join(place.path, MANIFEST)
+        try:  # the entries only: the build uses its own shard paths, and replaces a link at one
+            old = parse_manifest(read_strict(path, CorpusDirectoryError), path)
+        except PskdError:  # none, or not one to trust: every shard is rebuilt
+            old = None
+    if old is not None and old.tokenizer == options.tokenizer and old.build == options.recorded():
+        entries.update((s.path, s) for s in old.shards)
     entries.update(journal.read())
     return entries
 
 
-__all__ = ["JOURNAL_FORMAT", "BuildJournal", "recorded_shards"]
+__all__ = ["JOURNAL_FORMAT", "BuildJournal", "ObjectJournal", "journal_for", "previous_manifest", "recorded_shards"]

@@ -10,17 +10,16 @@ import hashlib
 import io
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
 from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax._os.positional import read_into
-from pskd_jax.corpus.lock import directory_lock
-from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest, write_manifest
+from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
+from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError
 from pskd_jax.format.header import VERSION_F64, Header, read_header
 
 
@@ -230,69 +229,5 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
     return lines
 
 
-def merge_manifests(manifests: Sequence[str | os.PathLike], output: str | os.PathLike) -> Manifest:
-    """One manifest listing the shards of several, in the order given, written to ``output``.
-
-    Every shard path is rewritten relative to ``output``'s directory, which must hold them all
-    (E9016 otherwise), and every manifest must have the same tokenizer and build options. This is
-    how corpora built apart (one process, machine or job per part) become one. A shard file listed
-    twice (one manifest given twice, or two that list one file) is refused (E9016): its tokens
-    would appear twice in the stream. The output is written atomically, holding the directory's
-    build lock: a merge into a directory where a corpus build is running is refused (E9016).
-    """
-    if not manifests:
-        raise UsageError("merge needs at least one manifest")
-    output = os.fspath(output)
-    root = os.path.dirname(os.path.abspath(output))
-    first = read_manifest(manifests[0])
-    shards: list[Shard] = []
-    seen: dict[tuple, str] = {}  # a shard's file (device, inode) → the manifest that listed it first
-    for path in manifests:
-        m = first if path is manifests[0] else read_manifest(path)
-        if not (m.tokenizer.matches(first.tokenizer) and m.tokenizer.boundary == first.tokenizer.boundary):  # any path
-            raise CorpusDirectoryError(f"{m.path}: its tokenizer ({_describe_tokenizer(m.tokenizer)}) differs from "
-                            f"{first.path}'s ({_describe_tokenizer(first.tokenizer)}); only corpora of one "
-                            "vocabulary merge")
-        if not m.complete:
-            raise CorpusDirectoryError(f"{m.path}: a build of this corpus is in progress or was interrupted "
-                                       f"({len(m.shards)} of {m.planned_shards} shards listed); merge it once its "
-                                       "build has finished")
-        if m.build != first.build:
-            differ = sorted(k for k in set(m.build) | set(first.build) if m.build.get(k) != first.build.get(k))
-            raise CorpusDirectoryError(f"{m.path}: its build options differ from {first.path}'s ("
-                            + ", ".join(f"{k} {m.build.get(k)!r} against {first.build.get(k)!r}" for k in differ)
-                            + "); only corpora built alike merge")
-        for i, shard in enumerate(m.shards):
-            where = os.path.abspath(m.shard_path(i))
-            real = os.path.realpath(where)
-            identity = _file_identity(real)
-            if identity in seen:
-                raise CorpusDirectoryError(f"{m.path}: shard {i} {shard.path} is {real}, which {seen[identity]} lists "
-                                "already (the same file, under this name or another: a link); a merged corpus "
-                                "lists each shard once")
-            seen[identity] = m.path
-            relative = os.path.relpath(where, root)
-            if relative.split(os.sep)[0] == "..":
-                raise CorpusDirectoryError(f"{m.path}: shard {shard.path} lies outside {root}, the directory of "
-                                f"{output}; put the merged manifest in a directory above every shard")
-            shards.append(dataclasses.replace(shard, path=relative.replace(os.sep, "/")))
-    with directory_lock(root):
-        return write_manifest(output, first.tokenizer, shards, first.build)
-
-
-def _file_identity(path: str) -> tuple:
-    """What tells one file from another: its device and inode (hard links and symbolic links to
-    one file are one file), or its resolved path when it cannot be looked at."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return ("path", path)
-    return ("inode", st.st_dev, st.st_ino)
-
-
-def _describe_tokenizer(t: Tokenizer) -> str:
-    return t.describe()
-
-
 __all__ = ["ShardProblem", "VerifyResult", "check_shards", "check_tokenizer", "content_problem", "header_problem",
-           "info_lines", "merge_manifests", "open_shard", "shard_header", "shard_problem", "verify_corpus"]
+           "info_lines", "open_shard", "shard_header", "shard_problem", "verify_corpus"]

@@ -62,6 +62,7 @@ from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import CorpusDirectoryError, PskdError
+from pskd_jax.storage import OVERWRITE, Location, ObjectInfo, Store, Version
 
 FORMAT = "pskd-corpus"
 
@@ -125,15 +126,24 @@ def _count(value: Any, what: str) -> int:
     return int(value)
 
 
+SOURCE_KEYS = ({"path", "size", "mtime_ns"}, {"path", "size", "tag"})  # a local file's, an object's
+
+
 def _check_source(source: Any, where: str) -> None:
-    """``source``: ``{"path": str, "size": int >= 0, "mtime_ns": int}`` as a build records it."""
-    if not isinstance(source, dict) or set(source) != {"path", "size", "mtime_ns"}:
+    """``source``: ``{"path": str, "size": int >= 0, "mtime_ns": int}`` for a local input, or
+    ``{"path": str, "size": int >= 0, "tag": str}`` (the object's version tag) for an input in a store."""
+    if not isinstance(source, dict) or set(source) not in SOURCE_KEYS:
         keys = sorted(source) if isinstance(source, dict) else None
-        raise CorpusDirectoryError(f"{where}: 'source' must be an object of exactly 'path', 'size' and 'mtime_ns', "
-                        f"got {json_kind(source) if keys is None else 'the keys ' + json_kind(keys)[:200]}")
+        raise CorpusDirectoryError(f"{where}: 'source' must be an object of exactly 'path', 'size' and 'mtime_ns' "
+                                   "(or 'tag' for an object in a store), got "
+                                   f"{json_kind(source) if keys is None else 'the keys ' + json_kind(keys)[:200]}")
     if not isinstance(source["path"], str):
         raise CorpusDirectoryError(f"{where}: 'source' 'path' must be a string, got {json_kind(source['path'])}")
     _count(source["size"], f"{where}: 'source' 'size'")
+    if "tag" in source:
+        if not isinstance(source["tag"], str):
+            raise CorpusDirectoryError(f"{where}: 'source' 'tag' must be a string, got {json_kind(source['tag'])}")
+        return
     mtime = source["mtime_ns"]
     if not (is_integer(mtime) and -MAX_COUNT <= mtime <= MAX_COUNT):
         raise CorpusDirectoryError(f"{where}: 'source' 'mtime_ns' must be a 64-bit integer, got {json_kind(mtime)}")
@@ -170,6 +180,7 @@ class Manifest:
     shards: tuple[Shard, ...]
     build: dict[str, Any] = dataclasses.field(default_factory=dict)
     planned_shards: int | None = None  # while a build runs: the shards it will list; None once finished
+    writer: str | None = None  # while a build into a store runs: the token that names that build
 
     @property
     def complete(self) -> bool:
@@ -201,7 +212,8 @@ class Manifest:
         return safe_path(self.directory, self.shards[i].path, f"{self.path}: shard {i}")
 
     def to_bytes(self) -> bytes:
-        return manifest_bytes(self.tokenizer, self.shards, self.build, planned_shards=self.planned_shards)
+        return manifest_bytes(self.tokenizer, self.shards, self.build, planned_shards=self.planned_shards,
+                              writer=self.writer)
 
 
 def safe_path(directory: str, relative: str, where: str) -> str:
@@ -242,22 +254,23 @@ def safe_path(directory: str, relative: str, where: str) -> str:
 
 
 def manifest_json(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
-                  planned_shards: int | None = None) -> dict[str, Any]:
-    """The manifest as a JSON-ready dict, keys in their documented order."""
+                  planned_shards: int | None = None, writer: str | None = None) -> dict[str, Any]:
+    """The manifest as a JSON-ready dict, keys in their documented order. ``writer`` (a manifest
+    in progress in a store only) names the build that writes it."""
     data: dict[str, Any] = {"format": FORMAT, "version": VERSION, "tokenizer": tokenizer.to_json(),
                             "vocab_size": tokenizer.vocab_size, "boundary": tokenizer.boundary}
     if build is not None:
         data["build"] = dict(build)
     if planned_shards is not None:
-        data[IN_PROGRESS] = {"planned_shards": planned_shards}
+        data[IN_PROGRESS] = {"planned_shards": planned_shards, **({"writer": writer} if writer is not None else {})}
     data["shards"] = [s.to_json() for s in shards]
     return data
 
 
 def manifest_bytes(tokenizer: Tokenizer, shards: Iterable[Shard], build: dict[str, Any] | None = None, *,
-                   planned_shards: int | None = None) -> bytes:
+                   planned_shards: int | None = None, writer: str | None = None) -> bytes:
     """The manifest's bytes: one top-level key a line, one shard a line (diffable, deterministic)."""
-    data = manifest_json(tokenizer, shards, build, planned_shards=planned_shards)
+    data = manifest_json(tokenizer, shards, build, planned_shards=planned_shards, writer=writer)
     entries = data.pop("shards")
     dump = json_text
     lines = [f"  {dump(k)}: {dump(v)}," for k, v in data.items()]
@@ -286,6 +299,51 @@ def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequen
     return manifest
 
 
+def object_shard(manifest: Location, relative: str, where: str) -> Location:
+    """The object a manifest in a store names by ``relative`` (its ``path``): a key below the
+    manifest's prefix, written with single slashes; an absolute path, an empty, ``.`` or ``..``
+    part, a backslash or a control character is refused (E9016), as a store would normalise it.
+
+    >>> from pskd_jax.storage import locate
+    >>> object_shard(locate("s3://data/c/shards.json"), "shard-00000.psk.d", "m").url
+    's3://data/c/shard-00000.psk.d'
+    """
+    parts = relative.split("/")
+    if relative.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in relative \
+            or any(ord(c) < 32 for c in relative):
+        raise CorpusDirectoryError(f"{where}: path {relative!r} is not a key below the manifest's prefix (single "
+                                   "slashes, no '.', '..' or empty parts, no backslash)")
+    return manifest.parent().child(relative)
+
+
+def put_manifest(store: Store, key: str, tokenizer: Tokenizer, shards: Sequence[Shard],
+                 build: dict[str, Any] | None = None, *, planned_shards: int | None = None,
+                 writer: str | None = None, mode: str | Version = OVERWRITE) -> tuple[Manifest, ObjectInfo]:
+    """Writes ``shards.json`` as one object of ``store`` (seen whole or not at all) under ``mode``
+    (a conditional put that loses raises :class:`pskd_jax.storage.Conflict` and writes nothing);
+    returns the manifest and what the store says of the object. What a reader would refuse is
+    refused first (E9016), as :func:`write_manifest` does."""
+    url = store.url(key)
+    data = manifest_bytes(tokenizer, shards, build, planned_shards=planned_shards, writer=writer)
+    manifest = parse_manifest(decode_manifest(data, url), url)
+    if store.scheme != "file":
+        where = Location(store.scheme, getattr(store, "bucket", ""), key)
+        for i, shard in enumerate(manifest.shards):
+            object_shard(where, shard.path, f"{url}: shard {i}")
+    else:
+        for i in range(len(manifest.shards)):
+            manifest.shard_path(i)
+    return manifest, store.put(key, data, mode=mode)
+
+
+def manifest_object(store: Store, key: str) -> tuple[Manifest, ObjectInfo]:
+    """The manifest held by an object of ``store`` and what the store says of it (E9003 when
+    there is none, E9016 when it is no manifest)."""
+    raw, info = store.get(key)
+    url = store.url(key)
+    return parse_manifest(decode_manifest(raw, url), url), info
+
+
 def parse_manifest(data: Any, path: str) -> Manifest:
     """Checks a decoded manifest (E9016 naming the field) and returns it."""
     if not isinstance(data, dict):
@@ -304,20 +362,25 @@ def parse_manifest(data: Any, path: str) -> Manifest:
     if not isinstance(shards, list):
         raise CorpusDirectoryError(f"{path}: 'shards' must be a list, got {json_kind(shards)}")
     build = check_build(data.get("build", {}), path)
-    planned = _planned_shards(data.get(IN_PROGRESS), len(shards), path) if IN_PROGRESS in data else None
+    planned, writer = _in_progress(data[IN_PROGRESS], len(shards), path) if IN_PROGRESS in data else (None, None)
     return Manifest(path, tokenizer, tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards)),
-                    build, planned)
+                    build, planned, writer)
 
 
-def _planned_shards(value: Any, listed: int, path: str) -> int:
-    """``in_progress``: exactly ``{"planned_shards": N}`` with N at least the shards listed (E9016)."""
-    if not isinstance(value, dict) or set(value) != {"planned_shards"}:
-        raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} must be an object of exactly 'planned_shards', got "
-                                   f"{json_kind(value)}")
+def _in_progress(value: Any, listed: int, path: str) -> tuple[int, str | None]:
+    """``in_progress``: ``{"planned_shards": N}`` with N at least the shards listed, and for a
+    build into a store ``"writer"``, a string (E9016 else)."""
+    if not isinstance(value, dict) or set(value) - {"writer"} != {"planned_shards"}:
+        raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} must be an object of 'planned_shards' (and 'writer'), "
+                                   f"got {json_kind(value)}")
     planned = _count(value["planned_shards"], f"{path}: {IN_PROGRESS!r} 'planned_shards'")
     if planned < listed:
         raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} plans {planned} shards but {listed} are listed")
-    return planned
+    writer = value.get("writer")
+    if writer is not None and (not isinstance(writer, str) or not writer):
+        raise CorpusDirectoryError(f"{path}: {IN_PROGRESS!r} 'writer' must be a non-empty string, got "
+                                   f"{json_kind(writer)}")
+    return planned, writer
 
 
 def decode_manifest(raw: bytes, path: str) -> Any:
@@ -356,6 +419,7 @@ __all__ = [
     "MANIFEST",
     "MAX_COUNT",
     "PATH_MAX",
+    "SOURCE_KEYS",
     "VERSION",
     "Manifest",
     "Shard",
@@ -364,7 +428,10 @@ __all__ = [
     "is_manifest",
     "manifest_bytes",
     "manifest_json",
+    "manifest_object",
+    "object_shard",
     "parse_manifest",
+    "put_manifest",
     "read_manifest",
     "safe_path",
     "write_manifest",

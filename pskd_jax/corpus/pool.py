@@ -86,14 +86,15 @@ def pool_context(start_method: str | None = None) -> multiprocessing.context.Bas
 
 
 def run_tasks(tasks: Sequence[ShardTask], workers: int, events: TaskEvents, *, start_method: str | None = None,
-              inherited: Sequence[int] = ()) -> None:
-    """Builds every task's shard: in this process when ``workers`` is 1 or there is one task, else
+              inherited: Sequence[int] = (), in_process: bool = False) -> None:
+    """Builds every task's shard: in this process when ``workers`` is 1, there is one task or
+    ``in_process`` (a ``memory://`` store is this process's own), else
     on ``min(workers, len(tasks))`` processes (started by :func:`pool_context`; a forked worker
     closes the descriptors ``inherited``), the largest inputs first. The first error is raised
     once the running shards end; the tasks not started are cancelled."""
     if not tasks:
         return
-    if workers == 1 or len(tasks) == 1:
+    if workers == 1 or len(tasks) == 1 or in_process:
         for task in tasks:
             events.finished(task, task.run(events.progressed))
         return
@@ -104,7 +105,7 @@ def _run_on_pool(tasks: Sequence[ShardTask], workers: int, events: TaskEvents,
                  context: multiprocessing.context.BaseContext, inherited: Sequence[int]) -> None:
     counter = context.Value("q", 0)
     counted = 0
-    order = sorted(tasks, key=lambda t: -os.stat(t.source).st_size)  # the largest first: better balance
+    order = sorted(tasks, key=lambda t: -t.size)  # the largest first: better balance
     error: BaseException | None = None
     closed = list(inherited) if context.get_start_method() == "fork" else []
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context,

@@ -3,7 +3,14 @@
 :class:`ManifestPublisher` keeps the manifest listing the longest run of finished shards from the
 first (marked in progress) and writes the complete one last; :func:`tidy_directory` then removes
 what the finished build no longer lists. Both engines (the local pool, Apache Beam) end with them.
-The rules a reader relies on: ``docs/corpus.md`` (Building, read while writing).
+
+In a store, every manifest is one object put under a condition: the first "only if what stood
+there is still the version read" (or "only if there is none"), each later one "only if it is
+still the manifest this build put last". So a build that another has taken over loses at its next
+put (E9016, naming the corpus) and lists nothing more. The manifest in progress names its build
+(``"writer"``), which every worker checks before it puts a shard
+(:class:`pskd_jax.corpus.shard_build.BuildClaim`). The rules a reader relies on: ``docs/corpus.md``
+(Building, read while writing).
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ from collections.abc import Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries
-from pskd_jax.corpus.manifest import MANIFEST, Manifest, write_manifest
+from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, put_manifest, write_manifest
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_build import ShardResult
-from pskd_jax.errors import UsageError
+from pskd_jax.errors import CorpusDirectoryError, UsageError
+from pskd_jax.storage import CREATE, Conflict, Location, Version, resolve
 
 PUBLISH_SECONDS = 0.5  # the least time between two rewrites of shards.json during a build
 
@@ -36,20 +44,31 @@ class ManifestPublisher:
     """Keeps ``DIR/shards.json`` listing the finished shards of the build in progress:
     :meth:`start` once the kept shards are known, :meth:`update` as shards finish, :meth:`finish`
     for the complete manifest. Every manifest it writes is atomic, and a link at its name is
-    replaced, never written through (the name is the build's own)."""
+    replaced, never written through (the name is the build's own). In a store (``place`` is a
+    prefix) each is a conditional put (see the module's documentation): ``condition`` is the
+    first's (:func:`pskd_jax.corpus.journal.previous_manifest`), ``writer`` the build's name."""
 
-    def __init__(self, directory: str, options: BuildOptions, planned: int):
-        self.path = os.path.join(directory, MANIFEST)
-        self.options, self.planned = options, planned
+    def __init__(self, place: Location | str, options: BuildOptions, planned: int, *, writer: str | None = None,
+                 condition: str | Version = CREATE):
+        self.place = Location("file", "", place) if isinstance(place, str) else place
+        self.where = self.place.child(MANIFEST)
+        self.path = self.where.url
+        self.options, self.planned, self.writer = options, planned, writer
         self.listed: int | None = None  # shards the manifest on disk lists, once this build wrote it
         self._last = 0.0
+        self.condition = condition
+
+    @property
+    def in_store(self) -> bool:
+        return not self.place.is_local
 
     def start(self, results: Sequence[ShardResult | None]) -> None:
         """The first manifest of the build, unless none is needed yet: every shard is kept (the
-        complete one follows at once), or there is no manifest and nothing finished to list. From
+        complete one follows at once), or there is no manifest and nothing finished to list (in a
+        local directory: in a store the first manifest is the build's claim, always put). From
         here on no shard the manifest lists is rebuilt: only unlisted ones are."""
         listed = finished_prefix(results)
-        if listed == len(results) or (listed == 0 and not os.path.lexists(self.path)):
+        if listed == len(results) or (listed == 0 and not self.in_store and not os.path.lexists(self.path)):
             self.listed = 0 if listed < len(results) else None
             return
         self._write(results, listed)
@@ -65,14 +84,32 @@ class ManifestPublisher:
 
     def finish(self, results: Sequence[ShardResult]) -> Manifest:
         """The complete manifest (atomically, durably)."""
-        return write_manifest(self.path, self.options.tokenizer, [r.entry for r in results], self.options.recorded(),
-                              links="replace")
+        entries = [r.entry for r in results]
+        if self.in_store:
+            return self._put(entries, None)
+        return write_manifest(self.path, self.options.tokenizer, entries, self.options.recorded(), links="replace")
 
     def _write(self, results: Sequence[ShardResult | None], listed: int) -> None:
-        write_manifest(self.path, self.options.tokenizer, [r.entry for r in results[:listed] if r is not None],
-                       self.options.recorded(), planned_shards=self.planned, durable=self.options.durable,
-                       links="replace")
+        entries = [r.entry for r in results[:listed] if r is not None]
+        if self.in_store:
+            self._put(entries, self.planned)
+        else:
+            write_manifest(self.path, self.options.tokenizer, entries, self.options.recorded(),
+                           planned_shards=self.planned, durable=self.options.durable, links="replace")
         self.listed, self._last = listed, time.monotonic()
+
+    def _put(self, entries: Sequence[Shard], planned: int | None) -> Manifest:
+        store, _ = resolve(self.where)
+        try:
+            manifest, info = put_manifest(store, self.where.key, self.options.tokenizer, entries,
+                                          self.options.recorded(), planned_shards=planned,
+                                          writer=self.writer if planned is not None else None, mode=self.condition)
+        except Conflict as e:
+            raise CorpusDirectoryError(f"{self.path}: another build of this corpus put its manifest while this one "
+                                       f"ran ({e.why}); this build's shards are not listed: run one build of a corpus "
+                                       "at a time, then run it again to finish it") from None
+        self.condition = Version(info.tag)
+        return manifest
 
 
 def check_manifest_name(path: str) -> None:
@@ -115,13 +152,27 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     return removed
 
 
-def tidy_directory(directory: str, manifest: Manifest) -> None:
+def tidy_directory(directory: str | Location, manifest: Manifest) -> None:
     """After the complete manifest: the shards it does not list (and killed writers' temporary
-    files) removed, the journal of a local build removed, the directory synced."""
-    remove_stale_shards(directory, {s.path for s in manifest.shards})
+    files) removed, the journal of a build removed, the directory synced. In a store the same:
+    objects named as the build names shards that the manifest does not list, and the journal."""
+    place = Location("file", "", directory) if isinstance(directory, str) else directory
+    if not place.is_local:
+        _tidy_prefix(place, {s.path for s in manifest.shards})
+        return
+    remove_stale_shards(place.path, {s.path for s in manifest.shards})
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, names.CORPUS_JOURNAL))
-    fsync_directory(directory)
+        os.unlink(os.path.join(place.path, names.CORPUS_JOURNAL))
+    fsync_directory(place.path)
+
+
+def _tidy_prefix(place: Location, keep: set[str]) -> None:
+    store, _ = resolve(place)
+    for found in store.list(place.key):
+        name = found.key.rpartition("/")[2]
+        if names.shard_index(name) is not None and name not in keep:
+            store.delete(found.key)
+    store.delete(place.child(names.CORPUS_JOURNAL).key)
 
 
 __all__ = ["PUBLISH_SECONDS", "ManifestPublisher", "check_manifest_name", "finished_prefix", "remove_stale_shards",

@@ -14,8 +14,13 @@ Kinds
   text) is encoded as the text it is, never as the boundary. Padding and truncation that the file
   sets are switched off (``max_document_tokens`` is the corpus's truncation). The
   boundary is the tokenizer's own end-of-text token — the one named, else the first of
-  :data:`END_OF_TEXT` that its vocabulary holds — or, when it has none, the id one past its
-  vocabulary. The manifest records the file's path as given, its sha256 (by which a corpus and a
+  :data:`END_OF_TEXT` that its vocabulary holds and that may be one — or, when it has none, the id
+  one past its vocabulary. A token may be the boundary only when no text can be encoded to it
+  (:func:`boundary_problem`): it must be a *special* token of the file, and the model itself
+  must not turn the token's string into its id (a WordLevel model, or a Unigram model whose
+  pieces hold the string, does: ``</s>`` quoted in a document would end it there). A named token
+  that fails either test is refused (E9011, saying which); the default passes over it. The
+  manifest records the file's path as given, its sha256 (by which a corpus and a
   tokenizer are matched), the tokenizer's vocabulary size and the boundary token.
 
 The corpus's vocabulary ``V`` (``vocab_size``) counts every id, the boundary included: one more
@@ -129,7 +134,7 @@ class Tokenizer:
         if not vocab:
             raise VocabularyError(f"{path}: the tokenizer has an empty vocabulary")
         size = max(vocab.values()) + 1
-        name, boundary = _choose_boundary(vocab, size, boundary_token, path)
+        name, boundary = _choose_boundary(native, vocab, size, boundary_token, path)
         if size + (name is None) > MAX_VOCAB:
             raise VocabularyError(f"{path}: {size} token ids; a corpus stores ids in 32 bits, so at most {MAX_VOCAB}")
         return cls("hf", None, path, DIGESTS["sha256"](raw).hexdigest(), size, name, boundary, native)
@@ -370,9 +375,32 @@ def _prepare(native: Any) -> Any:
     return native
 
 
-def _choose_boundary(vocab: dict[str, int], size: int, named: str | None, path: str) -> tuple[str | None, int]:
+def boundary_problem(native: Any, token: str, token_id: int) -> str | None:
+    """Why ``token`` (id ``token_id``) of a prepared tokenizers object cannot be the boundary
+    between documents, or None when no document's text can be encoded to it.
+
+    The corpus encodes special tokens written in a text as text, so an *added special* token
+    never comes out of the added-token matcher; what remains is the model: a WordLevel model maps
+    the word ``</s>`` to its id, a Unigram model matches any of its pieces in the text, and so
+    the string is tried through the model in a few settings (alone, after a space, inside and
+    between words, twice)."""
+    added = native.get_added_tokens_decoder().get(token_id)
+    if added is None or not added.special or added.content != token:
+        return (f"{token!r} (id {token_id}) is an ordinary entry of the vocabulary, not a special token: a "
+                "document whose text holds it would be encoded to the boundary and cut in two there")
+    probes = [token, f" {token}", f"a{token}b", f"a {token} b", token + token]
+    if any(token_id in e.ids for e in native.encode_batch_fast(probes, add_special_tokens=False)):
+        return (f"the tokenizer's model encodes the text {token!r} to id {token_id} itself (its vocabulary holds "
+                "the string as an ordinary word or piece, as WordLevel and Unigram models may), so a document "
+                "quoting it would be cut in two there")
+    return None
+
+
+def _choose_boundary(native: Any, vocab: dict[str, int], size: int, named: str | None, path: str
+                     ) -> tuple[str | None, int]:
     """The boundary token and its id: the one named, else the first usual end-of-text token the
-    vocabulary holds, else none (the id ``size``); ``named == ""`` asks for none."""
+    vocabulary holds that no text reaches (:func:`boundary_problem`), else none (the id
+    ``size``); ``named == ""`` asks for none."""
     if named == "":
         return None, size
     if named is not None:
@@ -382,11 +410,15 @@ def _choose_boundary(vocab: dict[str, int], size: int, named: str | None, path: 
                                   + (f"it holds {', '.join(map(repr, held))}" if held else
                                      "it holds none of the usual end-of-text tokens (give '' for a boundary "
                                      "past its ids)"))
+        problem = boundary_problem(native, named, vocab[named])
+        if problem is not None:
+            raise VocabularyError(f"{path}: {problem}; it cannot be the boundary between documents: name a "
+                                  "special token that the text cannot reach, or '' for an id past the vocabulary")
         return named, vocab[named]
     for token in END_OF_TEXT:
-        if token in vocab:
+        if token in vocab and boundary_problem(native, token, vocab[token]) is None:
             return token, vocab[token]
     return None, size
 
 
-__all__ = ["BYTE_TOKENS", "END_OF_TEXT", "KINDS", "MAX_VOCAB", "Tokenizer"]
+__all__ = ["BYTE_TOKENS", "END_OF_TEXT", "KINDS", "MAX_VOCAB", "Tokenizer", "boundary_problem"]

@@ -3,6 +3,7 @@ writer in another process."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -235,3 +236,31 @@ def test_progress_bar_draws_in_place():
     bar.close()
     text = stream.getvalue()
     assert text.startswith("\r") and "50%" in text and "1/4 shards" in text and "100%" in text and "4/4 shards" in text
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_build_and_merge_in_a_bucket(tmp_path, s3_bucket):
+    """``pskd corpus build … -o s3://…`` from objects of the bucket, and ``pskd corpus merge -o
+    s3://…`` (a prefix stands for its shards.json), as a user runs them."""
+    from pskd_jax.storage import resolve
+
+    store, where = resolve(s3_bucket.url)
+    for name, n in (("a", 30), ("b", 20)):
+        documents(tmp_path / f"{name}.jsonl", n, ord(name))
+        store.put(f"raw/{name}.jsonl", (tmp_path / f"{name}.jsonl").read_bytes())
+    url = s3_bucket.url
+    lines = ok("corpus", "build", f"{url}/raw/a.jsonl", "-o", f"{url}/all/one", env=s3_bucket.env, cwd=tmp_path)
+    assert lines[0].startswith(f"pskd: wrote {url}/all/one/shards.json (1 shards, ")
+    ok("corpus", "build", f"{url}/raw/b.*", "-o", f"{url}/all/two", env=s3_bucket.env, cwd=tmp_path)
+    lines = ok("corpus", "merge", f"{url}/all/one", f"{url}/all/two/shards.json", "-o", f"{url}/all",
+               env=s3_bucket.env, cwd=tmp_path)
+    assert lines[0].startswith(f"pskd: wrote {url}/all/shards.json (2 shards from 2 manifests, ")
+    whole = corpus.build_corpus([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "whole").manifest
+    merged = json.loads(store.get("all/shards.json")[0])
+    assert [s["path"] for s in merged["shards"]] == ["one/shard-00000.psk.d", "two/shard-00000.psk.d"]
+    assert [s["sha256"] for s in merged["shards"]] == [s.sha256 for s in whole.shards]
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "whole"]  # nothing named "s3:"
+    fails("E9018", "corpus", "build", str(tmp_path / "a.jsonl"), "-o", "s3://Bad_Bucket/c", env=s3_bucket.env,
+          cwd=tmp_path)
+    assert "s3:" not in os.listdir(tmp_path)

@@ -31,12 +31,30 @@ def train_bpe(path: os.PathLike, *, vocab_size: int = 800, special_tokens: tuple
     return str(path)
 
 
-def word_level(path: os.PathLike, vocab: dict[str, int]) -> str:
-    """A whitespace word-level tokenizer of exactly ``vocab`` (ids may leave gaps), saved at ``path``."""
+def word_level(path: os.PathLike, vocab: dict[str, int], special: tuple[str, ...] = ()) -> str:
+    """A whitespace word-level tokenizer of exactly ``vocab`` (ids may leave gaps), ``special``
+    added as special tokens (a token of ``vocab`` keeps its id; another gets the next), saved at ``path``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if special:
+        tokenizer.add_special_tokens(list(special))
+    tokenizer.save(str(path))
+    return str(path)
+
+
+def unigram(path: os.PathLike, pieces: list[str], special: tuple[str, ...] = ()) -> str:
+    """A Unigram tokenizer (the SentencePiece kind: Metaspace pre-tokenizer, ``<unk>`` first) whose
+    pieces are ``pieces`` (longer ones score higher), ``special`` added as special tokens, saved at ``path``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    scored = [("<unk>", 0.0)] + [(p, -1.0 - 1.0 / len(p)) for p in pieces if p != "<unk>"]
+    tokenizer = Tokenizer(models.Unigram(scored, unk_id=0))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    if special:
+        tokenizer.add_special_tokens(list(special))
     tokenizer.save(str(path))
     return str(path)
 

@@ -208,3 +208,113 @@ def register_test_file_system() -> None:
             return super().open(path[len(prefix):], *args, **kwargs)
 
     _REGISTERED.append(PrefixedLocalFileSystem)
+
+
+# --------------------------------------------------------------------------------------------
+# The default runner fetches nothing; stores; a real engine (Dask)
+
+
+class _NetworkGuard:
+    """Refuses, and counts, every attempt of this process to reach an address off the loopback
+    interface (a connection, or a name looked up that is not this machine's)."""
+
+    LOCAL = ("127.", "::1", "localhost", "0.0.0.0")
+
+    def __init__(self, monkeypatch):
+        import socket
+
+        self.attempts: list[str] = []
+        real_connect, real_lookup = socket.socket.connect, socket.getaddrinfo
+
+        def connect(sock, address):
+            host = address[0] if isinstance(address, tuple) else str(address)
+            if sock.family in (socket.AF_INET, socket.AF_INET6) and not str(host).startswith(self.LOCAL):
+                self.attempts.append(f"connect {host}")
+                raise OSError("the test's network guard: no address off the loopback interface")
+            return real_connect(sock, address)
+
+        def lookup(host, *args, **kwargs):
+            if host is not None and not str(host).startswith(self.LOCAL):
+                self.attempts.append(f"lookup {host}")
+                raise OSError("the test's network guard: no name lookups")
+            return real_lookup(host, *args, **kwargs)
+
+        monkeypatch.setattr(socket.socket, "connect", connect)
+        monkeypatch.setattr(socket, "getaddrinfo", lookup)
+
+
+@pytest.mark.slow
+def test_the_default_runner_is_named_and_reaches_for_no_network(tmp_path, docs, monkeypatch):
+    """Without --runner the build names FnApiRunner, and runs with every address off the loopback
+    interface refused; Beam's DirectRunner, named, tries the internet first (what the guard sees)."""
+    pytest.importorskip("apache_beam")
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    assert corpus_beam.pipeline_options(None, 1).view_as(StandardOptions).runner == "FnApiRunner"
+    assert corpus_beam.pipeline_options(["--runner=DirectRunner"], 1).view_as(StandardOptions).runner == "DirectRunner"
+    inputs = make_inputs(tmp_path / "in", docs)
+    corpus.build_corpus(inputs, tmp_path / "local")
+    guard = _NetworkGuard(monkeypatch)
+    corpus.build_corpus_beam(inputs, tmp_path / "beam")
+    assert guard.attempts == []
+    assert_same_corpus(tmp_path / "local", tmp_path / "beam")
+    import apache_beam as beam  # a pipeline Beam's DirectRunner hands to Prism: the guard sees the download
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as pipeline:
+        _ = pipeline | beam.Create([1, 2]) | beam.Map(str)
+    assert guard.attempts, "the guard saw nothing of the DirectRunner's download: it guards nothing"
+
+
+def without_lock(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {name: data for name, data in files.items() if name != names.CORPUS_LOCK}
+
+
+def store_listing(place: str) -> dict[str, bytes]:
+    from pskd_jax.storage import resolve
+
+    store, where = resolve(place)
+    return {o.key.rpartition("/")[2]: store.get(o.key)[0] for o in store.list(where.key)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["memory", "s3"])
+def test_into_a_store_the_workers_put_the_local_bytes(request, tmp_path, docs, kind):
+    pytest.importorskip("apache_beam")
+    place = (request.getfixturevalue("s3_bucket").url if kind == "s3" else "memory://beam-store") + "/corpus"
+    inputs = make_inputs(tmp_path / "in", docs)
+    corpus.build_corpus(inputs, tmp_path / "local")
+    result = corpus.build_corpus_beam(inputs, place)
+    assert store_listing(place) == without_lock(listing(tmp_path / "local"))  # no claim left, no journal
+    assert result.manifest.path == place + "/shards.json" and result.manifest.complete
+
+
+@pytest.fixture
+def dask_cluster(s3_bucket):
+    """Two Dask worker processes on 127.0.0.1, started and stopped here, with the environment that
+    reaches the test's bucket."""
+    pytest.importorskip("apache_beam.runners.dask.dask_runner")
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, env=s3_bucket.env)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_on_a_dask_cluster_into_a_directory_and_a_bucket(tmp_path, docs, bpe, s3_bucket, dask_cluster):
+    """Beam's DaskRunner against a real dask.distributed cluster of worker processes: the local
+    build's bytes, into a local directory and into the S3 server."""
+    inputs = make_inputs(tmp_path / "in", docs)
+    options = BuildOptions(tokenizer=Tokenizer.from_file(bpe), max_document_tokens=300)
+    corpus.build_corpus(inputs, tmp_path / "local", options)
+    flags = ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+             f"--dask_client_address={dask_cluster.scheduler_address}"]
+    corpus.build_corpus_beam(inputs, tmp_path / "dask", options, beam_options=flags)
+    assert_same_corpus(tmp_path / "local", tmp_path / "dask")
+    place = s3_bucket.url + "/dask"
+    corpus.build_corpus_beam(inputs, place, options, beam_options=flags)
+    assert store_listing(place) == without_lock(listing(tmp_path / "local"))

@@ -180,10 +180,10 @@ def test_without_an_end_of_text_token_the_boundary_lies_past_the_ids(bpe_plain):
 
 
 def test_the_usual_names_in_order_and_a_named_token(tmp_path):
-    path = word_level(tmp_path / "w.json", {"[UNK]": 0, "[SEP]": 1, "</s>": 2, "a": 3})
-    assert (Tokenizer.from_file(path).boundary_token, Tokenizer.from_file(path).boundary) == ("</s>", 2)
+    path = word_level(tmp_path / "w.json", {"[UNK]": 0, "a": 1}, special=("[SEP]", "</s>"))
+    assert (Tokenizer.from_file(path).boundary_token, Tokenizer.from_file(path).boundary) == ("</s>", 3)
     named = Tokenizer.from_file(path, boundary_token="[SEP]")
-    assert (named.boundary_token, named.boundary, named.vocab_size) == ("[SEP]", 1, 4)
+    assert (named.boundary_token, named.boundary, named.vocab_size) == ("[SEP]", 2, 4)
     past = Tokenizer.from_file(path, boundary_token="")
     assert (past.boundary_token, past.boundary, past.vocab_size) == (None, 4, 5)
     with pytest.raises(VocabularyError, match=r"no token '<\|endoftext\|>'.*it holds '</s>', '\[SEP\]'"):

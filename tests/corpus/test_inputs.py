@@ -178,3 +178,58 @@ def test_a_block_of_documents_bad_in_two_ways(tmp_path):
     p.write_text('{"text": "a\\ud800"}\n{"text": "abc"}\n', encoding="utf-8")
     with pytest.raises(PskdError, match=rf"E9015: {p}:1: the text holds a lone surrogate U\+D800"):
         build(tmp_path, p, t)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading ahead on a thread
+
+
+def _read_ahead_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "pskd-corpus-read-ahead"]
+
+
+def test_blocks_read_ahead_report_bad_lines_in_line_order(tmp_path, monkeypatch):
+    """Bad lines found by the thread reading ahead are reported by the consumer, block by block:
+    with skip_bad the examples are the first bad lines in file order, and without it the first
+    bad line is what is raised, as one thread reading alone would do."""
+    from pskd_jax.corpus.options import BuildOptions
+
+    monkeypatch.setattr(corpus_tokens, "BLOCK_BYTES", 64)  # many blocks
+    lines = [json.dumps({"text": f"document {i}"}) if i % 7 else "not json" for i in range(60)]
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bad = corpus_tokens.BadInput(True)
+    blocks = list(corpus_tokens.token_blocks(str(path), BuildOptions(skip_bad=True), bad=bad))
+    assert len(blocks) > 10 and bad.count == 9
+    assert [e.split(":")[1] for e in bad.examples] == ["1", "8", "15", "22", "29"]
+    with pytest.raises(PskdError, match=r"many\.jsonl:1: not JSON"):
+        list(corpus_tokens.token_blocks(str(path), BuildOptions()))
+    assert _read_ahead_threads() == []
+
+
+def test_a_consumer_that_stops_early_ends_the_reading_thread(tmp_path, monkeypatch):
+    from pskd_jax.corpus.options import BuildOptions
+
+    monkeypatch.setattr(corpus_tokens, "BLOCK_BYTES", 64)
+    path = jsonl(tmp_path / "a.jsonl", [f"text number {i}" for i in range(200)])
+    blocks = corpus_tokens.token_blocks(str(path), BuildOptions())
+    next(blocks)
+    assert len(_read_ahead_threads()) == 1
+    blocks.close()
+    assert _read_ahead_threads() == []
+
+
+def test_an_unreadable_block_is_raised_after_the_blocks_before_it(tmp_path, monkeypatch):
+    from pskd_jax.corpus.options import BuildOptions
+
+    monkeypatch.setattr(corpus_tokens, "BLOCK_BYTES", 64)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(gzip.compress(("".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(400))).encode(),
+                                   mtime=0)[:600])
+    seen = []
+    with pytest.raises(PskdError, match=r"^E9015: .*cut\.jsonl\.gz: cannot read past line \d+"):
+        for _, documents in corpus_tokens.token_blocks(str(path), BuildOptions()):
+            seen.append(documents)
+    assert sum(seen) > 0

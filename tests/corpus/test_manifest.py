@@ -187,3 +187,26 @@ def test_is_manifest(built, tmp_path):
     assert not corpus.is_manifest(built.parent / "shard-00000.psk.d")
     (tmp_path / "x.json").write_text('{"format": "other"}')
     assert not corpus.is_manifest(tmp_path / "x.json") and not corpus.is_manifest(tmp_path / "none")
+
+
+def test_a_build_into_a_store_records_its_writer_and_the_inputs_version_tags():
+    """The two fields a build into a store adds: ``in_progress.writer`` (a manifest in progress
+    only) and sources with a ``tag``; each checked as strictly as the others."""
+    from pskd_jax.corpus.manifest import decode_manifest, manifest_bytes, object_shard, parse_manifest
+    from pskd_jax.storage import locate
+
+    t = Tokenizer.bytes()
+    shard = Shard("shard-00000.psk.d", 3, 1, "0" * 64, 0, {"path": "s3://data/raw/a.jsonl", "size": 9, "tag": '"e1"'})
+    text = manifest_bytes(t, [shard], {}, planned_shards=2, writer="a1b2")
+    m = parse_manifest(decode_manifest(text, "m"), "m")
+    assert (m.writer, m.planned_shards, m.shards[0].source["tag"]) == ("a1b2", 2, '"e1"')
+    assert m.to_bytes() == text and b'"writer"' not in manifest_bytes(t, [shard], {})
+    for bad, what in (('"writer": "a1b2"', '"writer": 7'), ('"writer": "a1b2"', '"writer": ""'),
+                      ('"tag": "\\"e1\\""', '"tag": 5'), ('"tag": "\\"e1\\""', '"tag": "x", "mtime_ns": 1')):
+        with pytest.raises(PskdError, match=r"^E9016: "):
+            parse_manifest(decode_manifest(text.decode().replace(bad, what).encode(), "m"), "m")
+    where = locate("s3://data/corpus/shards.json")
+    assert object_shard(where, "part/shard-00000.psk.d", "m").url == "s3://data/corpus/part/shard-00000.psk.d"
+    for bad in ("../x.psk.d", "/x.psk.d", "a//b.psk.d", "./x.psk.d", "a\\b.psk.d", "a\nb"):
+        with pytest.raises(PskdError, match=r"^E9016: m: path .* is not a key below the manifest's prefix"):
+            object_shard(where, bad, "m")

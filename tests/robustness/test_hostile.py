@@ -85,6 +85,8 @@ def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> lis
     if kind == "jsonl":
         return (["corpus", "build", path, "-o", os.path.join(out_dir, "corpus")]
                 + (["--vocab", str(HOSTILE / args["vocab"])] if "vocab" in args else [])
+                + (["--tokenizer", str(HOSTILE / args["tokenizer"])] if "tokenizer" in args else [])
+                + (["--boundary-token", args["boundary_token"]] if "boundary_token" in args else [])
                 + (["--skip-bad"] if args.get("skip_bad") else []))
     return {
         "container": lambda: ["info", path],
@@ -143,6 +145,9 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         options = BuildOptions(skip_bad=args.get("skip_bad", False), durable=False)
         if "vocab" in args:
             options = options.replace(tokenizer=corpus.Tokenizer.chars(text.read_vocab(str(HOSTILE / args["vocab"]))))
+        if "tokenizer" in args:
+            options = options.replace(tokenizer=corpus.Tokenizer.from_file(HOSTILE / args["tokenizer"],
+                                                                           boundary_token=args.get("boundary_token")))
         built = corpus_build.build_corpus([path], os.path.join(out_dir, "corpus"), options)
         corpus.verify_corpus(built.manifest.path, workers=1)
         _windows(built.manifest.path)

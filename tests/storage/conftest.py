@@ -1,4 +1,4 @@
 """The storage tests' own fixtures (kept out of the root conftest, which every folder loads): the
-fault proxy in front of the S3 server and a bucket behind it, and the GCS emulator."""
+GCS emulator. (The fault proxy and its bucket are the root conftest's: the corpus tests use them too.)"""
 
-from tests.objectstore import fault_proxy, faulty_bucket, gs_bucket, gs_server  # noqa: F401 (fixtures)
+from tests.objectstore import gs_bucket, gs_server  # noqa: F401 (fixtures)
