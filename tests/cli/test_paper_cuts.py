@@ -36,6 +36,13 @@ def test_help_of_every_command_exits_0_and_prints_its_usage(command):
     assert result.stdout.startswith(f"usage: {' '.join(('pskd', *command))} ") and result.stderr == ""
 
 
+@pytest.mark.parametrize("command", [(), ("corpus", "build"), ("verify",)], ids=lambda c: " ".join(c) or "pskd")
+def test_helpfull_and_h_exit_0_too(command):
+    for flag in ("--helpfull", "-h"):
+        result = pskd(*command, flag)
+        assert result.returncode == 0 and result.stdout.startswith("usage: "), (flag, result.stderr)
+
+
 @pytest.mark.parametrize("flag", ["--help", "-?", "--helpshort", "--helpfull"])
 def test_train_lm_help_exits_0_and_prints_its_usage_and_flags(flag):
     result = run_module("pskd_jax.apps.train_lm", flag)
