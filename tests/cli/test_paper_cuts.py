@@ -14,7 +14,7 @@ from pskd_jax.apps import pskd as pskd_app
 
 import pskd_jax
 from tests.cli.test_usage_errors import COMMANDS
-from tests.helpers import ENV, ROOT, pskd, pskd_fails, pskd_ok, train_lm
+from tests.helpers import ENV, ROOT, documents, pskd, pskd_fails, pskd_ok, train_lm
 
 pytestmark = pytest.mark.subprocess
 
@@ -145,3 +145,14 @@ def test_text_outputs_end_with_one_newline_to_the_standard_output_as_to_a_file(t
         assert streamed.returncode == 0, streamed.stderr
         assert streamed.stdout == out.read_bytes(), args
         assert streamed.stdout.endswith(b"\n") and not streamed.stdout.endswith(b"\n\n"), args
+
+
+def test_the_corpus_lines_say_what_they_count(tmp_path):
+    documents(tmp_path / "a.jsonl", 20, 1)
+    built = pskd_ok("corpus", "build", tmp_path / "a.jsonl", "-o", tmp_path / "c")
+    assert "a vocabulary of 257 tokens with boundary 256" in built[0]
+    info = pskd_ok("corpus", "info", tmp_path / "c" / "shards.json")
+    assert any(line.startswith("tokenizer  bytes; a vocabulary of 257 tokens with boundary 256;") for line in info)
+    pipeline = f'stream "{tmp_path / "c" / "shards.json"}" |> batch(B = 2) |> take(n = 1)'
+    shown = pskd_ok("pipeline", pipeline, "--seq", "8", "--stride", "4")
+    assert any("(windows of 8 tokens every 4 tokens)" in line for line in shown), shown
