@@ -3,8 +3,9 @@
 Each command group lives in a module beside this one and adds its subcommands with
 ``register(subparsers)``; a subcommand's handler takes the parsed arguments and returns the line
 it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback; a
-command line that does not parse prints one line ``pskd: E9012: …`` and exits 2 (``--help`` shows
-the usage); ``pskd --version`` prints the version.
+command line that does not parse prints one line ``pskd: E9012: …`` and exits 2, an unknown option
+reported before missing arguments (``--help`` shows the usage and exits 0); ``pskd --version``
+prints the version.
 """
 
 from __future__ import annotations
