@@ -41,6 +41,7 @@ class _HeldBack:
 
 _held_back: contextvars.ContextVar[_HeldBack | None] = contextvars.ContextVar("held_back", default=None)
 
+
 def _is_missing(message: str) -> bool:
     """argparse's two errors for arguments not given (checked once the line is read)."""
     return message.startswith("the following arguments are required") or \
