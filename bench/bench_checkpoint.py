@@ -212,7 +212,8 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
         restoring.PARALLEL_READ_BYTES = 1 << 62
         result = ck.restore(pskd, as_numpy=True, layout=layout)
     elif name == "restore_numpy_verified":  # with the checkpoint digest, as a manager restores
-        result = ck.restore(pskd, as_numpy=True, layout=layout, **{ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})
+        result = ck.restore(pskd, as_numpy=True, layout=layout,
+                            digests={ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})
     elif name == "restore_numpy_verified_sha256":
         result = ck.restore(pskd, as_numpy=True, layout=layout, digests={"sha256": digests["sha256"]})
     elif name == "restore_jax":
@@ -239,7 +240,6 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     timed["seconds"] = time.perf_counter() - start
     timed["cpu"] = cpu_seconds() - cpu
     timed["extra_rss"] = peak_since_reset() - base
-    del result
     return timed
 
 

@@ -22,7 +22,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 # script → (quick arguments, full arguments); a script may appear more than once (a list of pairs).
 RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
     "bench_beam_build.py": [(["--mb", "4", "--files", "2"], [])],
-    "bench_checkpoint.py": [(["--scale", "0.0625", "--rounds", "3"], ["--scale", "1.0", "--rounds", "5"])],
+    "bench_checkpoint.py": [(["--part", "save", "--scale", "0.25", "--rounds", "5"],
+                             ["--part", "save", "--scale", "1.0", "--rounds", "5"]),
+                            (["--part", "restore", "--scale", "0.0625", "--rounds", "3"],
+                             ["--part", "restore", "--scale", "1.0", "--rounds", "3"])],
     "bench_checkpoint_flax.py": [(["--layers", "2", "--width", "512", "--repeat", "2", "--rounds", "10"],
                                   ["--layers", "8", "--width", "2048", "--repeat", "3"])],
     "bench_corpus.py": [(["--mb", "16", "--files", "2", "--batches", "300"], [])],
