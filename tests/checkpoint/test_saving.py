@@ -258,7 +258,7 @@ def test_preallocation_and_early_writeback_change_no_byte(tmp_path, rng, monkeyp
             "b": rng.standard_normal((3, 5)), "c": np.arange(600_000, dtype=np.int64)}
     options = SaveOptions(durable=durable, digest="xxh3_128")
     fast = ck.save(tmp_path / "fast.psk.d", tree, options)
-    monkeypatch.setattr(saving, "_SYSTEM_CALLS", [None, None])
+    monkeypatch.setattr(saving, "_SYSTEM_CALLS", [None, None, None])
     plain = ck.save(tmp_path / "plain.psk.d", tree, options)
     assert (tmp_path / "fast.psk.d").read_bytes() == (tmp_path / "plain.psk.d").read_bytes()
     assert fast.digests == plain.digests
