@@ -10,6 +10,7 @@ prints the version.
 
 from __future__ import annotations
 
+import argparse
 import contextvars
 import os
 import sys
@@ -92,9 +93,23 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(USAGE_EXIT)
 
 
+class VersionAction(argparse.Action):
+    """``--version``: argparse's, reading the version only when asked (the package metadata
+    costs tens of milliseconds to read, which every other command would pay)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"pskd {pskd_jax.__version__}\n")
+        parser.exit()
+
+
 def make_parser() -> CommandParser:
     parser = CommandParser(prog="pskd", description="Data and checkpoint tools for .psk.d files.")
-    parser.add_argument("--version", action="version", version=f"pskd {pskd_jax.__version__}")
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(subparsers)
