@@ -1,0 +1,107 @@
+"""A mixture's batches as a loader reads them: (source, index) pairs and the samples they name.
+
+A :class:`~pskd_jax.pipeline.Mixture` answers a batch with two arrays, the source of each row
+and the sample index in that source. :class:`MixedBatches` presents them as one ``(rows, 2)``
+int64 array a row (what the loader slices into parts and hands to a source), and
+:class:`MixedSource` gathers such an array from its sources: each source's rows with one
+vectorised read, written into the batch's rows in the mixture's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from pskd_jax.errors import BadValueError
+from pskd_jax.format.source import RandomAccessSource, Source
+from pskd_jax.pipeline.batches import IteratorState
+from pskd_jax.pipeline.mixture import Mixture
+
+__all__ = ["MixedBatches", "MixedSource"]
+
+
+def _pairs(sources: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    pairs = np.empty((len(sources), 2), dtype=np.int64)
+    pairs[:, 0] = sources
+    pairs[:, 1] = indices
+    return pairs
+
+
+class MixedBatches:
+    """A mixture over its sources' counts with the methods a loader walks a pipeline by (the
+    ``n`` they take is ignored: the counts are the mixture's). Each batch is a ``(B, 2)`` array
+    of (source, index) rows."""
+
+    def __init__(self, mixture: Mixture, counts: Sequence[int]):
+        self.mixture = mixture
+        self.counts = mixture.check_counts(counts)
+        self.batch_size = mixture.batch_size
+
+    def __str__(self) -> str:
+        return str(self.mixture)
+
+    def batch_indices(self, n: int, epoch: int, j: int, *, start: int = 0, stop: int | None = None) -> np.ndarray:
+        return _pairs(*self.mixture.batch_indices(self.counts, epoch, j, start=start, stop=stop))
+
+    def iter_batch_numbers(self, n: int, state: IteratorState | None = None, *,
+                           epochs: int | None = None) -> Iterator[tuple[IteratorState, int, int]]:
+        return self.mixture.iter_batch_numbers(self.counts, state, epochs=epochs)
+
+    def iter_batches(self, n: int, state: IteratorState | None = None, *,
+                     epochs: int | None = None) -> Iterator[tuple[IteratorState, np.ndarray]]:
+        for following, (sources, indices) in self.mixture.iter_batches(self.counts, state, epochs=epochs):
+            yield following, _pairs(sources, indices)
+
+
+class MixedSource:
+    """The sources of a mixture (one sample type), read as one: ``gather(pairs)`` takes a
+    ``(rows, 2)`` array of (source number, sample index) and gives the batch of those samples in
+    row order, as the first source would give a batch of its own."""
+
+    def __init__(self, sources: Sequence[Source]):
+        self.sources = list(sources)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.sources)
+
+    def gather(self, pairs: np.ndarray) -> Any:
+        pairs = np.asarray(pairs)
+        if pairs.ndim == 1:  # (a probe of one sample: the first source's)
+            return self.sources[0].gather(pairs)
+        if pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise BadValueError(f"a mixture's batch is (rows, 2) pairs of (source, index), got shape {pairs.shape}")
+        which, indices = pairs[:, 0], pairs[:, 1]
+        first = self.sources[0]
+        if not len(which):
+            return first.gather(indices)
+        if which.min() == which.max():  # one source only: its own gather, no copy
+            return self.sources[int(which[0])].gather(indices)
+        rows = [np.flatnonzero(which == i) for i in range(len(self.sources))]
+        cores = [s for s in self.sources if isinstance(s, RandomAccessSource)]
+        if len(cores) == len(self.sources):
+            parts = [s.gather_leaves(indices[r]) if len(r) else None for s, r in zip(cores, rows)]
+            return cores[0]._assemble(_scatter(len(which), rows, parts))
+        trees = [s.gather(indices[r]) if len(r) else None for s, r in zip(self.sources, rows)]
+        structure = jax.tree_util.tree_structure(next(t for t in trees if t is not None))
+        flat = [jax.tree_util.tree_leaves(t) if t is not None else None for t in trees]
+        return jax.tree_util.tree_unflatten(structure, _scatter(len(which), rows, flat))
+
+    def close(self) -> None:
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+
+def _scatter(count: int, rows: list[np.ndarray], parts: list[list[np.ndarray] | None]) -> list[np.ndarray]:
+    """Leaves of ``count`` rows: source i's leaves ``parts[i]`` written into its ``rows[i]``."""
+    shown = next(p for p in parts if p is not None)
+    out = [np.empty((count, *leaf.shape[1:]), dtype=leaf.dtype) for leaf in shown]
+    for r, part in zip(rows, parts):
+        if part is not None:
+            for target, leaf in zip(out, part):
+                target[r] = leaf
+    return out
