@@ -4,7 +4,9 @@ A :class:`~pskd_jax.pipeline.Mixture` answers a batch with two arrays, the sourc
 and the sample index in that source. :class:`MixedBatches` presents them as one ``(rows, 2)``
 int64 array a row (what the loader slices into parts and hands to a source), and
 :class:`MixedSource` gathers such an array from its sources: each source's rows with one
-vectorised read, written into the batch's rows in the mixture's order.
+vectorised read, in the mixture's order: the source with the most rows of a batch reads straight
+into the batch (standing in one of its own samples for the other sources' rows), and the other
+sources' rows are written over those.
 """
 
 from __future__ import annotations
@@ -82,8 +84,7 @@ class MixedSource:
         rows = [np.flatnonzero(which == i) for i in range(len(self.sources))]
         cores = [s for s in self.sources if isinstance(s, RandomAccessSource)]
         if len(cores) == len(self.sources):
-            parts = [s.gather_leaves(indices[r]) if len(r) else None for s, r in zip(cores, rows)]
-            return cores[0]._assemble(_scatter(len(which), rows, parts))
+            return cores[0]._assemble(_gather_in_place(cores, indices, rows))
         trees = [s.gather(indices[r]) if len(r) else None for s, r in zip(self.sources, rows)]
         structure = jax.tree_util.tree_structure(next(t for t in trees if t is not None))
         flat = [jax.tree_util.tree_leaves(t) if t is not None else None for t in trees]
@@ -94,6 +95,23 @@ class MixedSource:
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+
+def _gather_in_place(sources: list[RandomAccessSource], indices: np.ndarray, rows: list[np.ndarray]
+                     ) -> list[np.ndarray]:
+    """The batch's leaves, the source with the most rows read straight into them: it reads every
+    row of the batch (the rows of the other sources as copies of one of its own samples), and the
+    other sources' rows are then written over those. No batch-sized copy beyond the reads."""
+    most = max(range(len(sources)), key=lambda i: len(rows[i]))
+    mine = rows[most]
+    filled = np.full(len(indices), indices[mine[0]], dtype=indices.dtype)
+    filled[mine] = indices[mine]
+    leaves = sources[most].gather_leaves(filled)
+    for i, (source, r) in enumerate(zip(sources, rows)):
+        if i != most and len(r):
+            for leaf, part in zip(leaves, source.gather_leaves(indices[r])):
+                leaf[r] = part
+    return leaves
 
 
 def _scatter(count: int, rows: list[np.ndarray], parts: list[list[np.ndarray] | None]) -> list[np.ndarray]:
