@@ -7,13 +7,12 @@ For a batch of input windows ``(n, T)`` :func:`segment_ids_and_positions` gives,
   token (a boundary ends its document's segment: it carries the id of the tokens before it);
 - ``positions``: 0 at each segment's first token, counting on through the segment.
 
-Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`: int16 for
-T up to 32767), the form flax, MaxText and levanter attention masks take. The
-computation is vectorised over the whole batch: the boundaries are found with one comparison (and
-a scan eight tokens a step), the segments' starts and lengths are a few arrays of one entry a
-segment, and each output is one ``np.repeat`` of those (the positions one subtraction more). No
-Python work per token or per segment. See ``docs/corpus.md`` (Training windows) and
-``docs/training.md`` (Packed segments).
+Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`: int16 for T
+up to 32767), the form flax, MaxText and levanter attention masks take. The computation is
+vectorised over the whole batch: the segments' starts are found with one comparison (and a scan
+eight tokens a step), their lengths and ids are a few arrays of one entry a segment, and each
+output is one ``np.repeat`` of those (the positions one subtraction more). No Python work per
+token or per segment. See ``docs/training.md`` (Packed segments and a mixture of corpora).
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def _true_positions(mask: np.ndarray) -> np.ndarray:
     words = mask[:whole].view(np.uint64)
     hit = np.flatnonzero(words != 0)  # (faster than np.flatnonzero of the integers)
     inside = np.flatnonzero(mask[:whole].reshape(-1, 8)[hit])
-    found = hit[inside >> 3] * 8 + (inside & 7)
+    found = (hit[inside >> 3] << 3) + (inside & 7)
     if whole < size:
         found = np.concatenate([found, whole + np.flatnonzero(mask[whole:])])
     return found
@@ -81,19 +80,18 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     size, dtype = n * seq, segment_dtype(seq)
     if size == 0:
         return np.zeros((n, seq), dtype), np.zeros((n, seq), dtype)
-    mask = np.equal(inputs, boundary)
-    if not mask.flags.c_contiguous:
-        mask = np.ascontiguousarray(mask)
-    after = _true_positions(mask.reshape(-1)) + 1  # the token after each boundary starts a segment
-    # The segments' starts (flat, in order): each window's first token, and each token after a
-    # boundary that is not past its window's end.
-    starts = np.concatenate([np.arange(0, size, seq, dtype=np.int64), after[after % seq != 0]])
-    starts.sort()
-    lengths = np.diff(starts, append=size)
+    # Whether each token starts a segment: the window's first, and each one after a boundary.
+    first = np.empty(size, dtype=bool)
+    np.equal(np.ascontiguousarray(inputs).reshape(-1)[:-1], boundary, out=first[1:])
+    first.reshape(n, seq)[:, 0] = True  # (also over a boundary that ends the window before)
+    starts = _true_positions(first)  # the segments' starts, flat, in order
+    count = len(starts)
+    lengths = np.empty(count, dtype=np.int64)
+    np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
+    lengths[-1] = size - starts[-1]
     local = starts % seq  # a start's column in its window
     # A segment's id: its ordinal among the segments of its window, from 1.
-    ordinal = np.arange(len(starts), dtype=np.int64)
-    ids = ordinal - np.maximum.accumulate(np.where(local == 0, ordinal, 0)) + 1
+    ids = np.arange(1, count + 1, dtype=np.int64) - np.flatnonzero(local == 0)[starts // seq]
     segment_ids = np.repeat(ids.astype(dtype), lengths).reshape(n, seq)
     positions = np.repeat(local.astype(dtype), lengths).reshape(n, seq)
     np.subtract(_columns(seq, dtype), positions, out=positions)
