@@ -11,18 +11,24 @@ sources' rows are written over those.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
+from pskd_jax.corpus.segments import segment_ids_and_positions
+from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import BadValueError
 from pskd_jax.format.source import RandomAccessSource, Source
 from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.mixture import Mixture
 
 __all__ = ["MixedBatches", "MixedSource"]
+
+_largest = np.maximum.reduce
 
 
 def _pairs(sources: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -65,6 +71,10 @@ class MixedSource:
 
     def __init__(self, sources: Sequence[Source]):
         self.sources = list(sources)
+        # Corpora mapped in this process are read through one view over all their maps.
+        mapped = [s for s in self.sources if type(s) is CorpusWindows and s.access == "mmap"]
+        self._mapped: list[CorpusWindows] = mapped if len(mapped) == len(self.sources) else []
+        self._joint: _Joint | None = None
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources)
@@ -84,17 +94,100 @@ class MixedSource:
         rows = [np.flatnonzero(which == i) for i in range(len(self.sources))]
         cores = [s for s in self.sources if isinstance(s, RandomAccessSource)]
         if len(cores) == len(self.sources):
-            return cores[0]._assemble(_gather_in_place(cores, indices, rows))
+            joint = self._joint_read(indices, rows)
+            return cores[0]._assemble(joint if joint is not None else _gather_in_place(cores, indices, rows))
         trees = [s.gather(indices[r]) if len(r) else None for s, r in zip(self.sources, rows)]
         structure = jax.tree_util.tree_structure(next(t for t in trees if t is not None))
         flat = [jax.tree_util.tree_leaves(t) if t is not None else None for t in trees]
         return jax.tree_util.tree_unflatten(structure, _scatter(len(which), rows, flat))
 
+    def _joint_read(self, indices: np.ndarray, rows: list[np.ndarray]) -> list[np.ndarray] | None:
+        """The batch through one view over every corpus's maps, when that applies (else None)."""
+        if not self._mapped:
+            return None
+        states = [w._now() for w in self._mapped]
+        joint = self._joint
+        if joint is None or any(a is not b for a, b in zip(joint.states, states)):
+            joint = self._joint = _joint_views(self._mapped, states)  # (made again after a refresh)
+            if joint is None:
+                self._mapped = []
+                return None
+        return _joint_windows(self._mapped, joint, indices, rows)
+
     def close(self) -> None:
+        self._joint, self._mapped = None, []
         for source in self.sources:
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+
+@dataclasses.dataclass(eq=False)
+class _Joint:
+    """One view over the maps of several corpora's snapshots (see :func:`_joint_windows`)."""
+
+    states: list[Any]  # each source's snapshot the views were made from (held: their maps stay open)
+    inputs: np.ndarray
+    targets: np.ndarray
+    offsets: list[int]  # a window of source k is record ``r + offsets[k]`` of the views
+
+
+def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | None:
+    first = windows[0]
+    if any((w.dtype, w.seq, w._bound, w.segments, w.boundary) != (first.dtype, first.seq, first._bound,
+                                                                   first.segments, first.boundary)
+           for w in windows) or any(not len(state.inputs) for state in states):
+        return None
+    item = first.dtype.itemsize
+    bases = [state.inputs.__array_interface__["data"][0] for state in states]
+    low = min(bases)
+    if any((base - low) % item for base in bases):
+        return None
+    offsets = [(base - low) // item for base in bases]
+    span = max(offset + len(state.inputs) for offset, state in zip(offsets, states))
+    lowest = states[bases.index(low)]
+    return _Joint(states, as_strided(lowest.inputs, shape=(span,), strides=(item,), writeable=False),
+                  as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False), offsets)
+
+
+def _joint_windows(windows: list[CorpusWindows], joint: _Joint, indices: np.ndarray, rows: list[np.ndarray]
+                   ) -> list[np.ndarray] | None:
+    """A batch of windows from several mapped corpora in one fancy index a leaf, or None when
+    this path does not apply (then each source reads its own rows).
+
+    Each ``CorpusWindows(access="mmap")`` serves its windows as records of a view whose index is
+    an address (see its ``_address_views``): record r is the T tokens at the view's base address
+    plus r tokens. The corpora of a mixture are mapped in one process, so one view from the lowest
+    of their bases serves them all: a window of corpus k is record ``r + (base_k - low) / item``.
+    It applies when every source is such windows, alike (token dtype, T, vocabulary, segments and
+    boundary), their bases a whole number of tokens apart, and every window of the batch lies in
+    one shard; anything else (a window across two shards, an index out of range, a token at or
+    above the vocabulary size) goes to the sources' own reads, which give or refuse it as alone."""
+    records = np.empty(len(indices), dtype=np.int64)
+    for w, state, offset, r in zip(windows, joint.states, joint.offsets, rows):
+        if not len(r):
+            continue
+        mine = indices[r]
+        if mine.min() < 0 or mine.max() >= state.length:
+            return None
+        starts = mine * w.stride
+        shard = state.bounds.searchsorted(starts, side="right")
+        if not (starts < state.inside_end.take(shard)).all():
+            return None
+        w._check_still_whole(state, np.flatnonzero(np.bincount(shard)).tolist())
+        starts += state.shift.take(shard)
+        starts += offset
+        records[r] = starts
+    first = windows[0]
+    n, seq, dtype = len(indices), first.seq, first.dtype
+    inputs = joint.inputs[records].view(dtype).reshape(n, seq)
+    targets = joint.targets[records].view(dtype).reshape(n, seq)
+    if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
+        return None
+    leaves = [inputs, targets]
+    if first.segments:
+        leaves.extend(segment_ids_and_positions(inputs, first.boundary))
+    return leaves
 
 
 def _gather_in_place(sources: list[RandomAccessSource], indices: np.ndarray, rows: list[np.ndarray]

@@ -233,3 +233,36 @@ def test_an_indivisible_batch_is_refused_and_mixtures_with_segments_land_sharded
     result = run_python(SHARDED, data, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["refused E9010 True True", "refused E9010 True", "sharded ok"]
+
+
+@pytest.mark.parametrize("segments", [False, True])
+def test_mapped_corpora_read_through_one_view_as_each_alone(data, monkeypatch, segments):
+    """A mixture of mapped corpora is read with one fancy index over all their maps: every batch,
+    windows across shards (read by their own source) included, equals each source's own reads;
+    and a refreshed corpus is taken up (the view made again)."""
+    from pskd_jax.loader import mixed
+
+    paths = [data / "a" / "shards.json", data / "b" / "shards.json"]
+    mapped = [CorpusWindows(p, seq=8, stride=3, segments=segments) for p in paths]
+    read = [CorpusWindows(p, seq=8, stride=3, segments=segments, access="pread") for p in paths]
+    joint_reads = []
+    real = mixed._joint_windows
+    monkeypatch.setattr(mixed, "_joint_windows", lambda *a: joint_reads.append(real(*a)) or joint_reads[-1])
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        which = rng.integers(0, 2, 16)
+        pairs = np.stack([which, [rng.integers(0, len(mapped[s])) for s in which]], axis=1)
+        want = [np.concatenate(leaf) for leaf in zip(*[mapped[s].gather([i]) for s, i in pairs.tolist()])]
+        for sources in (mapped, read):
+            assert same(mixed.MixedSource(sources).gather(pairs), want)
+    assert any(r is not None for r in joint_reads) and any(r is None for r in joint_reads)  # (some across shards)
+    source = mixed.MixedSource(mapped)
+    pairs = np.array([[0, 1], [1, 2], [0, 3]])
+    before = source.gather(pairs)
+    write_corpus(data / "b", corpus_pieces(9, 2))  # the corpus rebuilt: the view follows the refresh
+    assert mapped[1].refresh()
+    after = source.gather(pairs)
+    assert same(after, [np.concatenate(leaf) for leaf in zip(*[mapped[s].gather([i]) for s, i in pairs.tolist()])])
+    assert not same(after, before)
+    for s in mapped + read:
+        s.close()
