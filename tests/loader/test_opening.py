@@ -266,3 +266,16 @@ def test_mapped_corpora_read_through_one_view_as_each_alone(data, monkeypatch, s
     assert not same(after, before)
     for s in mapped + read:
         s.close()
+
+
+def test_a_memory_error_on_the_thread_is_e9010_in_the_loop():
+    class Huge:
+        def __len__(self):
+            return 100
+
+        def gather(self, indices):
+            raise MemoryError
+
+    with pytest.raises(PskdError, match=r"E9010: .*batch\(B = 4\).*a batch of 4 samples does not fit in memory"):
+        for _ in Loader(Huge(), 'stream "huge.psk.d" |> batch(B = 4)'):
+            pass
