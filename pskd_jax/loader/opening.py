@@ -31,6 +31,7 @@ from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
 from pskd_jax.pipeline.streams import is_corpus_manifest
+from pskd_jax.storage.urls import is_url
 
 __all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "open_pipeline"]
 
@@ -72,15 +73,20 @@ def as_pipeline(pipeline: Any, base_dir: str | os.PathLike[str] | None) -> Pipel
 
 
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:
-    """The source a stream's path names: windows of a corpus manifest, or a ``.psk.d`` Reader."""
-    if os.path.isdir(path):
+    """The source a stream's path names: windows of a corpus manifest, or a ``.psk.d`` Reader
+    (a URL: a corpus when it names a ``.json`` object, its reader says what else is wrong)."""
+    if is_url(path):
+        corpus = path.endswith(".json")
+    elif os.path.isdir(path):
         manifest = os.path.join(path, MANIFEST)
         hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
         raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
-    if not os.path.lexists(path):
+    elif not os.path.lexists(path):
         raise PipelineError(f"{where}the stream {path!r} does not exist (relative paths are joined to the "
                             "loader's base_dir, default the current directory)")
-    if is_corpus_manifest(path):
+    else:
+        corpus = is_corpus_manifest(path)
+    if corpus:
         if options.seq is None:
             raise UsageError(f"{where}{path} is a corpus: give the window length (Loader(…, seq=T))")
         return CorpusWindows(path, seq=options.seq, stride=options.stride, verify=options.verify,
