@@ -76,18 +76,20 @@ def leaves(directory: pathlib.Path) -> list[bytes]:
 
 
 @pytest.mark.subprocess
-def test_a_mixture_with_segments_killed_mid_run_resumes_bit_for_bit(mixture, tmp_path):
-    whole = train_lm(f"--pipeline={mixture}", *ARGS, f"--checkpoint_dir={tmp_path / 'whole'}")
+@pytest.mark.parametrize("access", ["pread", "mmap"])  # (mapped corpora are read through one view)
+def test_a_mixture_with_segments_killed_mid_run_resumes_bit_for_bit(mixture, tmp_path, access):
+    args = [*ARGS, f"--access={access}"]
+    whole = train_lm(f"--pipeline={mixture}", *args, f"--checkpoint_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert "(packed segments: attention inside each document)" in whole.stdout
     assert "mix(stream" in whole.stdout and len(losses(whole.stdout)) == 10
-    killed = subprocess.run([sys.executable, str(KILLED), "6", f"--pipeline={mixture}", *ARGS,
+    killed = subprocess.run([sys.executable, str(KILLED), "6", f"--pipeline={mixture}", *args,
                              f"--checkpoint_dir={tmp_path / 'split'}"], capture_output=True, text=True, cwd=ROOT,
                             timeout=300, env=dict(ENV, JAX_PLATFORMS="cpu"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     first = losses(killed.stdout)
     assert max(first) == 6
-    rest = train_lm(f"--pipeline={mixture}", *ARGS, f"--checkpoint_dir={tmp_path / 'split'}", "--resume")
+    rest = train_lm(f"--pipeline={mixture}", *args, f"--checkpoint_dir={tmp_path / 'split'}", "--resume")
     assert rest.returncode == 0, rest.stderr[-3000:]
     resumed = [line for line in rest.stdout.splitlines() if line.startswith("train: resumed at step ")]
     assert resumed, rest.stdout
