@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 from pskd_jax.corpus.segments import segment_ids_and_positions
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import BadValueError
+from pskd_jax.format.byte_sources import first_cut_short
 from pskd_jax.format.source import RandomAccessSource, Source
 from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.mixture import Mixture
@@ -32,10 +33,11 @@ _largest = np.maximum.reduce
 
 
 def _pairs(sources: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    pairs = np.empty((len(sources), 2), dtype=np.int64)
-    pairs[:, 0] = sources
-    pairs[:, 1] = indices
-    return pairs
+    """``(rows, 2)`` (source, index) rows, stored column by column (each column contiguous)."""
+    pairs = np.empty((2, len(sources)), dtype=np.int64)
+    pairs[0] = sources
+    pairs[1] = indices
+    return pairs.T
 
 
 class MixedBatches:
@@ -89,19 +91,21 @@ class MixedSource:
         first = self.sources[0]
         if not len(which):
             return first.gather(indices)
+        joint = self._joint_read(which, indices)
+        if joint is not None:
+            return self._mapped[0]._assemble(joint)
         if which.min() == which.max():  # one source only: its own gather, no copy
             return self.sources[int(which[0])].gather(indices)
         rows = [np.flatnonzero(which == i) for i in range(len(self.sources))]
         cores = [s for s in self.sources if isinstance(s, RandomAccessSource)]
         if len(cores) == len(self.sources):
-            joint = self._joint_read(indices, rows)
-            return cores[0]._assemble(joint if joint is not None else _gather_in_place(cores, indices, rows))
+            return cores[0]._assemble(_gather_in_place(cores, indices, rows))
         trees = [s.gather(indices[r]) if len(r) else None for s, r in zip(self.sources, rows)]
         structure = jax.tree_util.tree_structure(next(t for t in trees if t is not None))
         flat = [jax.tree_util.tree_leaves(t) if t is not None else None for t in trees]
         return jax.tree_util.tree_unflatten(structure, _scatter(len(which), rows, flat))
 
-    def _joint_read(self, indices: np.ndarray, rows: list[np.ndarray]) -> list[np.ndarray] | None:
+    def _joint_read(self, which: np.ndarray, indices: np.ndarray) -> list[np.ndarray] | None:
         """The batch through one view over every corpus's maps, when that applies (else None)."""
         if not self._mapped:
             return None
@@ -112,7 +116,7 @@ class MixedSource:
             if joint is None:
                 self._mapped = []
                 return None
-        return _joint_windows(self._mapped, joint, indices, rows)
+        return _joint_windows(self._mapped[0], joint, which, indices)
 
     def close(self) -> None:
         self._joint, self._mapped = None, []
@@ -124,15 +128,29 @@ class MixedSource:
 
 @dataclasses.dataclass(eq=False)
 class _Joint:
-    """One view over the maps of several corpora's snapshots (see :func:`_joint_windows`)."""
+    """Several corpora's snapshots as one: their shards in one list, their maps under one view.
+
+    Source k's token ``t`` is token ``start[k] + t`` of a joint stream (the sources one after
+    another), and every per-shard table of :class:`~pskd_jax.corpus.CorpusWindows` is kept for
+    that stream, so that a batch of windows from any of the sources is found, checked and read as
+    a single corpus's is: one ``searchsorted``, one fancy index a leaf."""
 
     states: list[Any]  # each source's snapshot the views were made from (held: their maps stay open)
     inputs: np.ndarray
     targets: np.ndarray
-    offsets: list[int]  # a window of source k is record ``r + offsets[k]`` of the views
+    start: np.ndarray  # by source: where its tokens begin in the joint stream
+    length: np.ndarray  # by source: its windows
+    stride: np.ndarray  # by source
+    bounds: np.ndarray  # searchsorted(bounds, position, "right") is a position's shard (of all of them)
+    inside_end: np.ndarray  # by shard: a window starting before it fits in the shard
+    shift: np.ndarray  # by shard: joint stream position → record index of the views
+    files: list[Any]  # by shard: its bytes (checked for a file cut short before a copy)
+    needed: list[int]  # by shard: its size when whole
 
 
 def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | None:
+    """The joint view and tables of ``windows`` (mapped corpora alike), None when their maps are
+    not a whole number of tokens apart or one of them has no window to map."""
     first = windows[0]
     if any((w.dtype, w.seq, w._bound, w.segments, w.boundary) != (first.dtype, first.seq, first._bound,
                                                                    first.segments, first.boundary)
@@ -143,14 +161,21 @@ def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | No
     low = min(bases)
     if any((base - low) % item for base in bases):
         return None
+    start = np.cumsum([0] + [state.total_tokens for state in states[:-1]]).astype(np.int64)
     offsets = [(base - low) // item for base in bases]
+    shard_starts = np.concatenate([state.offsets[:-1] + g for state, g in zip(states, start)])
+    inside_end = np.concatenate([state.inside_end + g for state, g in zip(states, start)])
+    shift = np.concatenate([state.shift + offset - g for state, offset, g in zip(states, offsets, start)])
     span = max(offset + len(state.inputs) for offset, state in zip(offsets, states))
     lowest = states[bases.index(low)]
     return _Joint(states, as_strided(lowest.inputs, shape=(span,), strides=(item,), writeable=False),
-                  as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False), offsets)
+                  as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False), start,
+                  np.array([state.length for state in states], dtype=np.int64),
+                  np.array([w.stride for w in windows], dtype=np.int64), shard_starts[1:], inside_end, shift,
+                  [f for state in states for f in state.sources], [n for state in states for n in state.needed_list])
 
 
-def _joint_windows(windows: list[CorpusWindows], joint: _Joint, indices: np.ndarray, rows: list[np.ndarray]
+def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indices: np.ndarray
                    ) -> list[np.ndarray] | None:
     """A batch of windows from several mapped corpora in one fancy index a leaf, or None when
     this path does not apply (then each source reads its own rows).
@@ -158,30 +183,25 @@ def _joint_windows(windows: list[CorpusWindows], joint: _Joint, indices: np.ndar
     Each ``CorpusWindows(access="mmap")`` serves its windows as records of a view whose index is
     an address (see its ``_address_views``): record r is the T tokens at the view's base address
     plus r tokens. The corpora of a mixture are mapped in one process, so one view from the lowest
-    of their bases serves them all: a window of corpus k is record ``r + (base_k - low) / item``.
-    It applies when every source is such windows, alike (token dtype, T, vocabulary, segments and
-    boundary), their bases a whole number of tokens apart, and every window of the batch lies in
-    one shard; anything else (a window across two shards, an index out of range, a token at or
-    above the vocabulary size) goes to the sources' own reads, which give or refuse it as alone."""
-    records = np.empty(len(indices), dtype=np.int64)
-    for w, state, offset, r in zip(windows, joint.states, joint.offsets, rows):
-        if not len(r):
-            continue
-        mine = indices[r]
-        if mine.min() < 0 or mine.max() >= state.length:
-            return None
-        starts = mine * w.stride
-        shard = state.bounds.searchsorted(starts, side="right")
-        if not (starts < state.inside_end.take(shard)).all():
-            return None
-        w._check_still_whole(state, np.flatnonzero(np.bincount(shard)).tolist())
-        starts += state.shift.take(shard)
-        starts += offset
-        records[r] = starts
-    first = windows[0]
+    of their bases serves them all (:class:`_Joint`). It applies when every source is such windows,
+    alike (token dtype, T, vocabulary, segments and boundary), their bases a whole number of
+    tokens apart, and every window of the batch lies in one shard; anything else (a window across
+    two shards, an index out of range, a shard cut short, a token at or above the vocabulary size)
+    goes to the sources' own reads, which give or refuse it as they do alone."""
+    if indices.min() < 0 or not (indices < joint.length.take(which)).all():
+        return None
+    starts = indices * joint.stride.take(which)
+    starts += joint.start.take(which)
+    shard = joint.bounds.searchsorted(starts, side="right")
+    if not (starts < joint.inside_end.take(shard)).all():
+        return None
+    touched = np.flatnonzero(np.bincount(shard)).tolist()
+    if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
+        return None
+    starts += joint.shift.take(shard)
     n, seq, dtype = len(indices), first.seq, first.dtype
-    inputs = joint.inputs[records].view(dtype).reshape(n, seq)
-    targets = joint.targets[records].view(dtype).reshape(n, seq)
+    inputs = joint.inputs[starts].view(dtype).reshape(n, seq)
+    targets = joint.targets[starts].view(dtype).reshape(n, seq)
     if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
         return None
     leaves = [inputs, targets]
