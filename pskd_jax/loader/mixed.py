@@ -21,8 +21,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from pskd_jax.corpus.segments import segment_ids_and_positions
 from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.errors import BadValueError
-from pskd_jax.format.byte_sources import first_cut_short
+from pskd_jax.errors import BadValueError, PskdError
+from pskd_jax.format.byte_sources import Runs, first_cut_short, read_runs
 from pskd_jax.format.source import RandomAccessSource, Source
 from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.mixture import Mixture
@@ -73,9 +73,11 @@ class MixedSource:
 
     def __init__(self, sources: Sequence[Source]):
         self.sources = list(sources)
-        # Corpora mapped in this process are read through one view over all their maps.
-        mapped = [s for s in self.sources if type(s) is CorpusWindows and s.access == "mmap"]
-        self._mapped: list[CorpusWindows] = mapped if len(mapped) == len(self.sources) else []
+        # Corpora of one access mode are read as one corpus: one view over all their maps, or
+        # one positional read a window over all their files.
+        corpora = [s for s in self.sources if type(s) is CorpusWindows]
+        alike = len(corpora) == len(self.sources) and len({c.access for c in corpora}) == 1
+        self._mapped: list[CorpusWindows] = corpora if alike else []
         self._joint: _Joint | None = None
 
     def __len__(self) -> int:
@@ -136,8 +138,8 @@ class _Joint:
     a single corpus's is: one ``searchsorted``, one fancy index a leaf."""
 
     states: list[Any]  # each source's snapshot the views were made from (held: their maps stay open)
-    inputs: np.ndarray
-    targets: np.ndarray
+    inputs: np.ndarray | None  # (None with access="pread": then the files are read)
+    targets: np.ndarray | None
     start: np.ndarray  # by source: where its tokens begin in the joint stream
     length: np.ndarray  # by source: its windows
     stride: np.ndarray  # by source
@@ -146,33 +148,42 @@ class _Joint:
     shift: np.ndarray  # by shard: joint stream position → record index of the views
     files: list[Any]  # by shard: its bytes (checked for a file cut short before a copy)
     needed: list[int]  # by shard: its size when whole
+    shard_start: np.ndarray  # by shard: where its tokens begin in the joint stream
+    data_offsets: np.ndarray  # by shard: where its tokens begin in its file
 
 
 def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | None:
-    """The joint view and tables of ``windows`` (mapped corpora alike), None when their maps are
-    not a whole number of tokens apart or one of them has no window to map."""
+    """The joint tables of ``windows`` (corpora alike, of one access mode), and with
+    ``access="mmap"`` the view over their maps; None when the maps are not a whole number of
+    tokens apart or one of them has no window to map."""
     first = windows[0]
     if any((w.dtype, w.seq, w._bound, w.segments, w.boundary) != (first.dtype, first.seq, first._bound,
                                                                    first.segments, first.boundary)
-           for w in windows) or any(not len(state.inputs) for state in states):
+           for w in windows):
         return None
     item = first.dtype.itemsize
-    bases = [state.inputs.__array_interface__["data"][0] for state in states]
-    low = min(bases)
-    if any((base - low) % item for base in bases):
-        return None
     start = np.cumsum([0] + [state.total_tokens for state in states[:-1]]).astype(np.int64)
-    offsets = [(base - low) // item for base in bases]
     shard_starts = np.concatenate([state.offsets[:-1] + g for state, g in zip(states, start)])
     inside_end = np.concatenate([state.inside_end + g for state, g in zip(states, start)])
+    inputs = targets = None
+    offsets = [0] * len(states)
+    if first.access == "mmap":
+        if any(not len(state.inputs) for state in states):
+            return None
+        bases = [state.inputs.__array_interface__["data"][0] for state in states]
+        low = min(bases)
+        if any((base - low) % item for base in bases):
+            return None
+        offsets = [(base - low) // item for base in bases]
+        span = max(offset + len(state.inputs) for offset, state in zip(offsets, states))
+        lowest = states[bases.index(low)]
+        inputs = as_strided(lowest.inputs, shape=(span,), strides=(item,), writeable=False)
+        targets = as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False)
     shift = np.concatenate([state.shift + offset - g for state, offset, g in zip(states, offsets, start)])
-    span = max(offset + len(state.inputs) for offset, state in zip(offsets, states))
-    lowest = states[bases.index(low)]
-    return _Joint(states, as_strided(lowest.inputs, shape=(span,), strides=(item,), writeable=False),
-                  as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False), start,
-                  np.array([state.length for state in states], dtype=np.int64),
+    return _Joint(states, inputs, targets, start, np.array([state.length for state in states], dtype=np.int64),
                   np.array([w.stride for w in windows], dtype=np.int64), shard_starts[1:], inside_end, shift,
-                  [f for state in states for f in state.sources], [n for state in states for n in state.needed_list])
+                  [f for state in states for f in state.sources], [n for state in states for n in state.needed_list],
+                  shard_starts, np.concatenate([state.data_offsets for state in states]))
 
 
 def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indices: np.ndarray
@@ -195,15 +206,28 @@ def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indic
     shard = joint.bounds.searchsorted(starts, side="right")
     if not (starts < joint.inside_end.take(shard)).all():
         return None
-    touched = np.flatnonzero(np.bincount(shard)).tolist()
-    if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
-        return None
-    starts += joint.shift.take(shard)
     n, seq, dtype = len(indices), first.seq, first.dtype
-    inputs = joint.inputs[starts].view(dtype).reshape(n, seq)
-    targets = joint.targets[starts].view(dtype).reshape(n, seq)
-    if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
-        return None
+    if joint.inputs is None or joint.targets is None:  # access="pread": each window one run of its file
+        starts -= joint.shard_start.take(shard)
+        starts *= dtype.itemsize
+        starts += joint.data_offsets.take(shard)
+        windows = np.empty((n, seq + 1), dtype)
+        try:
+            read_runs(joint.files, Runs.of_rows(starts, (seq + 1) * dtype.itemsize, shard), windows, first.path)
+        except PskdError:
+            return None  # (the source's own read names the shard)
+        if first._bounded and _largest(windows, None) >= first._bound:
+            return None
+        inputs, targets = np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
+    else:
+        touched = np.flatnonzero(np.bincount(shard)).tolist()
+        if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
+            return None
+        starts += joint.shift.take(shard)
+        inputs = joint.inputs[starts].view(dtype).reshape(n, seq)
+        targets = joint.targets[starts].view(dtype).reshape(n, seq)
+        if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
+            return None
     leaves = [inputs, targets]
     if first.segments:
         leaves.extend(segment_ids_and_positions(inputs, first.boundary))

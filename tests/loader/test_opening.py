@@ -279,3 +279,21 @@ def test_a_memory_error_on_the_thread_is_e9010_in_the_loop():
     with pytest.raises(PskdError, match=r"E9010: .*batch\(B = 4\).*a batch of 4 samples does not fit in memory"):
         for _ in Loader(Huge(), 'stream "huge.psk.d" |> batch(B = 4)'):
             pass
+
+
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+def test_a_shard_cut_short_under_a_mixture_is_named_as_its_source_names_it(data, access):
+    from pskd_jax.loader import mixed
+
+    paths = [data / "a" / "shards.json", data / "b" / "shards.json"]
+    sources = [CorpusWindows(p, seq=8, access=access) for p in paths]
+    reader = mixed.MixedSource(sources)
+    pairs = np.array([[0, 1], [1, 0], [0, 2]])
+    assert same(reader.gather(pairs), [np.concatenate(leaf) for leaf in zip(*[sources[s].gather([i])
+                                                                               for s, i in pairs.tolist()])])
+    shard = sorted((data / "b").glob("*.psk.d"))[0]
+    os.truncate(shard, 40)  # (every window of its shard 0 past the end: refused by either access)
+    with pytest.raises(PskdError, match="E9003: .*/b/(shards.json|s0.psk.d)"):  # as source 1 alone names it
+        reader.gather(pairs)
+    for s in sources:
+        s.close()
