@@ -3,10 +3,13 @@
 A :class:`~pskd_jax.pipeline.Mixture` answers a batch with two arrays, the source of each row
 and the sample index in that source. :class:`MixedBatches` presents them as one ``(rows, 2)``
 int64 array a row (what the loader slices into parts and hands to a source), and
-:class:`MixedSource` gathers such an array from its sources: each source's rows with one
-vectorised read, in the mixture's order: the source with the most rows of a batch reads straight
-into the batch (standing in one of its own samples for the other sources' rows), and the other
-sources' rows are written over those.
+:class:`MixedSource` gathers such an array from its sources, in the mixture's order. Corpora
+(``CorpusWindows``) of one access mode are read as a single corpus whose stream is theirs one
+after another: one ``searchsorted`` and one fancy index a leaf over a view of all their maps, or
+one positional read a window over all their files (:class:`_Joint`). Other sources each read their
+own rows with one vectorised read: the source with the most rows of a batch straight into the
+batch (standing in one of its own samples for the other sources' rows), and the other sources'
+rows written over those.
 """
 
 from __future__ import annotations
