@@ -17,6 +17,7 @@ import numpy as np
 
 from pskd_jax._os.checks import abridged, first_true
 from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError, UsageError
+from pskd_jax.storage import is_url
 
 ACCESS_MODES = ("mmap", "pread")  # how a source reaches its bytes: through a memory map, or positional reads
 ITERATION_BYTES = 4 << 20  # iterating a source reads samples in blocks of about this many bytes
@@ -191,7 +192,8 @@ class RandomAccessSource:
     _getitems = __getitems__
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({os.path.abspath(self.path)!r}, {self._identity()})"
+        shown = self.path if is_url(self.path) else os.path.abspath(self.path)  # an object's URL as it is
+        return f"{type(self).__name__}({shown!r}, {self._identity()})"
 
     # -- pickling (worker processes: grain's, multiprocessing's) -----------------------------------
 
