@@ -96,6 +96,7 @@ class ShardCache:
             # The descriptor of the file written, kept: once renamed into place it is the cached
             # shard, whatever another process removes meanwhile.
             fd = os.dup(f.fileno())
+        os.lseek(fd, 0, os.SEEK_SET)  # (the copy shares the writer's offset, at the end)
         return fd
 
     def evict(self, keep: Iterable[str] = ()) -> int:
