@@ -358,6 +358,7 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
     it does not), or None when there is none."""
+    locate(checkpoint)  # (E9018 naming the data's own URL when the toolkit cannot serve it)
     candidate = layout_path_for(checkpoint)
     if is_object_url(candidate):  # a layout object beside the object
         store, where = resolve(candidate)
