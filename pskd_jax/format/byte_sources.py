@@ -253,6 +253,10 @@ class FileBytes(ByteSource):
 
 
 LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buffer (Store.read_into)
+# Runs at most this many bytes apart are read in one request. 0: one request a contiguous run, so
+# that only the bytes a read needs cross the network (the client's own default, 1 MiB, reads most
+# of a shard for a batch of random windows: fewer requests, many more bytes; see docs/storage.md).
+COALESCE = 0
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None  # reads of several objects at once
 _POOL_LOCK = threading.Lock()
 POOL_THREADS = 16
@@ -332,7 +336,7 @@ class StoreBytes(ByteSource):
         if not small:
             return
         starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
-        found = self.store.read_ranges(self.key, starts, stops)
+        found = self.store.read_ranges(self.key, starts, stops, coalesce=COALESCE)
         for (span, offset), k in zip(small, which):
             got = memoryview(found[k]).cast("B")
             skip = int(offset) - starts[k]
@@ -429,5 +433,5 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short", "first_cut_short",
+__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short", "first_cut_short",
            "merged_ranges", "open_bytes", "read_runs", "read_small", "release_map"]
