@@ -89,9 +89,9 @@ def test_a_gather_is_one_batched_call_a_shard(s3_bucket, inputs, monkeypatch):
         calls: list[tuple[str, int]] = []
         original = type(store).read_ranges
 
-        def counted(self, key, starts, stops):
+        def counted(self, key, starts, stops, **options):
             calls.append((key, len(starts)))
-            return original(self, key, starts, stops)
+            return original(self, key, starts, stops, **options)
 
         monkeypatch.setattr(type(store), "read_ranges", counted)
         offsets = windows._state.offsets
