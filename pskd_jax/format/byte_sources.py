@@ -433,5 +433,5 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short", "first_cut_short",
-           "merged_ranges", "open_bytes", "read_runs", "read_small", "release_map"]
+__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short",
+           "first_cut_short", "merged_ranges", "open_bytes", "read_runs", "read_small", "release_map"]

@@ -21,7 +21,8 @@ from pskd_jax._os import names
 from pskd_jax.corpus import BuildOptions
 from pskd_jax.corpus.manifest import manifest_object, put_manifest
 from pskd_jax.corpus.windows import CorpusWindows
-from pskd_jax.storage import resolve
+from pskd_jax.storage import StorageOptions, resolve
+from tests.faultproxy import Rule, answer, cut, slow
 from tests.helpers import ROOT, raises
 
 from .helpers import make_inputs
@@ -264,3 +265,38 @@ def test_a_missing_manifest_or_shard_object_is_named(any_place, inputs):
         CorpusWindows(place + "/shards.json", seq=SEQ)
     with raises("E9017", f"shard 1 {manifest.shards[1].path}", "missing"):
         corpus.verify_corpus(place + "/shards.json")
+
+
+# -- faults between the windows and the store ---------------------------------------------------------
+
+FAULTS = {"503": answer(503), "reset mid-body": cut(reset=True), "slow": slow(pause=0.01)}
+QUICK = StorageOptions(retries=2, backoff_seconds=0.001)
+
+
+@pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
+def test_a_transient_fault_under_a_gather_or_a_fill_is_invisible(faulty_bucket, fault_proxy, inputs, local,
+                                                                tmp_path, fault):
+    place = faulty_bucket.url + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(local, seq=SEQ) as here:
+        for cache in (None, tmp_path / "cache"):
+            fault_proxy.plan(Rule(fault, method="GET", path=r"shard-0000[0-9]\.psk\.d", ranged=None, times=3))
+            with CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache) as there:
+                same_windows(there, here)
+            assert fault_proxy.faults_done() >= 1
+
+
+def test_a_fault_that_persists_is_e9018_naming_the_shard_object(faulty_bucket, fault_proxy, inputs, tmp_path):
+    place = faulty_bucket.url + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK) as windows:
+        fault_proxy.plan(Rule(answer(503), method="GET", path=r"shard-00001\.psk\.d", ranged=True, times=None))
+        start = int(windows._state.offsets[1])
+        with raises("E9018", f"{place}/shard-00001.psk.d", "503"):
+            windows.gather([start // SEQ + 1])
+        assert len(windows.gather([0])[0]) == 1  # the other shards still read
+    fault_proxy.plan(Rule(answer(503), method="GET", path=r"shard-00002\.psk\.d", ranged=False, times=None))
+    cache = tmp_path / "cache"
+    with raises("E9018", f"{place}/shard-00002.psk.d"):
+        CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache)
+    assert all(names.cached_shard_sha256(n) for n in os.listdir(cache))  # nothing partial left
