@@ -494,16 +494,42 @@ class CorpusWindows(RandomAccessSource):
     def _gather_read(self, state: _Snapshot, starts: np.ndarray, shard: np.ndarray, inside: np.ndarray
                      ) -> np.ndarray:
         """The ``(n, seq + 1)`` tokens of each window with ``access="pread"``: each window inside
-        one shard read as one run, the rare one across shards from pieces."""
+        one shard read as one run, the rare one across shards as a run in each shard it touches,
+        all in one read (for shards in a store: one batched call a shard)."""
         n, seq, item = len(starts), self.seq, self.dtype.itemsize
         windows = np.empty((n, seq + 1), self.dtype)
         inner_shards = shard[inside]
         offsets = state.data_offsets.take(inner_shards) + (starts[inside] - state.offsets.take(inner_shards)) * item
         runs = Runs.of_rows(offsets, (seq + 1) * item, inner_shards, np.flatnonzero(inside))
+        crossing = np.flatnonzero(~inside).tolist()
+        if crossing:
+            runs = self._with_pieces(state, runs, crossing, starts)
         read_runs(state.sources, runs, windows, self.path)
-        for row in np.flatnonzero(~inside).tolist():
-            windows[row] = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
         return windows
+
+    def _with_pieces(self, state: _Snapshot, runs: Runs, rows: list[int], starts: np.ndarray) -> Runs:
+        """``runs`` and the pieces of the windows of ``rows`` (each across shards): one run for each
+        shard a window's T + 1 tokens touch, landing at its place in the window's row."""
+        item, width = self.dtype.itemsize, self.seq + 1
+        offsets, lengths, places, sources = [], [], [], []
+        for row in rows:
+            at, stop = int(starts[row]), int(starts[row]) + width
+            k = int(np.searchsorted(state.offsets, at, side="right")) - 1
+            while at < stop:
+                local = at - int(state.offsets[k])
+                take = min(stop - at, int(state.counts[k]) - local)
+                if take > 0:
+                    offsets.append(int(state.data_offsets[k]) + local * item)
+                    lengths.append(take * item)
+                    places.append((row * width + at - int(starts[row])) * item)
+                    sources.append(k)
+                    at += take
+                k += 1
+        assert runs.sources is not None  # (of_rows was given the windows' shards)
+        return Runs(np.concatenate([runs.offsets, np.array(offsets, np.int64)]),
+                    np.concatenate([runs.lengths, np.array(lengths, np.int64)]),
+                    np.concatenate([runs.starts, np.array(places, np.int64)]),
+                    np.concatenate([runs.sources.astype(np.int64), np.array(sources, np.int64)]))
 
     def _rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
         """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``

@@ -104,6 +104,10 @@ def test_a_gather_is_one_batched_call_a_shard(s3_bucket, inputs, monkeypatch):
         assert len(keys) == len(set(keys))  # one call a shard touched
         shards = {int(np.searchsorted(offsets, w * SEQ, "right")) - 1 for w in batch}
         assert len(keys) == len(shards)
+        calls.clear()
+        windows.gather(np.arange(len(windows)))  # windows across shards too: still one call a shard
+        keys = [key for key, _ in calls]
+        assert len(keys) == len(set(keys)) == sum(1 for s in windows.manifest.shards if s.tokens)
 
 
 def test_mmap_without_a_cache_refuses_a_store(remote):
