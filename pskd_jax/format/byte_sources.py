@@ -24,7 +24,6 @@ import dataclasses
 import io
 import mmap
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
@@ -257,26 +256,7 @@ LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buff
 # that only the bytes a read needs cross the network (the client's own default, 1 MiB, reads most
 # of a shard for a batch of random windows: fewer requests, many more bytes; see docs/storage.md).
 COALESCE = 0
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None  # reads of several objects at once
-_POOL_LOCK = threading.Lock()
-POOL_THREADS = 16
-
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="pskd-ranges")
-        return _POOL
-
-
-def _after_fork_in_child() -> None:
-    global _POOL, _POOL_LOCK
-    _POOL, _POOL_LOCK = None, threading.Lock()  # a pool's threads do not survive a fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+POOL_THREADS = 16  # the most objects of one read in flight at once
 
 
 def merged_ranges(offsets: Sequence[int], lengths: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
@@ -364,9 +344,13 @@ class StoreBytes(ByteSource):
             for k, (mine_spans, mine_offsets) in grouped.items():
                 sources[k].read_spans(mine_spans, mine_offsets)
             return
-        futures = [_pool().submit(sources[k].read_spans, mine_spans, mine_offsets)
-                   for k, (mine_spans, mine_offsets) in grouped.items()]
-        concurrent.futures.wait(futures)
+        # A pool of the read's own (its threads gone when it returns: nothing lingers after a
+        # read, nothing to survive a fork); a thread costs little beside a request.
+        with concurrent.futures.ThreadPoolExecutor(min(POOL_THREADS, len(grouped)),
+                                                   thread_name_prefix="pskd-ranges") as pool:
+            futures = [pool.submit(sources[k].read_spans, mine_spans, mine_offsets)
+                       for k, (mine_spans, mine_offsets) in grouped.items()]
+            concurrent.futures.wait(futures)
         for future in futures:
             future.result()
 
