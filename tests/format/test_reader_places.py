@@ -180,3 +180,20 @@ def test_a_layout_file_beside_the_object(any_place, tmp_path):
         assert reader.count == 1
     with raises("E9005", "does not match its layout file"):
         Reader(url, layout={"w": np.zeros((3, 2), np.float32), "b": np.zeros(2, np.int8)})
+
+
+def test_without_the_client_an_object_url_names_itself_and_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    from pskd_jax.corpus import CorpusWindows
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # as if the extra were not installed
+    monkeypatch.chdir(tmp_path)
+    from pskd_jax.storage import StorageOptions
+
+    fresh = StorageOptions(retries=1)  # (a store not made yet)
+    with raises("E9018", "s3://some-bucket/x.psk.d: ", "pip install 'pskd_jax[storage]'"):
+        Reader("s3://some-bucket/x.psk.d", storage=fresh)
+    with raises("E9018", "gs://some-bucket/c/shards.json: ", "pip install"):
+        CorpusWindows("gs://some-bucket/c/shards.json", seq=4, storage=fresh)
+    assert os.listdir(tmp_path) == []
