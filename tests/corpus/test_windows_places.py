@@ -304,3 +304,37 @@ def test_a_fault_that_persists_is_e9018_naming_the_shard_object(faulty_bucket, f
     with raises("E9018", f"{place}/shard-00002.psk.d"):
         CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache)
     assert all(names.cached_shard_sha256(n) for n in os.listdir(cache))  # nothing partial left
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_fill_killed_midway_leaves_no_shard_and_the_next_open_completes(faulty_bucket, fault_proxy, inputs,
+                                                                          local, tmp_path):
+    import signal
+
+    from tests.helpers import wait_until
+
+    place = faulty_bucket.url + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    cache = tmp_path / "cache"
+    # Whole-shard GETs trickle in: the process is killed while a fill is being written.
+    fault_proxy.plan(Rule(slow(pause=0.5, pieces=40), method="GET", path=r"shard-0000[0-9]\.psk\.d", ranged=False,
+                          times=None))
+    script = (f"from pskd_jax.corpus import CorpusWindows\n"
+              f"CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(cache)!r})\n")
+    process = subprocess.Popen([sys.executable, "-c", script], env=faulty_bucket.env, cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: cache.exists() and any(n.endswith(".tmp") for n in os.listdir(cache)), alive=process,
+                   what="a fill began")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert [n for n in os.listdir(cache) if names.cached_shard_sha256(n)] == []  # no shard, whole or part
+    fault_proxy.plan()
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as there, \
+            CorpusWindows(local, seq=SEQ) as here:
+        same_windows(there, here)
