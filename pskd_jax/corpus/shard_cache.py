@@ -11,7 +11,9 @@ shard at once) each see a whole one.
 The directory is bounded (``max_bytes``): after each fill the least recently used shards (by
 modification time, which opening a cached shard renews) are removed until it fits, never a shard
 the caller is using, never a file the cache did not name. A removed shard that another process
-still has open stays readable there (a removal unlinks, it never truncates). See
+still has open stays readable there (a removal unlinks, it never truncates). A fill's temporary
+file is the toolkit's usual one (locked while written): those of fills whose process was killed
+are removed too, as beside any output. See
 ``docs/corpus.md`` (Corpora in a store).
 """
 
@@ -24,7 +26,7 @@ import stat
 from collections.abc import Iterable
 
 from pskd_jax._os import names
-from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import ShardMismatchError, TruncatedError, UsageError
 from pskd_jax.storage import Store
@@ -111,7 +113,8 @@ class ShardCache:
         for entry in entries:
             sha = names.cached_shard_sha256(entry.name)
             if sha is None:
-                continue  # a temporary file of a fill in flight, or anything not the cache's own
+                self._remove_if_abandoned(entry)  # a fill's temporary file, or anything not the cache's own
+                continue
             try:
                 if entry.is_file(follow_symlinks=False):
                     status = entry.stat(follow_symlinks=False)
@@ -128,6 +131,13 @@ class ShardCache:
                 os.unlink(path)
             total -= size
         return total
+
+    def _remove_if_abandoned(self, entry: os.DirEntry) -> None:
+        """Removes the temporary files left beside a shard's name by fills whose process died
+        (the toolkit's rule for any output: those no live writer holds locked)."""
+        left = names.leftover(entry.name)
+        if left is not None and left[0] == "random" and names.cached_shard_sha256(left[1]) is not None:
+            remove_stale_temporaries(os.path.join(self.directory, left[1]))
 
 
 __all__ = ["DEFAULT_CACHE_BYTES", "ShardCache"]

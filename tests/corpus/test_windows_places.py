@@ -284,7 +284,9 @@ def test_a_transient_fault_under_a_gather_or_a_fill_is_invisible(faulty_bucket, 
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
     with CorpusWindows(local, seq=SEQ) as here:
         for cache in (None, tmp_path / "cache"):
-            fault_proxy.plan(Rule(fault, method="GET", path=r"shard-0000[0-9]\.psk\.d", ranged=None, times=3))
+            # (at most as many faults as a request's retries: one request meeting them all succeeds)
+            fault_proxy.plan(Rule(fault, method="GET", path=r"shard-0000[0-9]\.psk\.d", ranged=None,
+                                  times=QUICK.retries))
             with CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache) as there:
                 same_windows(there, here)
             assert fault_proxy.faults_done() >= 1
@@ -334,7 +336,12 @@ def test_a_fill_killed_midway_leaves_no_shard_and_the_next_open_completes(faulty
             process.kill()
         process.communicate()
     assert [n for n in os.listdir(cache) if names.cached_shard_sha256(n)] == []  # no shard, whole or part
+    left = [n for n in os.listdir(cache) if n.endswith(".tmp")]
+    assert left
+    fresh = cache / "notes.tmp"  # not a fill's name: never removed
+    fresh.write_text("mine")
     fault_proxy.plan()
     with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as there, \
             CorpusWindows(local, seq=SEQ) as here:
         same_windows(there, here)
+    assert [n for n in os.listdir(cache) if not names.cached_shard_sha256(n)] == ["notes.tmp"]  # the dead fills' gone
