@@ -19,7 +19,9 @@ A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`
 background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
 state and the loader's iterator state are saved every ``--save_every`` steps (asynchronously);
 ``--resume`` continues from the latest complete checkpoint with exactly the batches an
-uninterrupted run would have seen.
+uninterrupted run would have seen. Without ``--resume``, a ``--checkpoint_dir`` that already holds
+checkpoints is refused (E9012): a new run saved among another's would mix the two.
+``--help`` (and ``--helpfull``) print the usage and exit 0.
 """
 
 from __future__ import annotations
@@ -169,12 +171,22 @@ def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
 
 
 def checkpoint_manager(config: RunConfig) -> Any:
-    """The run's checkpoint manager, None without ``--checkpoint_dir``."""
+    """The run's checkpoint manager, None without ``--checkpoint_dir``. Without ``--resume``, a
+    directory that already holds checkpoints is refused (E9012): a new run saved among them would
+    mix two runs' steps, and a later ``--resume`` would pick up whichever is latest."""
     from pskd_jax.checkpoint import CheckpointManager, Retention
+    from pskd_jax.errors import UsageError
 
     if not config.checkpoint_dir:
         return None
-    return CheckpointManager(config.checkpoint_dir, retention=Retention(keep=config.keep))
+    manager = CheckpointManager(config.checkpoint_dir, retention=Retention(keep=config.keep))
+    steps = manager.all_steps()
+    if steps and not config.resume:
+        manager.close()
+        raise UsageError(f"--checkpoint_dir {config.checkpoint_dir}: holds the checkpoints of an earlier run (steps "
+                         f"{', '.join(map(str, steps))}); a new run saved there would mix the two: give --resume to "
+                         "continue that run, or another --checkpoint_dir for a new one")
+    return manager
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +292,7 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
     masked = f" (targets {data.mask_token}, the boundary, left out of the loss)" if data.mask_token is not None else ""
-    print(f"train: {len(data.source)} windows of {data.seq} tokens over a vocabulary of {data.vocab}{masked}; "
+    print(f"train: {len(data.source)} windows of {data.seq} tokens over a vocabulary of {data.vocab} tokens{masked}; "
           f"{data.pipeline}; model width {model.width}, {model.layers} blocks, {model.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
     step, seconds, waited = train(config, data, model, begin, manager)
@@ -290,13 +302,30 @@ def main(argv: list[str]) -> None:
           flush=True)
 
 
+# absl's help flags print the usage and then exit with status 1; asking for help is no error.
+HELP_FLAGS = frozenset(f"{dash}{name}" for dash in ("-", "--")
+                       for name in ("help", "helpshort", "helpfull", "helpxml", "?"))
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parse (usage errors: one line, status 1), except that ``--help`` and its kin exit 0
+    once they have printed the usage."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except SystemExit as e:
+        asked = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+        if e.code == 1 and any(arg.removesuffix("=true") in HELP_FLAGS for arg in asked):
+            sys.exit(0)
+        raise
+
+
 def run() -> None:
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager", "fresh_start", "main",
-           "open_data", "resume", "run", "train"]
+__all__ = ["FLAGS", "HELP_FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager",
+           "fresh_start", "main", "open_data", "parse_flags", "resume", "run", "train"]

@@ -196,9 +196,9 @@ class CorpusWindows(RandomAccessSource):
             if previous is None:
                 check_tokenizer(manifest, self._expected_tokenizer)
             if previous is not None and manifest.tokenizer != previous.manifest.tokenizer:
-                raise CorpusDirectoryError(f"{self.path}: the corpus now has another tokenizer (vocabulary "
-                                           f"{manifest.vocab_size}, was {previous.manifest.vocab_size}); windows "
-                                           "cannot take it up: open the corpus anew")
+                raise CorpusDirectoryError(f"{self.path}: the corpus now has another tokenizer (a vocabulary "
+                                           f"of {manifest.vocab_size} tokens, was {previous.manifest.vocab_size}); "
+                                           "windows cannot take it up: open the corpus anew")
             try:
                 state = self._open(raw, manifest, previous, verify)
             except ShardMismatchError:

@@ -249,8 +249,7 @@ def test_windows_of_a_store_pickle_and_reopen(tmp_path, inputs):
     for cache in (None, str(tmp_path / "cache")):
         with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as windows:
             again = pickle.loads(pickle.dumps(windows))
-            url = place + "/shards.json"
-            assert repr(again) == repr(windows) and repr(windows).startswith(f"CorpusWindows({url!r}")
+            assert repr(again) == repr(windows)
             np.testing.assert_array_equal(again.gather([0, 3])[0], windows.gather([0, 3])[0])
             assert (again.cache is None) == (cache is None)
 
