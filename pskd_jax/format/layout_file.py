@@ -16,18 +16,18 @@ from typing import Any
 
 import xxhash
 
-from pskd_jax._os.files import open_regular
-from pskd_jax._os.jsonfile import read_strict
+from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
 from pskd_jax._os.names import layout_path_for
-from pskd_jax._os.positional import read_into
-from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError
+from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.byte_sources import open_bytes, read_small
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import Header, read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nested_rebuild, path_keys
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.tree import build_described, check_description, described_paths
+from pskd_jax.storage import is_object_url, locate, resolve
 
 LAYOUT_FORMAT = "pskd-layout"
 
@@ -68,7 +68,8 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     proves that it belongs to that data file (:func:`check_belongs`, given ``xxh3_128``: the data
     file's whole digest, when the caller has it)."""
     path = os.fspath(path)
-    content = read_strict(path, NotClosedError, what="the layout file")
+    raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
+    content = loads_strict(raw, path, NotClosedError)
     try:
         layout_file = _parse(content, path)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
@@ -288,12 +289,16 @@ def _is_hex(value: Any, digits: int) -> bool:
 
 
 def _data_header(data: str) -> tuple[Header, bytes, int]:
-    """A data file's header, its bytes and the file's size (E9002 for a FIFO or device: never blocks)."""
-    with open_regular(data, NotPskdError) as f:
-        size = os.fstat(f.fileno()).st_size
-        header = read_header(f, data, size)
+    """A data file's (or object's) header, its bytes and the size (E9002 for a FIFO or device:
+    never blocks)."""
+    source = open_bytes(data)
+    try:
+        size = source.size()
+        header = read_header(source.header_stream(), data, size)
         header_bytes = bytearray(header.data_offset)
-        read_into(f.fileno(), memoryview(header_bytes), 0, data)
+        source.read_at(memoryview(header_bytes), 0)
+    finally:
+        source.close()
     return header, bytes(header_bytes), size
 
 
@@ -353,8 +358,13 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
     it does not), or None when there is none."""
+    locate(checkpoint)  # (E9018 naming the data's own URL when the toolkit cannot serve it)
     candidate = layout_path_for(checkpoint)
-    if not os.path.exists(candidate):
+    if is_object_url(candidate):  # a layout object beside the object
+        store, where = resolve(candidate)
+        if store.info(where.key) is None:
+            return None
+    elif not os.path.exists(locate(candidate).path):
         return None
     return read_layout_file(candidate, data=checkpoint)
 

@@ -76,9 +76,11 @@ class Store(abc.ABC):
         """The whole object and what it was (its tag is the version read); E9003 when missing."""
 
     @abc.abstractmethod
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         """The bytes of each range ``[start, stop)``, many requests in flight; E9003 when the object
-        is missing or ends before a range does."""
+        is missing or ends before a range does. ``coalesce``: ranges at most this many bytes apart
+        are read in one request (None: the client's default, 1 MiB; a local store ignores it)."""
 
     @abc.abstractmethod
     def read_into(self, key: str, offset: int, out: memoryview) -> None:

@@ -68,7 +68,8 @@ class LocalStore(Store):
             os.close(fd)
         return bytes(data), ObjectInfo(key, found.st_size, _tag(found))
 
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         buffers = [bytearray(int(b) - int(a)) for a, b in zip(starts, stops)]
         if buffers:
             fd = open_fd(key)

@@ -104,12 +104,14 @@ class ObjectStore(Store):
             raise TruncatedError(f"{self.url(key)}: read {len(data)} bytes of an object of {info.size}")
         return data, info
 
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         if len(starts) == 0:
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
         what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
-        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops)
+        merge = {} if coalesce is None else {"coalesce": int(coalesce)}
+        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops, **merge)
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "
