@@ -85,6 +85,14 @@ class Store(abc.ABC):
         """Fills ``out`` with the object's bytes from ``offset`` on, in pieces read concurrently and
         copied straight into ``out``; E9003 when the object ends first."""
 
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        """Fills each buffer of ``spans`` with the object's bytes from its offset in ``offsets``
+        (a restore's leaves and shard runs, each straight into its destination); E9003 when the
+        object ends first. Every span is filled, or the call raises."""
+        stops = [int(offset) + len(span) for span, offset in zip(spans, offsets)]
+        for span, got in zip(spans, self.read_ranges(key, offsets, stops)):
+            span[:] = memoryview(got).cast("B")
+
     @abc.abstractmethod
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
         """The whole object, in order, a chunk at a time (for digests of whole objects)."""

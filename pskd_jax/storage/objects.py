@@ -139,6 +139,40 @@ class ObjectStore(Store):
         for future in futures:
             future.result()
 
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        """The spans cut into pieces of at most ``part_bytes``, grouped into requests of about
+        that many bytes (the client merges neighbouring ranges of one call), ``concurrency`` of
+        them in flight, each piece copied into its span as it arrives."""
+        part = self.options.part_bytes
+        pieces: list[tuple[memoryview, int]] = []
+        for span, offset in zip(spans, offsets):
+            span = memoryview(span).cast("B")
+            pieces.extend((span[s : s + part], int(offset) + s) for s in range(0, len(span), part))
+        batches: list[list[tuple[memoryview, int]]] = []
+        size = part
+        for piece in pieces:
+            if size + len(piece[0]) > part or len(batches[-1]) >= 256:
+                batches.append([])
+                size = 0
+            batches[-1].append(piece)
+            size += len(piece[0])
+
+        def fill(batch: list[tuple[memoryview, int]]) -> None:
+            found = self.read_ranges(key, [o for _, o in batch], [o + len(v) for v, o in batch])
+            for (view, _), got in zip(batch, found):
+                np.copyto(np.frombuffer(view, np.uint8), np.frombuffer(got, np.uint8))
+
+        if len(batches) <= 1:
+            for batch in batches:
+                fill(batch)
+            return
+        # Every batch is waited for before an error is raised: none may still be writing into the
+        # caller's buffers once this returns.
+        futures = [self._executor().submit(fill, batch) for batch in batches]
+        concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
+
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
         started, seen = time.monotonic(), 0
         result = self._call(key, "read it", self._obstore.get)
