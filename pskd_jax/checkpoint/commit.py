@@ -22,7 +22,7 @@ def claim_step(directory: CheckpointDirectory, step: int, *, durable: bool) -> N
     index = load_index(directory)
     check_names_free(directory, step, index)
     if step not in index.leftovers:
-        write_index(directory, index.entries, leftovers=index.leftovers + (step,), durable=durable)
+        write_index(directory, index.entries, leftovers=index.leftovers + (step,), durable=durable, over=index)
 
 
 def check_names_free(directory: CheckpointDirectory, step: int, index: Index) -> None:
@@ -50,6 +50,12 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     files stay claimed (``leftovers``) until they are gone, as do the claims of other steps that
     still have unlisted files."""
     index = load_index(directory)
+    if entry.step not in index.leftovers:
+        # The claim recorded before the files were written is gone: another manager of this place
+        # (on a bucket, where no lock keeps a second one out) recovered it as an interrupted save.
+        raise CheckpointDirectoryError(f"{directory.join(names.step_file(entry.step))}: step {entry.step} is no "
+                                       "longer claimed in the checkpoint index (another CheckpointManager of "
+                                       f"{directory.path} removed the claim); the step was not listed")
     before = index.listed_names() | listed_names([entry])  # this save's files too
     candidates = [e for e in index.entries if e.step != entry.step] + [entry]
     keep = retention.kept_steps(scores_of(candidates))
@@ -58,7 +64,7 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     dropped = sorted(before - after)
     claimed = {names.step_of(name) for name in dropped}
     claimed.update(s for s in index.leftovers if s != entry.step and directory.unlisted_own(s, after))
-    write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable)
+    write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable, over=index)
     directory.remove(dropped)
 
 

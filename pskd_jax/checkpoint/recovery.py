@@ -37,7 +37,7 @@ def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: 
                  if (entry := index.entry(step)) is not None and not still_recorded(directory, entry)}
     entries = [entry for entry in index.entries if entry.step not in cut_short]
     if cut_short:
-        write_index(directory, entries, leftovers=index.leftovers, durable=durable)
+        index = write_index(directory, entries, leftovers=index.leftovers, durable=durable, over=index)
     listed = listed_names(entries)
     busy = []
     for step in index.leftovers:
@@ -49,7 +49,7 @@ def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: 
                 busy.append(step)
                 continue
             directory.remove(directory.unlisted_own(step, listed))
-    write_index(directory, entries, leftovers=busy, durable=durable)
+    write_index(directory, entries, leftovers=busy, durable=durable, over=index)
 
 
 def still_recorded(directory: CheckpointDirectory, entry: CheckpointEntry) -> bool:
