@@ -227,3 +227,35 @@ def test_pskd_verify_a_bucket_prefix_and_one_checkpoint(s3_bucket):
     bad = pskd("verify", place, env=s3_bucket.env)
     assert bad.returncode != 0 and bad.stderr.startswith("pskd: E9013: ") and step_file(1) in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _train(bucket_env: dict, windows, checkpoints: str, *extra: str) -> list[str]:
+    pipeline = f'stream "{windows}" |> shuffle(seed = 4) |> batch(B = 8)'
+    result = subprocess.run([sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--width=16",
+                             "--layers=1", "--heads=2", "--log_every=2", f"--checkpoint_dir={checkpoints}", *extra],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600,
+                            env=dict(bucket_env, JAX_PLATFORMS="cpu"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_train_lm_checkpoints_into_a_bucket_and_resumes_from_it(s3_bucket, tmp_path):
+    import pskd_jax
+
+    text = ("the quick brown fox jumps over the lazy dog. " * 40).encode()
+    tokens = np.frombuffer(text, np.uint8) - 32
+    windows = tmp_path / "w.psk.d"
+    starts = np.arange(0, len(tokens) - 17, 16)
+    pskd_jax.write(windows, "(idx[96][seq: 16], idx[96][seq: 16])",
+                   (tokens[starts[:, None] + np.arange(16)], tokens[starts[:, None] + np.arange(1, 17)]))
+    place = f"{s3_bucket.url}/train"
+    _train(s3_bucket.env, windows, str(tmp_path / "whole"), "--steps=8", "--save_every=4")
+    _train(s3_bucket.env, windows, place, "--steps=4", "--save_every=4")
+    rest = _train(s3_bucket.env, windows, place, "--steps=8", "--save_every=4", "--resume")
+    assert any(line.startswith("train: resumed at step 4") for line in rest)
+    assert not (ROOT / "s3:").exists()
+    ends = [CheckpointManager(p, read_only=True).path() for p in (str(tmp_path / "whole"), place)]
+    assert open(ends[0], "rb").read() == _get(place, step_file(8))  # the same bytes as the local run's
+    assert ends[1] == _url(place, step_file(8))
