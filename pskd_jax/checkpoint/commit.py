@@ -62,10 +62,18 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     kept = [e for e in candidates if e.step in keep]
     after = listed_names(kept)
     dropped = sorted(before - after)
-    claimed = {names.step_of(name) for name in dropped}
-    claimed.update(s for s in index.leftovers if s != entry.step and directory.unlisted_own(s, after))
+    # A step the new index lists is never claimed under ``leftovers`` (a claim on a listed step
+    # says that a re-save of it is under way). The names a listed step no longer has — the layout
+    # file of a re-save as a closed type — described the data this save replaced: they go first.
+    # Those of the steps retention drops are claimed until they are gone (the index first).
+    directory.remove([name for name in dropped if names.step_of(name) in keep])
+    for step in index.leftovers:
+        if step in keep and step != entry.step:
+            directory.remove(directory.unlisted_own(step, after))
+    claimed = {names.step_of(name) for name in dropped} - keep
+    claimed.update(s for s in index.leftovers if s not in keep and directory.unlisted_own(s, after))
     write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable, over=index)
-    directory.remove(dropped)
+    directory.remove([name for name in dropped if names.step_of(name) not in keep])
 
 
 __all__ = ["check_names_free", "claim_step", "commit_step"]
