@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -257,5 +258,5 @@ def test_train_lm_checkpoints_into_a_bucket_and_resumes_from_it(s3_bucket, tmp_p
     assert any(line.startswith("train: resumed at step 4") for line in rest)
     assert not (ROOT / "s3:").exists()
     ends = [CheckpointManager(p, read_only=True).path() for p in (str(tmp_path / "whole"), place)]
-    assert open(ends[0], "rb").read() == _get(place, step_file(8))  # the same bytes as the local run's
+    assert pathlib.Path(ends[0]).read_bytes() == _get(place, step_file(8))  # the same bytes as the local run's
     assert ends[1] == _url(place, step_file(8))
