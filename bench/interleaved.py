@@ -23,4 +23,19 @@ def interleaved_medians(runs: dict[str, Callable[[], object]], rounds: int, *,
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-__all__ = ["interleaved_medians"]
+def interleaved_times(runs: dict[str, Callable[[], object]], rounds: int, *,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Every timed round of each run (as :func:`interleaved_medians` takes them), for a median
+    with its minimum and maximum."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()  # warm
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = clock()
+            run()
+            times[name].append(clock() - start)
+    return times
+
+
+__all__ = ["interleaved_medians", "interleaved_times"]

@@ -32,12 +32,11 @@ class StoredFile:
         self.store = store if store is not None else store_for(where)
         self.key = where.key
         self.path = where.url  # (what messages name, as a reader's path)
-        info = self.store.info(self.key)
-        if info is None:
+        found = self.store.head(self.key, HEAD_BYTES)  # (its size, tag and first bytes: one request)
+        if found is None:
             raise NotPskdError(f"{self.path}: cannot read: no such object")  # (as for a missing file)
+        head, info = found
         self.file_size, self.tag = info.size, info.tag
-        first = min(self.file_size, HEAD_BYTES)
-        head = bytes(memoryview(self.store.read_ranges(self.key, [0], [first])[0]).cast("B")) if first else b""
         self.header = self._parse(head)
         if self.header.data_offset > len(head):  # a type text longer than the first read
             head = bytes(memoryview(self.store.read_ranges(self.key, [0], [self.header.data_offset])[0]).cast("B"))
@@ -91,9 +90,15 @@ class StoredFile:
         """The layout object beside this one, proven to belong to it (E9005 naming both when it
         does not), or None when there is none."""
         key = self.layout_key()
-        if self.store.info(key) is None:
-            return None
-        return self.layout_at(self.store, key)
+        try:
+            raw, _ = self.store.get(key)  # (one request: a missing object is E9003)
+        except TruncatedError:
+            if self.store.info(key) is None:
+                return None
+            raise
+        found = layout_from_bytes(raw, self.store.url(key))
+        self.check(found)
+        return found
 
     def layout_at(self, store: Store, key: str, xxh3_128: str | None = None) -> LayoutFile:
         """The layout object ``key`` of ``store``, proven to belong to this checkpoint."""
