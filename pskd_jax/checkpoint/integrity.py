@@ -9,6 +9,8 @@ from typing import Any
 
 from pskd_jax._os.checks import abridged
 from pskd_jax._os.digests import DIGESTS, check_algorithm, file_digest
+from pskd_jax.checkpoint.parts import PREFIX
+from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.errors import DigestMismatchError, UsageError
 from pskd_jax.format.layout_file import LayoutFile
 from pskd_jax.storage import Location, locate, store_for
@@ -62,6 +64,9 @@ def digest_of(place: str | os.PathLike | Location, algorithm: str) -> str:
         return file_digest(where.path, algorithm)
     check_algorithm(algorithm, where.url)
     store, digest = store_for(where), DIGESTS[algorithm]()
+    found = store.head(where.key, len(PREFIX))
+    if found is not None and found[0] == PREFIX:  # saved by several processes: the file its parts hold
+        return StoredFile(where, store).digest(algorithm)
     for chunk in store.chunks(where.key):
         digest.update(chunk)
     return digest.hexdigest()

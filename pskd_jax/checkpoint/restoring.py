@@ -375,7 +375,7 @@ def _read_stored_values(stored: StoredFile, read: ReadPlan, as_numpy: bool, expe
                                   flat[r * run_bytes : (r + 1) * run_bytes].data) for r, start in enumerate(runs))
     if expected:
         spans = _with_gaps(spans, data_offset, stored.file_size)
-    stored.store.read_spans(stored.key, [view for _, view in spans], [offset for offset, _ in spans])
+    stored.read_spans([view for _, view in spans], [offset for offset, _ in spans])
     now = stored.store.info(stored.key)
     if now is None or now.tag != stored.tag:
         raise TruncatedError(f"{path}: the object was replaced or removed while it was read; nothing was restored "

@@ -22,7 +22,7 @@ from pskd_jax.checkpoint.jax_arrays import is_global
 from pskd_jax.checkpoint.layout_file import layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
-from pskd_jax.errors import MismatchError, PskdError, StorageError, TruncatedError
+from pskd_jax.errors import MismatchError, PskdError, TruncatedError
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Rounding
 from pskd_jax.format.layout_file import layout_from_bytes
@@ -63,11 +63,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
     path = where.path if where.is_local else where.url
     options = save_options(options)
     if any(is_global(value) for _, value in tree_lib.flatten(tree)[0]):
-        if not where.is_local:
-            raise StorageError(f"{path}: a tree of arrays spread over several JAX processes is saved into a file "
-                               "all of them can write (a shared file system); saving it to a bucket is not "
-                               "supported yet")
-        return save_distributed(path, tree, options)
+        return save_distributed(path if where.is_local else where, tree, options)
     if not where.is_local:
         return _save_to_store(where, tree, options, layout_extra)
     algorithm = options.digest

@@ -11,7 +11,9 @@ import io
 import math
 from typing import Any
 
+from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint.parts import PREFIX, PartsIndex
 from pskd_jax.errors import MismatchError, NotPskdError, TruncatedError
 from pskd_jax.format.header import MAX_COUNT, MAX_TYPE_BYTES, Header, read_header
 from pskd_jax.format.layout import Layout
@@ -37,9 +39,15 @@ class StoredFile:
             raise NotPskdError(f"{self.path}: cannot read: no such object")  # (as for a missing file)
         head, info = found
         self.file_size, self.tag = info.size, info.tag
+        self.parts: PartsIndex | None = None
+        if head.startswith(PREFIX):  # saved by several processes: a parts index (see parts.py)
+            raw = head if len(head) == info.size else self.store.get(self.key)[0]
+            self.parts = PartsIndex.parse(raw, self.path)
+            self.file_size = self.parts.size
+            head = self._read(0, min(HEAD_BYTES, self.file_size))
         self.header = self._parse(head)
         if self.header.data_offset > len(head):  # a type text longer than the first read
-            head = bytes(memoryview(self.store.read_ranges(self.key, [0], [self.header.data_offset])[0]).cast("B"))
+            head = self._read(0, self.header.data_offset)
             self.header = self._parse(head)
         self.header_bytes = head[: self.header.data_offset]
         if self.header.count > MAX_COUNT:
@@ -55,9 +63,32 @@ class StoredFile:
             if len(head) >= min(self.file_size, MAX_TYPE_BYTES + 64):
                 raise
             # the first read ended inside a long type text: read as much as the header can take
-            more = min(self.file_size, MAX_TYPE_BYTES + 64)
-            head = bytes(memoryview(self.store.read_ranges(self.key, [0], [more])[0]).cast("B"))
+            head = self._read(0, min(self.file_size, MAX_TYPE_BYTES + 64))
             return read_header(io.BytesIO(head), self.path, self.file_size)
+
+    def _read(self, start: int, stop: int) -> bytes:
+        out = bytearray(max(0, stop - start))
+        if out:
+            self.read_spans([memoryview(out)], [start])
+        return bytes(out)
+
+    def read_spans(self, spans: list[memoryview], offsets: list[int]) -> None:
+        """Fills each span with the checkpoint file's bytes from its offset: from the object, or
+        from the part objects that hold them."""
+        if self.parts is not None:
+            self.parts.read_spans(self.store, self.path, spans, offsets)
+        else:
+            self.store.read_spans(self.key, spans, offsets)
+
+    def digest(self, algorithm: str, piece: int = 16 << 20) -> str:
+        """The digest of the whole checkpoint file, read in order a piece at a time."""
+        digest = DIGESTS[algorithm]()
+        buffer = bytearray(min(piece, max(1, self.file_size)))
+        for start in range(0, self.file_size, len(buffer)):
+            view = memoryview(buffer)[: min(len(buffer), self.file_size - start)]
+            self.read_spans([view], [start])
+            digest.update(view)
+        return digest.hexdigest()
 
     def with_layout(self, layout: Layout) -> StoredFile:
         """Places ``layout``'s leaves in the object, with a reader's checks: as many leaves as the
