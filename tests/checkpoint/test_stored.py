@@ -228,3 +228,20 @@ def test_restore_into_sharded_arrays_reads_only_their_boxes(kind, tmp_path, requ
     result = run_python(SHARDED, url, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.subprocess
+def test_restore_and_verify_from_gcs(gs_bucket, tmp_path):
+    """gs:// through the GCS emulator, which takes reads but not the client's writes: the objects
+    are uploaded through its own API, then restored, verified and checked as on S3."""
+    tree = _tree()
+    result = ck.save(tmp_path / "g.psk.d", tree, ck.SaveOptions(digest="xxh3_128"))
+    gs_bucket.upload("run/g.psk.d", (tmp_path / "g.psk.d").read_bytes())
+    gs_bucket.upload("run/g.layout.json", (tmp_path / "g.layout.json").read_bytes())
+    url = f"{gs_bucket.url}/run/g.psk.d"
+    _same({k: v for k, v in ck.restore(url, tree, digests=result.digests).items() if k != "lr"},
+          {k: v for k, v in tree.items() if k != "lr"})
+    assert ck.restore(url, as_numpy=True)["lr"] == 0.25
+    ck.verify_file(url, result.digests)
+    with raises("E9013", url):
+        ck.verify_file(url, {"xxh3_128": "0" * 32})
