@@ -145,6 +145,20 @@ def test_object_replaced_while_read_is_refused(any_place, monkeypatch):
         ck.restore(url, {"w": np.zeros(64, np.float32)})
 
 
+def test_conversions_refuse_objects_they_cannot_read(tmp_path):
+    pytest.importorskip("safetensors")
+    url = "memory://conv/x.psk.d"
+    ck.save(url, {"w": np.arange(3, dtype=np.float32)})
+    with raises("E9018", url, "local file"):
+        ck.convert(url, tmp_path / "x.safetensors")
+    ck.save(tmp_path / "l.psk.d", {"w": np.arange(3, dtype=np.float32)})
+    ck.convert(tmp_path / "l.psk.d", tmp_path / "l.safetensors")
+    with raises("E9018", "memory://conv/out.safetensors"):
+        ck.convert(tmp_path / "l.psk.d", "memory://conv/out.safetensors")
+    ck.convert(tmp_path / "l.safetensors", "memory://conv/back.psk.d")  # (a save: to a store too)
+    assert ck.restore("memory://conv/back.psk.d", as_numpy=True)["w"].tolist() == [0, 1, 2]
+
+
 def test_zero_copy_needs_a_local_file():
     url = "memory://zc/x.psk.d"
     ck.save(url, {"w": np.arange(3)})
@@ -165,7 +179,9 @@ def test_no_url_becomes_a_local_directory(url, tmp_path, monkeypatch):
              lambda: ck.restore(f"{tmp_path}/x.psk.d", tree, layout=url),
              lambda: ck.CheckpointManager(url), lambda: ck.CheckpointManager(url, read_only=True),
              lambda: ck.verify_directory(url), lambda: ck.read_index(url), lambda: ck.verify_file(url, {"sha256": "0"}),
-             lambda: ck.recorded_digests(url)]
+             lambda: ck.recorded_digests(url), lambda: ck.convert(url, "out.safetensors"),
+             lambda: ck.convert("in.safetensors", url), lambda: ck.pskd_to_safetensors(url, "out.safetensors"),
+             lambda: ck.safetensors_to_pskd(url, "out.psk.d"), lambda: ck.save_distributed(url, tree)]
     ck.save(f"{tmp_path}/x.psk.d", tree)
     before = sorted(os.listdir(tmp_path))
     for call in calls:
