@@ -53,7 +53,9 @@ class _Prepared:
 
 
 class CheckpointManager:
-    """Checkpoints of a training run in one directory, by step.
+    """Checkpoints of a training run in one directory, by step — a local directory, or a key
+    prefix of a bucket (``s3://…``, ``gs://…``, ``memory://…``; ``docs/checkpoints.md``,
+    "Checkpoints in a bucket", says what differs there: no lock, a conditional index).
 
     >>> import numpy as np, tempfile
     >>> from pskd_jax.checkpoint import Retention
