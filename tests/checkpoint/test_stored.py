@@ -261,3 +261,24 @@ def test_restore_and_verify_from_gcs(gs_bucket, tmp_path):
     ck.verify_file(url, result.digests)
     with raises("E9013", url):
         ck.verify_file(url, {"xxh3_128": "0" * 32})
+
+
+def test_only_the_manager_makes_a_directory_and_only_for_a_local_place():
+    """The one call in pskd_jax/checkpoint/ that makes a directory is the manager's, after the
+    place was parsed (``CheckpointDirectory.of``: E9018 for a URL no store serves) and found local:
+    no path from a URL reaches it."""
+    import ast
+    import pathlib
+
+    import pskd_jax.checkpoint
+
+    found = []
+    for source in sorted(pathlib.Path(pskd_jax.checkpoint.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("makedirs", "mkdir", "mkdtemp"):
+                found.append((source.name, node.lineno))
+    assert [name for name, _ in found] == ["manager.py"], found
+    text = (pathlib.Path(pskd_jax.checkpoint.__file__).parent / "manager.py").read_text()
+    before = text[: text.index("os.makedirs")]
+    assert "CheckpointDirectory.of(directory)" in before and "if not self._place.is_local:" in before
