@@ -69,15 +69,24 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     file's whole digest, when the caller has it)."""
     path = os.fspath(path)
     raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
-    content = loads_strict(raw, path, NotClosedError)
-    try:
-        layout_file = _parse(content, path)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
-        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
-        raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
+    layout_file = _parsed(loads_strict(raw, path, NotClosedError), path)
     if data is not None:
         check_belongs(layout_file, data, xxh3_128=xxh3_128)
     return layout_file
+
+
+def layout_from_bytes(raw: bytes, path: str) -> LayoutFile:
+    """A layout file read from its bytes (an object of a store), ``path`` naming it (E9001 naming
+    it when it is not one)."""
+    return _parsed(loads_strict(raw, path, NotClosedError, kind="JSON"), path)
+
+
+def _parsed(content: Any, path: str) -> LayoutFile:
+    try:
+        return _parse(content, path)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
+        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
+        raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
 
 
 def _parse(content: Any, path: str) -> LayoutFile:
@@ -313,6 +322,13 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128:
     that records the whole file's digest must then record that one."""
     data = os.fspath(data)
     header, header_bytes, size = _data_header(data)
+    check_header_belongs(layout_file, data, header, header_bytes, size, xxh3_128=xxh3_128)
+
+
+def check_header_belongs(layout_file: LayoutFile, data: str, header: Header, header_bytes: bytes, size: int, *,
+                         xxh3_128: str | None = None) -> None:
+    """:func:`check_belongs` of a data file whose header (parsed and as bytes) and size the caller
+    read already (an object of a store, named ``data``)."""
     name = layout_file.path or "the layout"
     problem = None
     if layout_file.identity is not None:
@@ -374,7 +390,9 @@ __all__ = [
     "LAYOUT_VERSION",
     "LayoutFile",
     "check_belongs",
+    "check_header_belongs",
     "find_layout_file",
     "header_digest",
+    "layout_from_bytes",
     "read_layout_file",
 ]

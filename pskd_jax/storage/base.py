@@ -87,6 +87,25 @@ class Store(abc.ABC):
         """Fills ``out`` with the object's bytes from ``offset`` on, in pieces read concurrently and
         copied straight into ``out``; E9003 when the object ends first."""
 
+    def head(self, key: str, size: int) -> tuple[bytes, ObjectInfo] | None:
+        """The first ``size`` bytes of the object (fewer when it is shorter) and what it is, None
+        when there is none: a header and the object's size and version tag in one request where
+        the store allows it."""
+        info = self.info(key)
+        if info is None:
+            return None
+        first = min(size, info.size)
+        got = self.read_ranges(key, [0], [first])[0] if first else b""
+        return bytes(memoryview(got).cast("B")), info
+
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        """Fills each buffer of ``spans`` with the object's bytes from its offset in ``offsets``
+        (a restore's leaves and shard runs, each straight into its destination); E9003 when the
+        object ends first. Every span is filled, or the call raises."""
+        stops = [int(offset) + len(span) for span, offset in zip(spans, offsets)]
+        for span, got in zip(spans, self.read_ranges(key, offsets, stops)):
+            span[:] = memoryview(got).cast("B")
+
     @abc.abstractmethod
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:
         """The whole object, in order, a chunk at a time (for digests of whole objects)."""

@@ -79,6 +79,14 @@ class LocalStore(Store):
                 os.close(fd)
         return buffers
 
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        if spans:
+            fd = open_fd(key)
+            try:
+                pread_spans(fd, [memoryview(span).cast("B") for span in spans], [int(o) for o in offsets], key)
+            finally:
+                os.close(fd)
+
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         fd = open_fd(key)
         try:
