@@ -51,6 +51,14 @@ def remote(any_place, inputs) -> str:
     return place + "/shards.json"
 
 
+@pytest.fixture
+def remote_object(object_place, inputs) -> str:
+    """The same corpus built into an object store; its manifest's URL."""
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    return place + "/shards.json"
+
+
 def batches(n: int, count: int = 5, size: int = 16):
     rng = np.random.default_rng(3)
     return [rng.integers(0, n, size) for _ in range(count)]
@@ -110,30 +118,26 @@ def test_a_gather_is_one_batched_call_a_shard(s3_bucket, inputs, monkeypatch):
         assert len(keys) == len(set(keys)) == sum(1 for s in windows.manifest.shards if s.tokens)
 
 
-def test_mmap_without_a_cache_refuses_a_store(remote):
-    if "://" not in remote:
-        pytest.skip("objects only")
+def test_mmap_without_a_cache_refuses_a_store(remote_object):
     with raises("E9012", "access='mmap'", "cache_dir"):
-        CorpusWindows(remote, seq=SEQ, access="mmap")
+        CorpusWindows(remote_object, seq=SEQ, access="mmap")
 
 
-def test_verify_over_ranges_and_a_damaged_object(remote, tmp_path):
-    if "://" not in remote:
-        pytest.skip("objects only")
-    with CorpusWindows(remote, seq=SEQ, verify=True) as windows:
+def test_verify_over_ranges_and_a_damaged_object(remote_object, tmp_path):
+    with CorpusWindows(remote_object, seq=SEQ, verify=True) as windows:
         entry = windows.manifest.shards[2]
-    store, where = resolve(remote)
+    store, where = resolve(remote_object)
     key = where.parent().child(entry.path).key
     data = bytearray(store.get(key)[0])
     data[-3] ^= 1
     store.put(key, bytes(data))
     with raises("E9017", f"shard 2 {entry.path}", "sha256"):
-        CorpusWindows(remote, seq=SEQ, verify=True)
+        CorpusWindows(remote_object, seq=SEQ, verify=True)
     with raises("E9017", f"shard 2 {entry.path}", "sha256"):
-        corpus.verify_corpus(remote)
+        corpus.verify_corpus(remote_object)
     cache = tmp_path / "cache"
     with raises("E9017", f"shard 2 {entry.path}", where.parent().child(entry.path).url, "not kept in the cache"):
-        CorpusWindows(remote, seq=SEQ, cache_dir=cache)
+        CorpusWindows(remote_object, seq=SEQ, cache_dir=cache)
     left = os.listdir(cache)
     assert names.cached_shard(entry.sha256) not in left
     assert all(names.cached_shard_sha256(n) for n in left)  # no temporary file left behind
@@ -156,16 +160,14 @@ def test_a_cached_shard_is_not_fetched_again(s3_bucket, inputs, tmp_path, monkey
         assert len(fetched) == 1 and victim.stat().st_size > 5
 
 
-def test_the_cache_is_bounded_least_recently_used_first(any_place, tmp_path):
-    if "://" not in any_place:
-        pytest.skip("objects only")
+def test_the_cache_is_bounded_least_recently_used_first(object_place, tmp_path):
     corpora = []
     for name, n in (("a", 2), ("b", 3)):
         d = tmp_path / f"in-{name}"
         d.mkdir()
         inputs = [str(p) for p in make_inputs(d, n)]
-        corpus.build_corpus(inputs, f"{any_place}/{name}", BuildOptions(durable=False))
-        corpora.append(f"{any_place}/{name}/shards.json")
+        corpus.build_corpus(inputs, f"{object_place}/{name}", BuildOptions(durable=False))
+        corpora.append(f"{object_place}/{name}/shards.json")
     sizes = []
     for url in corpora:
         with CorpusWindows(url, seq=SEQ) as w:
@@ -227,14 +229,12 @@ def test_processes_share_a_cache(s3_bucket, inputs, local, tmp_path):
     assert {out.strip() for out, _ in outputs} == {str(expected)}
 
 
-def test_refresh_against_a_bucket(remote, tmp_path):
-    if "://" not in remote:
-        pytest.skip("objects only")
-    store, where = resolve(remote)
+def test_refresh_against_a_bucket(remote_object, tmp_path):
+    store, where = resolve(remote_object)
     full, _ = manifest_object(store, where.key)
     put_manifest(store, where.key, full.tokenizer, full.shards[:2], full.build)
     for cache in (None, tmp_path / "cache"):
-        with CorpusWindows(remote, seq=SEQ, cache_dir=cache) as windows:
+        with CorpusWindows(remote_object, seq=SEQ, cache_dir=cache) as windows:
             before = windows.total_tokens
             assert windows.refresh() is False
             put_manifest(store, where.key, full.tokenizer, full.shards, full.build)
@@ -254,12 +254,10 @@ def test_windows_of_a_store_pickle_and_reopen(tmp_path, inputs):
             assert (again.cache is None) == (cache is None)
 
 
-def test_a_missing_manifest_or_shard_object_is_named(any_place, inputs):
-    if "://" not in any_place:
-        pytest.skip("objects only")
-    with raises("E9016", f"{any_place}/none/shards.json", "no such object"):
-        CorpusWindows(f"{any_place}/none/shards.json", seq=SEQ)
-    place = any_place + "/c"
+def test_a_missing_manifest_or_shard_object_is_named(object_place, inputs):
+    with raises("E9016", f"{object_place}/none/shards.json", "no such object"):
+        CorpusWindows(f"{object_place}/none/shards.json", seq=SEQ)
+    place = object_place + "/c"
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
     store, where = resolve(place + "/shards.json")
     manifest, _ = manifest_object(store, where.key)
