@@ -85,9 +85,13 @@ def _literal(text: str) -> Any:
     """The Python literal ``text`` is exactly (its repr is ``text``), or None when it is none."""
     if len(text) > _MAX_LITERAL_TEXT:
         return None
+    if text in ("inf", "-inf", "nan"):  # (floats whose repr is no literal)
+        return float(text)
     try:
         value = ast.literal_eval(text)
-        if not _is_literal(value) or repr(value) != text:
+        # (a str or an int key is recorded as itself: a repr that reads as one is an object's)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) or not _is_literal(value) \
+                or repr(value) != text:
             return None
         hash(value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -122,7 +126,7 @@ def _restored(key: Any) -> Any:
 
 def check_dict_keys(keys: Sequence[Any], where: str) -> None:
     """Refuses (E9005 naming both) two keys of one dict that a restore would give back as one: a
-    key whose text is no literal (an object's repr, ``nan``) and a string key of that text, or
+    key whose text is no literal (an object's repr) and a string key of that text, or
     two such keys of one text. ``where``: the dict's key path."""
     seen: dict[Any, Any] = {}
     for key in keys:

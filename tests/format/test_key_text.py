@@ -29,7 +29,7 @@ SURROGATE = b"name-\xff".decode("utf-8", "surrogateescape")
 _KEYS = st.one_of(
     st.booleans(), st.none(), st.integers(-(2**70), 2**70),
     st.floats(allow_nan=False), st.text(max_size=6),
-    st.sampled_from(["True", "False", "None", "1.5", "-0.0", "inf", "1", "0", "(1, 'a')", SURROGATE]),
+    st.sampled_from(["True", "False", "None", "1.5", "-0.0", "inf", "nan", "1", "0", "(1, 'a')", SURROGATE]),
     st.tuples(st.integers(0, 3), st.sampled_from(["a", "b"])),
 )
 
@@ -74,7 +74,7 @@ def test_keys_printing_alike_round_trip(tmp_path, pair):
     assert len(info_lines(str(path), layout=find_layout_file(path))) > 0
 
 
-@pytest.mark.parametrize("key", [float("nan"), object()])
+@pytest.mark.parametrize("key", [object(), type("Odd", (), {"__repr__": lambda self: "'x'"})()])
 def test_keys_a_restore_cannot_tell_apart_are_refused_at_save(tmp_path, key):
     path = tmp_path / "m.psk.d"
     with pytest.raises(MismatchError, match="written alike") as caught:
@@ -109,7 +109,7 @@ def test_keypaths_one_encoding():
         assert keypaths.key_of_json(keypaths.key_json(key)) == key
         assert keypaths.path_keys(keypaths.key_piece(key))  # (a piece always reads as keys)
     assert keypaths.key_of_json({"repr": "<object at 0x1>"}) == "<object at 0x1>"
-    assert keypaths.key_of_json({"repr": "nan"}) == "nan"
+    assert keypaths.key_of_json({"repr": "-inf"}) == float("-inf")
     assert keypaths.key_of_json({"repr": "(" * 5000}) == "(" * 5000  # (long texts: never parsed)
     with pytest.raises(MismatchError, match=r"1 and '1'"):
         keypaths.check_json_keys([1, "1"], "here")
