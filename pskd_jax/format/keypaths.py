@@ -90,7 +90,7 @@ def _literal(text: str) -> Any:
     try:
         value = ast.literal_eval(text)
         # (a str or an int key is recorded as itself: a repr that reads as one is an object's)
-        if isinstance(value, (str, int)) and not isinstance(value, bool) or not _is_literal(value) \
+        if (isinstance(value, (str, int)) and not isinstance(value, bool)) or not _is_literal(value) \
                 or repr(value) != text:
             return None
         hash(value)
