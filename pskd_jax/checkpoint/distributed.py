@@ -21,7 +21,7 @@ from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
-from pskd_jax.checkpoint.layout_file import write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
@@ -145,11 +145,12 @@ def save_distributed(path: str | os.PathLike, tree: Any, options: SaveOptions | 
 def _target(path: str, plan_: SavePlan, options: SaveOptions) -> tuple[_Target, BaseException | None]:
     """Where the save goes, and the refusal of the destination (to be agreed on), if any."""
     error: BaseException | None = None
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
     try:
         destination = destination_for(path)
+        check_layout_beside(path, writes=writes_layout)  # (refused before anything is written)
     except BaseException as e:  # handed to every process by _agree
         error, destination = e, path
-    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
     return _Target(path, destination, os.path.dirname(os.path.abspath(destination)),
                    names.distributed_temporary(destination),
                    names.layout_path_for(path) if writes_layout else None), error
@@ -225,7 +226,7 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
             found[options.digest] = file_digest(target.temporary, options.digest)
         if target.layout_path:  # only now that every process accepted its values
             write_layout(target.layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
-        elif os.path.lexists(names.layout_path_for(target.path)):  # it described the data replaced
+        elif check_layout_beside(target.path, writes=False):  # its own layout, of the data replaced
             os.unlink(names.layout_path_for(target.path))
         check_destination(target.destination)  # (still nothing or a regular file)
         os.replace(target.temporary, target.destination)

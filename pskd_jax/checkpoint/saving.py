@@ -18,7 +18,7 @@ from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax.checkpoint.layout_file import write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
 from pskd_jax.errors import MismatchError, TruncatedError
@@ -34,8 +34,10 @@ def save(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None)
 
     A save waits for another save of the same destination (in any process) to finish; a tree
     nested deeper than :data:`pskd_jax.format.keypaths.MAX_KEY_DEPTH` is refused (E9005), its
-    layout could not be read back. A layout file beside the destination that this save does not
-    rewrite (a closed type, or ``layout_file=False``) is removed with the data it described. A
+    layout could not be read back. The toolkit's own layout file of the destination that this save
+    does not rewrite (a closed type, or ``layout_file=False``) is removed with the data it
+    described; any other file there is left alone, and where the save would write its layout over
+    one the save is refused (E9012) before anything is written. A
     tree of arrays spread over several JAX processes is saved by :func:`save_distributed` (every
     process calls ``save``).
 
@@ -70,6 +72,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
         # One save of a destination at a time (its data and its layout go together), and the
         # layout is written only once every value was accepted: a refused save writes nothing.
         with destination_lock(path), atomic_output(path, durable=options.durable) as f:
+            own_beside = check_layout_beside(path, writes=layout_path is not None)  # (before any write)
             header = plan_.header
             f.write(header)
             if hasher:
@@ -83,7 +86,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
             if layout_path:
                 write_layout(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"),
                              extra=layout_extra)
-            elif os.path.lexists(beside):
+            elif own_beside:  # (a file of anyone else's is left as it is)
                 _remove_stale_layout(beside)
     except BaseException:
         if hasher:

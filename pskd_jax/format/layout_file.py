@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import stat
 from typing import Any
 
 import xxhash
 
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import read_strict
-from pskd_jax._os.names import layout_path_for
+from pskd_jax._os.names import layout_path_for, older_layout_paths
 from pskd_jax._os.positional import read_into
 from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
@@ -268,6 +269,8 @@ def _check_identity_entry(identity: Any) -> None:
     size = identity.get("bytes")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"'data': bytes {str(size)[:40]} is not a size")
+    if "name" in identity and not isinstance(identity["name"], str):
+        raise ValueError(f"'data': name {str(identity['name'])[:40]} is not a file name")
     for name in ("header_xxh3_128", "xxh3_128"):
         value = identity.get(name)
         if (name == "header_xxh3_128" or value is not None) and not _is_hex(value, 32):
@@ -352,11 +355,54 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
-    it does not), or None when there is none."""
+    it does not), or None when there is none.
+
+    Its name follows from the checkpoint's whole name (:func:`pskd_jax._os.names.layout_path_for`);
+    where none stands there, a layout file under the name an earlier version gave it
+    (:func:`~pskd_jax._os.names.older_layout_paths`) is read when it proves to belong to the
+    checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
     candidate = layout_path_for(checkpoint)
-    if not os.path.exists(candidate):
-        return None
-    return read_layout_file(candidate, data=checkpoint)
+    if os.path.exists(candidate):
+        return read_layout_file(candidate, data=checkpoint)
+    for older in older_layout_paths(checkpoint):
+        if _regular(older):
+            try:
+                return read_layout_file(older, data=checkpoint)
+            except PskdError:
+                continue
+    return None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def is_own_layout(layout: str | os.PathLike, data: str | os.PathLike) -> bool:
+    """Whether the file ``layout`` is the toolkit's own layout file of the data file ``data``, the
+    one a save of ``data`` may replace or remove: a regular file that reads as a layout file and
+    either records ``data``'s name as the file it was written for (a save cut short between its
+    layout and its data included) or proves to belong to the data file there now. Anything else —
+    a user's notes, a data file, another file's layout, a directory — is not, and is left alone."""
+    layout, data = os.fspath(layout), os.fspath(data)
+    if not _regular(layout):
+        return False
+    try:
+        found = read_layout_file(layout)
+    except PskdError:
+        return False
+    if found.identity is not None and found.identity.get("name") == os.path.basename(data) \
+            and layout_path_for(data) == layout:
+        return True
+    if not _regular(data):
+        return False
+    try:
+        check_belongs(found, data)
+    except (PskdError, OSError):
+        return False
+    return True
 
 
 __all__ = [
@@ -366,5 +412,6 @@ __all__ = [
     "check_belongs",
     "find_layout_file",
     "header_digest",
+    "is_own_layout",
     "read_layout_file",
 ]
