@@ -61,14 +61,33 @@ def _children(node: Any, path: str = "") -> tuple[list[tuple[str, Any]], Callabl
     if registered is not None:
         return registered
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        names = [f.name for f in dataclasses.fields(node) if f.init]
-        info = {"dataclass": _class_name(type(node)), "fields": names}
-        return (
-            [(f".{n}", getattr(node, n)) for n in names],
-            lambda vs: dataclasses.replace(node, **dict(zip(names, vs))),
-            info,
-        )
+        return _dataclass_children(node, path)
     return None
+
+
+def _dataclass_children(node: Any, path: str) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any], dict]:
+    """A dataclass's fields, every one of them (``init=False`` ones too: what the instance holds is
+    what is saved), and a rebuild that gives each its value back. A field the instance does not
+    hold (``init=False`` and never set) is refused, E9005 naming it."""
+    fields = dataclasses.fields(node)
+    names = [f.name for f in fields]
+    for name in names:
+        if not hasattr(node, name):
+            raise MismatchError(f"{path or '(root)'}.{name}: the field {name} of the dataclass "
+                                f"{_class_name(type(node))} holds no value (init=False, never set), so "
+                                "it cannot be saved; give it a default or set it")
+    given = {f.name for f in fields if f.init}
+    info = {"dataclass": _class_name(type(node)), "fields": names}
+
+    def rebuild(values: list[Any]) -> Any:
+        pairs = dict(zip(names, values))
+        out = dataclasses.replace(node, **{n: v for n, v in pairs.items() if n in given})
+        for n, v in pairs.items():
+            if n not in given:  # (set as the instance held it, not as __post_init__ computes it)
+                object.__setattr__(out, n, v)
+        return out
+
+    return [(f".{n}", getattr(node, n)) for n in names], rebuild, info
 
 
 def _make_dict(kind: type[dict], keys: list[Any], values: list[Any], factory: Any = None) -> dict:
