@@ -20,6 +20,7 @@ from pskd_jax.format.encodings import REAL_DTYPES, Encoding
 from pskd_jax.format.keypaths import check_json_keys
 from pskd_jax.format.layout_file import LayoutFile, check_belongs
 from pskd_jax.format.reader import Reader
+from pskd_jax.format.stored_dtypes import shown_values
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
 
@@ -109,21 +110,6 @@ def layout_and_forms(path: str, layout: Any) -> tuple[Any, list[sd.Form | None] 
     return layout, None
 
 
-def shown_values(stored: np.ndarray, form: sd.Form | None, where: str, *, bound: int | None = None,
-                 stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
-    """A leaf's stored elements as info and export show them (docs/export.md): decoded
-    as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
-    are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
-    ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
-    leaf then gives one scalar a sample (a list)."""
-    if form is not None and form.kind == sd.KIND_PYTHON and batched:
-        return [sd.saved_values(row, form, f"{where}, sample {k}") for k, row in enumerate(stored)]
-    if form is None or form.kind in (sd.KIND_KEY, sd.KIND_COMPLEX):
-        return stored
-    if form.kind == sd.KIND_VALUE and form.dtype == "float16" and stored.dtype == np.float32:
-        sd.float32_to_float16(stored, where)  # (checked, shown as the f32 that holds it)
-        return stored
-    return sd.saved_values(stored, form, where, bound=bound, stored_encoding=stored_encoding)
 
 
 def _dumps(value: Any) -> bytes:

@@ -398,6 +398,23 @@ def saved_values(stored: np.ndarray, form: Form | None, where: str, *, bound: in
     return values
 
 
+def shown_values(stored: np.ndarray, form: Form | None, where: str, *, bound: int | None = None,
+                 stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
+    """A leaf's stored elements as info and export show them (docs/export.md): decoded
+    as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
+    are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
+    ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
+    leaf then gives one scalar a sample (a list)."""
+    if form is not None and form.kind == KIND_PYTHON and batched:
+        return [saved_values(row, form, f"{where}, sample {k}") for k, row in enumerate(stored)]
+    if form is None or form.kind in (KIND_KEY, KIND_COMPLEX):
+        return stored
+    if form.kind == KIND_VALUE and form.dtype == "float16" and stored.dtype == np.float32:
+        float32_to_float16(stored, where)  # (checked, shown as the f32 that holds it)
+        return stored
+    return saved_values(stored, form, where, bound=bound, stored_encoding=stored_encoding)
+
+
 def is_narrow_integer(dtype: Any) -> bool:
     """One of ``ml_dtypes``' narrow integer types (int4, uint2, …), which numpy sees as opaque."""
     return any(dtype == known for name, known in _NARROW.items() if "int" in name)
@@ -439,5 +456,6 @@ __all__ = [
     "python_int_pattern",
     "restore_dtype",
     "saved_values",
+    "shown_values",
     "to_stored",
 ]
