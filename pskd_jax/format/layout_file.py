@@ -354,8 +354,8 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 
 
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
-    """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
-    it does not), or None when there is none.
+    """The layout file beside a ``params`` checkpoint, proven to belong to it (E9005 naming both
+    files when it does not), or None when there is none (or the file's type is closed).
 
     Its name follows from the checkpoint's whole name (:func:`pskd_jax._os.names.layout_path_for`);
     where none stands there, a layout file under the name an earlier version gave it
@@ -363,6 +363,8 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
     candidate = layout_path_for(checkpoint)
     if os.path.exists(candidate):
+        if not _data_header(os.fspath(checkpoint))[0].is_params:
+            return None  # (a closed type has no layout file: whatever stands there is not its own)
         return read_layout_file(candidate, data=checkpoint)
     for older in older_layout_paths(checkpoint):
         if _regular(older):
