@@ -22,9 +22,11 @@ Metadata: the source file's ``__metadata__`` is kept in the checkpoint's layout 
 back as it was. A checkpoint of another origin gets ``pskd.order`` (its leaf order: the
 safetensors library writes tensors in an order of its own, by dtype, then name), ``pskd.type``
 and, where a name's parts would not read back as its leaf's keys (a string key ``'0'``),
-``pskd.keys`` (those names' keys, typed), so that ``.psk.d`` → safetensors → ``.psk.d`` gives the
-same bytes and the same keys. A tree of no leaves is refused on the way out (E9005), as a file of
-no tensors is on the way back. A Python int is written as I64, or as U64 from 2^63 to 2^64 - 1.
+``pskd.keys`` (those names' keys, typed) and ``pskd.tree`` (the tree's containers as the layout
+file records them: a dict of key 0 stays a dict, an empty dict stays), so that ``.psk.d`` →
+safetensors → ``.psk.d`` gives the same bytes and the same keys. A tree of no leaves is refused
+on the way out (E9005), as a file of no tensors is on the way back. A Python int is written as
+I64, or as U64 from 2^63 to 2^64 - 1.
 A recorded order that is not a list of exactly the file's names is ignored (the file's own order
 is used), and so are recorded keys that do not make up their name.
 
@@ -55,6 +57,7 @@ from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import bfloat16
 from pskd_jax.format.header import read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_path
+from pskd_jax.format.tree import build_described, check_description, described_paths
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them)
 SAFETENSORS_DTYPES = {
@@ -72,6 +75,7 @@ _WRITTEN = set(SAFETENSORS_DTYPES.values())  # dtypes a tensor is written as its
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
 KEYS_KEY = "pskd.keys"  # the keys of each name whose parts do not read back as its keys ('0' a string)
+TREE_KEY = "pskd.tree"  # the tree's containers, as a layout file records them (a dict of key 0, an empty dict)
 
 
 def _safetensors(module: str = "safetensors"):
@@ -154,8 +158,10 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
             shown = tensor_name if len(tensor_name) <= 80 else tensor_name[:80] + "…"
             raise MismatchError(f"{source}: tensor {shown!r}: a name of {len(tensor_keys)} keys; a "
                                 f"checkpoint's tree nests at most {MAX_KEY_DEPTH} deep")
+    described = _recorded_tree(metadata or {}, keys)
     try:
-        tree = nest(keys, [tensors[n] for n in order])
+        values = [tensors[n] for n in order]
+        tree = build_described(described, values) if described is not None else nest(keys, values)
     except MismatchError as e:
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
     if options.name is None and metadata and metadata.get(TYPE_KEY, "").startswith("params "):
@@ -198,6 +204,23 @@ def _recorded_keys(metadata: dict, names: list[str]) -> dict[str, list[str | int
                 and ".".join(map(str, keys)) == name:
             out[name] = keys
     return out
+
+
+def _recorded_tree(metadata: dict, keys: list[list[str | int]]) -> Any:
+    """The containers ``pskd.tree`` records, used only where they describe exactly the leaves the
+    names give, in their order (None otherwise: the names' nested dicts and lists are used)."""
+    recorded = metadata.get(TREE_KEY)
+    if not recorded:
+        return None
+    try:
+        described = json.loads(recorded)
+        check_description(described, len(keys), MAX_KEY_DEPTH + 1)
+        paths = described_paths(described)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if [path_keys(path) for path in paths] != [list(leaf) for leaf in keys]:
+        return None
+    return described
 
 
 def _tensor_of(value: Any, where: str) -> np.ndarray:
@@ -257,6 +280,8 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
         metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: type_text}
         if typed:
             metadata[KEYS_KEY] = json.dumps(typed)
+        if layout_file is not None and layout_file.description is not None:
+            metadata[TREE_KEY] = json.dumps(layout_file.description, ensure_ascii=False)
     # The library serializes to bytes, written through atomic_output (a temporary file locked by
     # this writer, so that no other writer's cleanup removes it; renamed into place).
     try:
