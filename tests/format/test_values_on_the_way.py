@@ -183,3 +183,16 @@ def test_cli_values_on_the_way(tmp_path):
     assert not (tmp_path / "e.safetensors").exists()
     save(tmp_path / "i.psk.d", {"a": np.array([-3, 4], np.int8)})
     assert "-3" in "\n".join(pskd_ok("info", tmp_path / "i.psk.d", "--values"))
+
+
+@pytest.mark.parametrize("tree", [{0: np.ones(1)}, {"a": {}, "w": np.ones(2)}, {"t": (np.ones(1), np.zeros(1))},
+                                  {True: np.ones(1), "True": np.zeros(1)}, {"l": [np.ones(1), {"x": np.zeros(1)}]}])
+def test_safetensors_and_back_keeps_containers(tmp_path, tree):
+    pytest.importorskip("safetensors")
+    from pskd_jax.checkpoint.safetensors import convert
+
+    save(tmp_path / "a.psk.d", tree)
+    convert(tmp_path / "a.psk.d", tmp_path / "a.safetensors")
+    convert(tmp_path / "a.safetensors", tmp_path / "b.psk.d")
+    first, back = restore(tmp_path / "a.psk.d", as_numpy=True), restore(tmp_path / "b.psk.d", as_numpy=True)
+    assert repr(back) == repr(first)
