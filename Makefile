@@ -1,4 +1,6 @@
-# make demo: set up .venv if needed, then text → tokens → windows → training → checkpoints.
+# make demo: set up .venv if needed, then text → tokens → windows → training → checkpoints, in out/demo/.
+# make demo-corpus: the same text as a sharded corpus, in out/demo-corpus/. Each removes only its own
+# directory (one the demo made), never the other's.
 # make test: the same set-up, then the whole test suite, mypy and ruff; make test-fast: the suite less its slow tests.
 PYTHON ?= python3
 VENV ?= .venv

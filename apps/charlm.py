@@ -2,7 +2,10 @@
 
 A decoder-only transformer (token and position embeddings, pre-norm blocks of causal multi-head
 attention and an MLP, tied nothing) with a hand-written Adam, sized to train on a CPU in a
-minute. Parameters are a plain dict in declaration order, so a checkpoint stores them in the order
+minute. With packed segments (windows cut across documents, ``CorpusWindows(…, segments=True)``)
+a token attends only to the earlier tokens of its own segment and takes the position embedding of
+its place in that segment; without them the model is the plain causal one, unchanged. Parameters
+are a plain dict in declaration order, so a checkpoint stores them in the order
 written here.
 """
 
@@ -58,35 +61,44 @@ def _norm(x: jax.Array, scale: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
 
 
-def _attention(x: jax.Array, block: dict, heads: int) -> jax.Array:
+def _attention(x: jax.Array, block: dict, heads: int, segment_ids: jax.Array | None = None) -> jax.Array:
     batch, seq, width = x.shape
     q, k, v = jnp.split(x @ block["qkv"], 3, axis=-1)
     split = lambda t: t.reshape(batch, seq, heads, width // heads).transpose(0, 2, 1, 3)  # noqa: E731
     q, k, v = split(q), split(k), split(v)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width // heads)
     causal = jnp.tril(jnp.ones((seq, seq), bool))
+    if segment_ids is not None:  # (batch, 1, seq, seq): the same segment, and not later
+        causal = causal & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
     scores = jnp.where(causal, scores, -1e9)
     mixed = jax.nn.softmax(scores, axis=-1) @ v
     return mixed.transpose(0, 2, 1, 3).reshape(batch, seq, width) @ block["proj"]
 
 
-def logits(params: dict, tokens: jax.Array, config: ModelConfig) -> jax.Array:
-    """Next-token logits for every position of a batch of token windows (batch, seq, vocab)."""
-    x = params["embed"][tokens] + params["position"][: tokens.shape[1]]
+def logits(params: dict, tokens: jax.Array, config: ModelConfig, segment_ids: jax.Array | None = None,
+           positions: jax.Array | None = None) -> jax.Array:
+    """Next-token logits for every position of a batch of token windows (batch, seq, vocab); with
+    ``segment_ids`` and ``positions`` (each (batch, seq)) attention stays inside a segment and the
+    position embedding restarts at each segment's first token."""
+    if positions is None:
+        x = params["embed"][tokens] + params["position"][: tokens.shape[1]]
+    else:
+        x = params["embed"][tokens] + params["position"][positions.astype(jnp.int32)]
     for block in params["blocks"]:
-        x = x + _attention(_norm(x, block["norm1"]), block, config.heads)
+        x = x + _attention(_norm(x, block["norm1"]), block, config.heads, segment_ids)
         x = x + jax.nn.gelu(_norm(x, block["norm2"]) @ block["up"]) @ block["down"]
     return _norm(x, params["norm"]) @ params["unembed"]
 
 
 def loss_fn(params: dict, inputs: jax.Array, targets: jax.Array, config: ModelConfig,
-            mask_token: int | None = None) -> jax.Array:
+            mask_token: int | None = None, segment_ids: jax.Array | None = None,
+            positions: jax.Array | None = None) -> jax.Array:
     """Mean cross-entropy of the targets (the inputs shifted by one) in nats per token.
 
     With ``mask_token`` (a corpus's boundary token), targets equal to it do not count: the mean is
     over the other targets (0 when there is none). Without it the computation is the plain mean,
-    unchanged."""
-    logp = jax.nn.log_softmax(logits(params, inputs.astype(jnp.int32), config))
+    unchanged. ``segment_ids`` and ``positions`` as :func:`logits` takes them."""
+    logp = jax.nn.log_softmax(logits(params, inputs.astype(jnp.int32), config, segment_ids, positions))
     picked = jnp.take_along_axis(logp, targets.astype(jnp.int32)[..., None], axis=-1)
     if mask_token is None:
         return -jnp.mean(picked)
@@ -105,13 +117,14 @@ def init_adam(params: dict) -> dict:
 
 
 def make_train_step(config: ModelConfig, learning_rate: float = 3e-3, mask_token: int | None = None):
-    """A jit-compiled step: (params, adam state, inputs, targets) → (params, adam state, loss);
-    ``mask_token`` as :func:`loss_fn` takes it."""
+    """A jit-compiled step: (params, adam state, inputs, targets[, segment_ids, positions]) →
+    (params, adam state, loss); ``mask_token`` as :func:`loss_fn` takes it."""
     b1, b2, eps = 0.9, 0.99, 1e-8
 
     @jax.jit
-    def step(params: dict, opt: dict, inputs: jax.Array, targets: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, config, mask_token)
+    def step(params: dict, opt: dict, inputs: jax.Array, targets: jax.Array, segment_ids: jax.Array | None = None,
+             positions: jax.Array | None = None):
+        loss, grads = jax.value_and_grad(loss_fn)(params, inputs, targets, config, mask_token, segment_ids, positions)
         count = opt["count"] + 1
         mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, opt["mu"], grads)
         nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["nu"], grads)

@@ -23,7 +23,7 @@ def _verify(args) -> Iterator[str]:
             raise UsageError("--xxh3-128/--sha256 check one file, not a directory")
         entries = checkpoint.verify_directory(path, step=args.step)
         for entry in entries:
-            yield f"pskd: ok step {entry.step} {entry.file} {_described(entry.checkable_digests())}"
+            yield f"pskd: ok step {entry.step} {entry.file} {_described(entry.checkable_digests())}{_written(entry)}"
         yield f"pskd: {len(entries)} checkpoint{'s' if len(entries) != 1 else ''} verified in {path}"
         return
     if args.step is not None:
@@ -36,6 +36,13 @@ def _verify(args) -> Iterator[str]:
         return
     checkpoint.verify_file(path, expected)
     yield f"pskd: ok {path} {_described(expected)}"
+
+
+def _written(entry: checkpoint.CheckpointEntry) -> str:
+    """When the entry says its step was written (UTC), for entries that record it."""
+    times = [f"{name} {value}" for name, value in (("started", entry.started), ("committed", entry.committed))
+             if value is not None]
+    return f" ({', '.join(times)})" if times else ""
 
 
 def _described(digests: dict[str, str]) -> str:

@@ -127,7 +127,7 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str)
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
-           f"vocabulary {m.vocab_size} with boundary {m.boundary}{kept})")
+           f"a vocabulary of {m.vocab_size} tokens with boundary {m.boundary}{kept})")
     if result.skipped:
         first = "; the first:" if result.examples else ""
         yield f"pskd: left out {result.skipped} bad documents (--skip-bad){first}"
@@ -177,7 +177,7 @@ def _merge(args) -> Iterator[str]:
         output = _manifest_path(output) if is_url(output) else os.path.join(output, corpus.MANIFEST)
     m = corpus.merge_manifests(args.manifests, output)
     yield (f"pskd: wrote {output} ({len(m.shards)} shards from {len(args.manifests)} manifests, {m.tokens} tokens, "
-           f"{m.documents} documents, vocabulary {m.vocab_size} with boundary {m.boundary})")
+           f"{m.documents} documents, a vocabulary of {m.vocab_size} tokens with boundary {m.boundary})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -28,18 +28,20 @@ def _binary_output(args) -> None:
 def _chars(args) -> Iterator[str]:
     vocab, characters = data.char_vocab_file(args.input)
     data.write_vocab(args.output, vocab)
-    yield from _wrote(args, f"pskd: wrote {args.output} ({len(vocab)} characters over {characters} of text)")
+    yield from _wrote(args, f"pskd: wrote {args.output} ({len(vocab)} distinct characters over {characters} "
+                            "characters of text)")
 
 
 def _encode(args) -> Iterator[str]:
     if args.tokenizer is not None:  # a tokenizer.json (or a vocabulary file)
         tokenizer = corpus.Tokenizer.from_file(args.tokenizer)
         count = corpus.encode_text_file(args.input, tokenizer, args.output)
-        yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {tokenizer.size})")
+        yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {tokenizer.size} "
+                                "tokens)")
         return
     vocab = data.read_vocab(args.vocab)
     count = data.encode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
-    yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)})")
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} tokens over a vocabulary of {len(vocab)} tokens)")
 
 
 def _decode(args) -> Iterator[str]:
@@ -50,7 +52,7 @@ def _decode(args) -> Iterator[str]:
         return
     vocab = data.read_vocab(args.vocab)
     count = data.decode_file(args.input, args.vocab, args.output)  # the file, so that errors name it
-    yield from _wrote(args, f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)})")
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} characters from a vocabulary of {len(vocab)} tokens)")
 
 
 def _pack(args) -> Iterator[str]:
@@ -124,7 +126,7 @@ def _diff(args) -> Iterator[str]:
 
 def _export(args) -> Iterator[str]:
     count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
-    yield from _wrote(args, f"pskd: wrote {args.output} ({count} samples as JSON)")
+    yield from _wrote(args, f"pskd: wrote {args.output} ({count} sample{'' if count == 1 else 's'} as JSON)")
 
 
 TEXT_OUTPUT_HELP = "the output file, or - for the standard output (written once complete)"

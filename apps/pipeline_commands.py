@@ -29,7 +29,7 @@ def _facts(path: str, args: argparse.Namespace) -> StreamFacts:
 
 def _cut(facts: StreamFacts) -> str:
     """How a corpus's samples are cut (nothing for a .psk.d file)."""
-    return f" (windows of {facts.seq} tokens every {facts.stride})" if facts.corpus else ""
+    return f" (windows of {facts.seq} tokens every {facts.stride} tokens)" if facts.corpus else ""
 
 
 def _first(args: argparse.Namespace, batches: int | None, what: str) -> range:

@@ -3,12 +3,15 @@
 Each command group lives in a module beside this one and adds its subcommands with
 ``register(subparsers)``; a subcommand's handler takes the parsed arguments and returns the line
 it prints. Errors of the toolkit print ``pskd: E9xxx: …`` on stderr and exit 1, no traceback; a
-command line that does not parse prints one line ``pskd: E9012: …`` and exits 2 (``--help`` shows
-the usage); ``pskd --version`` prints the version.
+command line that does not parse prints one line ``pskd: E9012: …`` and exits 2, an unknown option
+reported before missing arguments (``--help`` shows the usage and exits 0); ``pskd --version``
+prints the version.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextvars
 import os
 import sys
 from collections.abc import Sequence
@@ -28,12 +31,61 @@ COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_
 USAGE_EXIT = 2  # argparse's status for a command line that does not parse
 
 
+class _HeldBack:
+    """While a whole command line is parsed: the missing-argument errors held back until the end,
+    and the innermost (sub)command parser reached, which names an unknown option's command."""
+
+    def __init__(self, parser: argparse_flags.ArgumentParser):
+        self.missing: list[str] = []
+        self.innermost = parser
+
+
+_held_back: contextvars.ContextVar[_HeldBack | None] = contextvars.ContextVar("held_back", default=None)
+
+
+def _is_missing(message: str) -> bool:
+    """argparse's two errors for arguments not given (checked once the line is read)."""
+    return message.startswith("the following arguments are required") or \
+        (message.startswith("one of the arguments ") and message.endswith(" is required"))
+
+
 class CommandParser(argparse_flags.ArgumentParser):
     """The parser of ``pskd`` and of each subcommand (argparse makes subparsers of its class):
-    a usage error is the toolkit's E9012 in one line, not argparse's usage text."""
+    a usage error is the toolkit's E9012 in one line, not argparse's usage text.
+
+    Errors come in the order a user fixes them: an unknown option first (at any level, whatever
+    else is wrong), naming the subcommand it was given to, then missing arguments. argparse checks
+    a subcommand's required arguments before the top level sees the options nobody knew;
+    :meth:`parse_args` holds that check's error back until the options are known to be valid."""
+
+    def parse_args(self, args=None, namespace=None):
+        held = _HeldBack(self)
+        token = _held_back.set(held)
+        try:
+            namespace, unknown = self.parse_known_args(args, namespace)
+        finally:
+            _held_back.reset(token)
+        if unknown:
+            held.innermost.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if held.missing:
+            usage_error(held.missing[0])
+        return namespace
+
+    def parse_known_args(self, args=None, namespace=None):
+        held = _held_back.get()
+        if held is not None:
+            held.innermost = self  # (a subcommand's parser is called from its parent's)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        usage_error(f"{self.prog}: {message} (see {self.prog} --help)")
+        text = f"{self.prog}: {message} (see {self.prog} --help)"
+        held = _held_back.get()
+        if held is not None and _is_missing(message):
+            # argparse raises nothing after this check: it goes on to return what it parsed and
+            # the options it did not know, and parse_args reports those first.
+            held.missing.append(text)
+            return  # type: ignore[misc]
+        usage_error(text)
 
 
 def usage_error(message: str) -> NoReturn:
@@ -41,9 +93,23 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(USAGE_EXIT)
 
 
+class VersionAction(argparse.Action):
+    """``--version``: argparse's, reading the version only when asked (the package metadata
+    costs tens of milliseconds to read, which every other command would pay)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"pskd {pskd_jax.__version__}\n")
+        parser.exit()
+
+
 def make_parser() -> CommandParser:
     parser = CommandParser(prog="pskd", description="Data and checkpoint tools for .psk.d files.")
-    parser.add_argument("--version", action="version", version=f"pskd {pskd_jax.__version__}")
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in COMMAND_GROUPS:
         group.register(subparsers)

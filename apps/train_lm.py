@@ -5,7 +5,10 @@
         --steps 300 --checkpoint_dir out/demo/ckpt [--resume]
     python -m pskd_jax.apps.train_lm \
         --pipeline 'stream "out/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 32)' \
-        --seq 64 [--stride 64] [--noverify_corpus] [--mask_boundary] --steps 300
+        --seq 64 [--stride 64] [--noverify_corpus] [--mask_boundary] [--segments] --steps 300
+    python -m pskd_jax.apps.train_lm --seq 64 --segments --steps 300 \
+        --pipeline 'mix(stream "web/shards.json" |> shuffle(seed = 1) : 3,
+                        stream "code/shards.json" |> shuffle(seed = 2) : 1) |> batch(B = 32)'
 
 A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
 from the corpus's global token stream (:class:`pskd_jax.corpus.CorpusWindows`). Before training,
@@ -13,13 +16,19 @@ every shard is checked against the manifest (sha256, every token below the vocab
 documents), on one thread per CPU, reading each shard once through the descriptor training then
 reads it from: a damaged corpus fails at start, naming the shard (E9017). ``--noverify_corpus``
 skips that. ``--mask_boundary`` leaves targets that are the corpus's boundary token out of the
-loss (predicting where a document ends is then not learnt).
+loss (predicting where a document ends is then not learnt). ``--segments`` packs documents: a token
+attends only to its own document's earlier tokens and its position counts from its document's
+start (the windows' segment ids and positions, ``CorpusWindows(…, segments=True)``). A ``mix(…)`` of
+corpora (or of lm-windows files) of one sample type trains on the mixture, each source in its own
+order; its resume is as exact as a single stream's.
 
 A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`` ahead on a
 background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
 state and the loader's iterator state are saved every ``--save_every`` steps (asynchronously);
 ``--resume`` continues from the latest complete checkpoint with exactly the batches an
-uninterrupted run would have seen.
+uninterrupted run would have seen. Without ``--resume``, a ``--checkpoint_dir`` that already holds
+checkpoints is refused (E9012): a new run saved among another's would mix the two.
+``--help`` (and ``--helpfull``) print the usage and exit 0.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ flags.DEFINE_bool("verify_corpus", True, "Check every shard of a corpus against 
                   "(sha256, tokens below the vocabulary size, documents), in parallel; --noverify_corpus skips it.")
 flags.DEFINE_bool("mask_boundary", False, "Leave targets that are the corpus's boundary token out of the loss "
                   "(a corpus only: its manifest names the boundary).")
+flags.DEFINE_bool("segments", False, "Attention inside each document and positions from each document's start "
+                  "(the windows' segment ids and positions; corpora only).")
 flags.DEFINE_string("tokenizer", None, "The tokenizer.json (or VOCAB.json) the model is for: a corpus built with "
                     "another is refused.")
 flags.DEFINE_enum("access", "pread", ["pread", "mmap"],
@@ -84,6 +95,7 @@ class RunConfig:
     stride: int | None
     verify_corpus: bool
     mask_boundary: bool
+    segments: bool
     tokenizer: str | None
     access: str
 
@@ -97,28 +109,61 @@ class TrainingData:
     """What the model trains on: the source of windows, the pipeline over it, and what the model
     needs to know of it; ``notes`` are the lines to print about it."""
 
-    source: Any  # a CorpusWindows or a Reader of an lm-windows file
+    source: Any  # a CorpusWindows or a Reader of an lm-windows file; a list of them for a mix(…)
     pipeline: Any
     sample_type: str
     vocab: int
     seq: int
     mask_token: int | None
     notes: tuple[str, ...] = ()
+    segments: bool = False
+
+    @property
+    def windows(self) -> int:
+        """How many windows the sources hold (a mixture's: every source's)."""
+        return sum(map(len, self.source)) if isinstance(self.source, list) else len(self.source)
 
 
 def open_data(config: RunConfig) -> TrainingData:
     """The pipeline named by ``--pipeline`` and the source it streams: windows cut from a corpus
-    (its manifest), or an lm-windows file."""
-    from pskd_jax import corpus
+    (its manifest), or an lm-windows file; each source of a ``mix(…)``."""
     from pskd_jax.errors import UsageError
     from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
-    if isinstance(pipeline, Mixture):
-        raise UsageError("--pipeline: the training job streams one source, not a mix(…) of several")
-    return _corpus_data(pipeline, config) if corpus.is_manifest(pipeline.path) else _windows_file_data(pipeline, config)
+    if not isinstance(pipeline, Mixture):
+        return _stream_data(pipeline.path, pipeline, config)
+    parts = []
+    try:
+        for source in pipeline.sources:
+            parts.append(_stream_data(source.path, pipeline, config))
+        pipeline.check_sample_types([part.sample_type for part in parts])
+        masks = {part.mask_token for part in parts}
+        if len(masks) > 1:
+            raise UsageError(f"--mask_boundary: the corpora of the mix end their documents with different tokens "
+                             f"{sorted(m for m in masks if m is not None)}")
+        for part in parts:
+            if part.segments and part.source.boundary != parts[0].source.boundary:
+                raise UsageError(f"--segments: the corpora of the mix end their documents with different tokens "
+                                 f"({part.source.boundary} in {part.source.path}, {parts[0].source.boundary} in "
+                                 f"{parts[0].source.path})")
+    except BaseException:
+        for part in parts:
+            part.source.close()
+        raise
+    first = parts[0]
+    notes = tuple(note for part in parts for note in part.notes)
+    return TrainingData([part.source for part in parts], pipeline, first.sample_type, first.vocab, first.seq,
+                        first.mask_token, notes, first.segments)
+
+
+def _stream_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
+    from pskd_jax import corpus
+
+    return _corpus_data(path, pipeline, config) if corpus.is_manifest(path) else \
+        _windows_file_data(path, pipeline, config)
 
 
 def check_batches(data: TrainingData) -> None:
@@ -127,39 +172,43 @@ def check_batches(data: TrainingData) -> None:
     data.pipeline.check_batch_type(data.sample_type, f"({batch}, {batch})")
 
 
-def _corpus_data(pipeline: Any, config: RunConfig) -> TrainingData:
+def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
     """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to."""
     from pskd_jax import corpus
     from pskd_jax.errors import UsageError
 
     if config.seq is None:
-        raise UsageError(f"{pipeline.path} is a corpus: give the window length with --seq T")
+        raise UsageError(f"{path} is a corpus: give the window length with --seq T")
     opened = time.perf_counter()
-    windows = corpus.CorpusWindows(pipeline.path, seq=config.seq, stride=config.stride, verify=config.verify_corpus,
-                                   access=config.access, tokenizer=config.tokenizer)
+    windows = corpus.CorpusWindows(path, seq=config.seq, stride=config.stride, verify=config.verify_corpus,
+                                   access=config.access, tokenizer=config.tokenizer, segments=config.segments)
     notes = []
     m = windows.manifest
     if config.verify_corpus:
         notes.append(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
                      f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)")
     if not windows.complete:
-        notes.append(f"train: {pipeline.path} is the manifest of a build in progress or interrupted: "
+        notes.append(f"train: {path} is the manifest of a build in progress or interrupted: "
                      f"{len(m.shards)} of {m.planned_shards} shards; training on those")
     mask_token = windows.boundary if config.mask_boundary else None
-    return TrainingData(windows, pipeline, windows.type_text, windows.vocab_size, windows.seq, mask_token, tuple(notes))
+    return TrainingData(windows, pipeline, windows.type_text, windows.vocab_size, windows.seq, mask_token, tuple(notes),
+                        config.segments)
 
 
-def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
+def _windows_file_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
     """The windows of an lm-windows file, of type ``(idx[V][seq: T], idx[V][seq: T])``."""
     from pskd_jax.errors import PipelineError, UsageError
     from pskd_jax.format import Reader
 
     if config.mask_boundary:
         raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
-                         f"{pipeline.path} is a .psk.d file")
+                         f"{path} is a .psk.d file")
+    if config.segments:
+        raise UsageError(f"--segments needs a corpus (its shards.json names the boundary token); {path} is a "
+                         ".psk.d file")
     if config.tokenizer is not None:
-        raise UsageError(f"--tokenizer checks a corpus's tokenizer; {pipeline.path} is not a corpus manifest")
-    reader = Reader(pipeline.path, access=config.access)
+        raise UsageError(f"--tokenizer checks a corpus's tokenizer; {path} is not a corpus manifest")
+    reader = Reader(path, access=config.access)
     inputs_leaf = reader.placement.layout.leaves[0] if reader.placement is not None else None  # (None: params)
     if inputs_leaf is None or inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
         raise PipelineError(
@@ -169,12 +218,22 @@ def _windows_file_data(pipeline: Any, config: RunConfig) -> TrainingData:
 
 
 def checkpoint_manager(config: RunConfig) -> Any:
-    """The run's checkpoint manager, None without ``--checkpoint_dir``."""
+    """The run's checkpoint manager, None without ``--checkpoint_dir``. Without ``--resume``, a
+    directory that already holds checkpoints is refused (E9012): a new run saved among them would
+    mix two runs' steps, and a later ``--resume`` would pick up whichever is latest."""
     from pskd_jax.checkpoint import CheckpointManager, Retention
+    from pskd_jax.errors import UsageError
 
     if not config.checkpoint_dir:
         return None
-    return CheckpointManager(config.checkpoint_dir, retention=Retention(keep=config.keep))
+    manager = CheckpointManager(config.checkpoint_dir, retention=Retention(keep=config.keep))
+    steps = manager.all_steps()
+    if steps and not config.resume:
+        manager.close()
+        raise UsageError(f"--checkpoint_dir {config.checkpoint_dir}: holds the checkpoints of an earlier run (steps "
+                         f"{', '.join(map(str, steps))}); a new run saved there would mix the two: give --resume to "
+                         "continue that run, or another --checkpoint_dir for a new one")
+    return manager
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,10 +284,10 @@ def train(config: RunConfig, data: TrainingData, model: Any, begin: Start, manag
     loader = Loader(data.source, data.pipeline, state=begin.loader_state)
     bar = tqdm.tqdm(total=config.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,
                     dynamic_ncols=True, leave=False)
-    for inputs, targets in loader:
+    for batch in loader:  # (inputs, targets), and with --segments (…, segment_ids, positions)
         if step >= config.steps:
             break
-        params, opt, loss_value = train_step(params, opt, inputs, targets)
+        params, opt, loss_value = train_step(params, opt, *batch)
         step += 1
         rate = (step - begin.step) / (time.perf_counter() - started)
         if step % config.log_every == 0 or step == config.steps or step == begin.step + 1:
@@ -280,7 +339,8 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
 
     masked = f" (targets {data.mask_token}, the boundary, left out of the loss)" if data.mask_token is not None else ""
-    print(f"train: {len(data.source)} windows of {data.seq} tokens over a vocabulary of {data.vocab}{masked}; "
+    packed = " (packed segments: attention inside each document)" if data.segments else ""
+    print(f"train: {data.windows} windows of {data.seq} tokens over a vocabulary of {data.vocab} tokens{masked}{packed}; "
           f"{data.pipeline}; model width {model.width}, {model.layers} blocks, {model.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
     step, seconds, waited = train(config, data, model, begin, manager)
@@ -290,13 +350,30 @@ def main(argv: list[str]) -> None:
           flush=True)
 
 
+# absl's help flags print the usage and then exit with status 1; asking for help is no error.
+HELP_FLAGS = frozenset(f"{dash}{name}" for dash in ("-", "--")
+                       for name in ("help", "helpshort", "helpfull", "helpxml", "?"))
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's parse (usage errors: one line, status 1), except that ``--help`` and its kin exit 0
+    once they have printed the usage."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except SystemExit as e:
+        asked = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+        if e.code == 1 and any(arg.removesuffix("=true") in HELP_FLAGS for arg in asked):
+            sys.exit(0)
+        raise
+
+
 def run() -> None:
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager", "fresh_start", "main",
-           "open_data", "resume", "run", "train"]
+__all__ = ["FLAGS", "HELP_FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager",
+           "fresh_start", "main", "open_data", "parse_flags", "resume", "run", "train"]

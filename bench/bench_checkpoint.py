@@ -1,12 +1,23 @@
-"""Checkpoint speed and memory, as ratios measured side by side in one run (issue 4, PERFORMANCE.md).
+"""Checkpoint speed and memory, as ratios measured side by side in one run (issue 4, issue 21).
 
-The tree: 8 bf16 [8192, 4096] and 8 f32 [4096, 4096] arrays (1 GiB; ``--scale`` shrinks the first
-axis of every array). Every case runs in its own process, page cache warm, and reports its time,
-its CPU time (all threads; less sensitive to other jobs than the wall time) and its peak
-resident memory beyond what the process held before the timed part. Each case is run
-``--repeat`` times; the best time is kept (absolute times on a shared machine are noise).
+The tree: 8 bf16 [8192, 4096] and 8 f32 [4096, 4096] arrays at ``--scale 1.0`` (1 GiB; the
+default ``--scale 0.25`` shrinks the first axis of every array, 256 MiB).
 
-    python bench/bench_checkpoint.py [--scale 1.0] [--repeat 3] [--dir /tmp/...]
+Saves run in this one process, on the same arrays, interleaved round after round with the limit
+they are held to: a plain write of the same buffers (one ``os.pwritev`` of all of them into a new
+file: no copy, no Python per element), and for a durable save the same write + ``fsync``. Before
+every timed run the output is removed and the dirty pages of the last are synced (``os.sync``),
+so no case pays for another's writeback; the written pages stay in the page cache (the case
+without ``fsync`` measures the write into it). The peak resident memory beyond the tree is read
+from the kernel's high-water mark, reset before each save.
+
+Restores run in a process of their own each (as a fresh process restores: its buffers are new
+pages), interleaved, the checkpoint's file read into the page cache before each (page cache warm).
+
+Every case prints its median time and the range of ``--rounds`` rounds, and every ratio the
+ratio of the medians and the range of the rounds' ratios.
+
+    python bench/bench_checkpoint.py [--scale 0.25] [--rounds 5] [--dir /tmp/...] [--part save|restore]
 
 safetensors and orbax-checkpoint (the ``bench`` extra) are compared when installed.
 """
@@ -28,6 +39,9 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from interleaved import interleaved_times, load_text, ratio_text, seconds_text  # noqa: E402
 
 from pskd_jax import checkpoint as ck  # noqa: E402
 from pskd_jax._os.digests import DIGESTS, file_digest  # noqa: E402
@@ -93,60 +107,83 @@ def peak_since_reset() -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Cases (each runs in its own process)
+# Saves: one process, the same buffers, interleaved with the plain write they are held to
+
+
+def plain_write(path: pathlib.Path, buffers: list[memoryview], durable: bool, preallocate: bool = False) -> None:
+    """The limit: a new file, every buffer written by one ``os.pwritev`` (repeated only for what a
+    call did not take: Linux writes at most 2 GiB - 4 KiB a call), then ``fsync`` if durable.
+    ``preallocate``: the file's blocks reserved first (``posix_fallocate``), as ``save`` does."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if preallocate:
+            os.posix_fallocate(fd, 0, sum(len(b) for b in buffers))
+        views, offset = list(buffers), 0
+        while views:
+            done = os.pwritev(fd, views[:1024], offset)
+            offset += done
+            while views and done >= len(views[0]):
+                done -= len(views[0])
+                views.pop(0)
+            if views and done:
+                views[0] = views[0][done:]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_part(directory: pathlib.Path, scale: float, rounds: int, peers: bool) -> tuple[dict, dict, int]:
+    tree = make_tree(scale)
+    buffers = [memoryview(np.ascontiguousarray(v).reshape(-1).view(np.uint8)) for v in tree.values()]
+    size = sum(len(b) for b in buffers)
+    out = directory / "out"
+    runs = {
+        "write": lambda: plain_write(out, buffers, False),
+        "save": lambda: ck.save(out, tree, SaveOptions(durable=False, layout_file=False)),
+        f"save_{ck.CHECKPOINT_DIGEST}": lambda: ck.save(out, tree, SaveOptions(
+            durable=False, layout_file=False, digest=ck.CHECKPOINT_DIGEST)),
+        "write_fallocate": lambda: plain_write(out, buffers, False, preallocate=True),
+        "write_fsync": lambda: plain_write(out, buffers, True),
+        "save_durable": lambda: ck.save(out, tree, SaveOptions(durable=True, layout_file=False)),
+    }
+    if peers and _importable("safetensors"):
+        import safetensors.numpy as stn
+
+        runs["safetensors_save"] = lambda: stn.save_file(tree, str(out))
+    peaks: dict[str, int] = {}
+
+    def before(name: str) -> None:
+        if out.is_dir():
+            shutil.rmtree(out)
+        elif out.exists():
+            out.unlink()
+        os.sync()  # no case pays for the writeback of the one before
+        peaks[name + ".base"] = rss_bytes()
+        reset_peak()
+
+    def measured(name: str, run):  # the peak beyond the tree of each run, the smallest kept
+        def call() -> None:
+            run()
+            extra = peak_since_reset() - peaks[name + ".base"]
+            peaks[name] = min(extra, peaks.get(name, extra))
+        return call
+
+    times = interleaved_times({name: measured(name, run) for name, run in runs.items()}, rounds, before=before)
+    before("")
+    return times, {k: v for k, v in peaks.items() if not k.endswith(".base")}, size
+
+
+# ------------------------------------------------------------------------------------------------
+# Restores (each in its own process)
 
 
 def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     pskd = directory / "tree.psk.d"
     st = directory / "tree.safetensors"
     orbax_dir = directory / "orbax"
-    size = os.path.getsize(pskd)
     data_offset = Reader(pskd, layout=ck.read_layout_file(layout_path_for(pskd)).layout).header.data_offset
     timed = {}
-
-    if name in ("save", "save_durable", "write", "write_fsync", "safetensors_save", "orbax_save"):
-        tree = ck.restore(pskd, as_numpy=True)
-        if name == "orbax_save":
-            import jax
-            import orbax.checkpoint as ocp
-
-            checkpointer = ocp.StandardCheckpointer()
-            target = directory / "orbax_out"
-            shutil.rmtree(target, ignore_errors=True)
-        if name == "safetensors_save":
-            import safetensors.numpy as stn
-        for stale in ("out.psk.d", "out.raw", "out.safetensors"):  # every case writes a new file
-            try:
-                os.unlink(directory / stale)
-            except FileNotFoundError:
-                pass
-        # No case pays for another's dirty pages: gigabytes left unwritten by the case before (the
-        # peers' saves do not sync) throttle the next writer, which once made a plain write 3.4 s.
-        os.sync()
-        time.sleep(0.2)
-        base = rss_bytes()
-        reset_peak()
-        cpu = cpu_seconds()
-        start = time.perf_counter()
-        if name in ("save", "save_durable"):
-            ck.save(directory / "out.psk.d", tree, SaveOptions(durable=name == "save_durable", layout_file=False))
-        elif name in ("write", "write_fsync"):
-            with open(directory / "out.raw", "wb") as f:
-                for value in tree.values():
-                    f.write(memoryview(value.reshape(-1).view(np.uint8)))
-                f.flush()
-                if name == "write_fsync":
-                    os.fsync(f.fileno())
-        elif name == "safetensors_save":
-            stn.save_file(tree, str(directory / "out.safetensors"))
-        else:
-            checkpointer.save(target, tree)
-            checkpointer.wait_until_finished()
-        timed["seconds"] = time.perf_counter() - start
-        timed["cpu"] = cpu_seconds() - cpu
-        timed["extra_rss"] = peak_since_reset() - base
-        return timed
-
     if name in ("restore_jax", "read_device_put", "orbax_restore"):
         import jax
 
@@ -163,18 +200,27 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     reset_peak()
     cpu = cpu_seconds()
     start = time.perf_counter()
-    if name == "read":
-        buffer = np.empty(size - data_offset, np.uint8)  # fresh, as numpy allocates (huge pages)
-        with open(pskd, "rb", buffering=0) as f:
-            f.seek(data_offset)
-            f.readinto(buffer)
+    if name == "read":  # the limit: the same bytes into fresh buffers of the leaves' sizes, one preadv each
+        fd = os.open(pskd, os.O_RDONLY)
+        try:
+            offset, result = data_offset, []
+            for _, shape, dtype in shapes(scale):
+                buffer = np.empty(shape, np.uint16 if dtype == "bfloat16" else np.float32)  # as restore allocates
+                result.append(buffer)  # (all kept, as a restore's leaves are)
+                view = memoryview(buffer.reshape(-1).view(np.uint8))
+                while view:
+                    got = os.preadv(fd, [view], offset)
+                    offset, view = offset + got, view[got:]
+        finally:
+            os.close(fd)
     elif name == "restore_numpy":
         result = ck.restore(pskd, as_numpy=True, layout=layout)
     elif name == "restore_numpy_1thread":
         restoring.PARALLEL_READ_BYTES = 1 << 62
         result = ck.restore(pskd, as_numpy=True, layout=layout)
     elif name == "restore_numpy_verified":  # with the checkpoint digest, as a manager restores
-        result = ck.restore(pskd, as_numpy=True, layout=layout, **{ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})
+        result = ck.restore(pskd, as_numpy=True, layout=layout,
+                            digests={ck.CHECKPOINT_DIGEST: digests[ck.CHECKPOINT_DIGEST]})
     elif name == "restore_numpy_verified_sha256":
         result = ck.restore(pskd, as_numpy=True, layout=layout, digests={"sha256": digests["sha256"]})
     elif name == "restore_jax":
@@ -204,10 +250,6 @@ def case(name: str, directory: pathlib.Path, scale: float) -> dict:
     return timed
 
 
-# ------------------------------------------------------------------------------------------------
-# The driver
-
-
 def prepare(directory: pathlib.Path, scale: float, have: dict) -> int:
     tree = make_tree(scale)
     result = ck.save(directory / "tree.psk.d", tree, SaveOptions(digest=ck.CHECKPOINT_DIGEST))
@@ -222,8 +264,8 @@ def prepare(directory: pathlib.Path, scale: float, have: dict) -> int:
 
 
 def inputs_of(name: str, directory: pathlib.Path) -> list[pathlib.Path]:
-    """The files a case reads: the checkpoint and its side files for every case (the save cases
-    restore the tree from it first), and the other library's copy for its own cases."""
+    """The files a case reads: the checkpoint and its side files for every case, and the other
+    library's copy for its own cases."""
     files = [directory / "tree.psk.d", directory / "tree.layout.json", directory / "tree.digests.json"]
     if name == "safetensors_load":
         files.append(directory / "tree.safetensors")
@@ -249,75 +291,98 @@ def run_case(name: str, directory: pathlib.Path, scale: float) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def restore_part(directory: pathlib.Path, scale: float, rounds: int, have: dict) -> tuple[dict, dict, dict]:
+    if have["orbax.checkpoint"]:
+        subprocess.run([sys.executable, "-c", _ORBAX_SETUP, str(directory)], check=True, timeout=900)
+    cases = ["read", "restore_numpy", "restore_numpy_verified", "restore_numpy_verified_sha256",
+             "read_device_put", "restore_jax"]
+    if have["safetensors"]:
+        cases += ["safetensors_load"]
+    if have["orbax.checkpoint"]:
+        cases += ["orbax_restore"]
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    peaks: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    for _ in range(rounds):
+        for name in cases:  # interleaved, so drift hits every case alike
+            got = run_case(name, directory, scale)
+            if "error" in got:
+                errors.setdefault(name, got["error"])
+                continue
+            times[name].append(got["seconds"])
+            peaks[name] = min(got["extra_rss"], peaks.get(name, got["extra_rss"]))
+    return {k: v for k, v in times.items() if v}, peaks, errors
+
+
+# ------------------------------------------------------------------------------------------------
+# The driver
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=0.25)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, help=argparse.SUPPRESS)  # the old name of --rounds
     parser.add_argument("--dir")
+    parser.add_argument("--part", choices=("save", "restore", "all"), default="all")
+    parser.add_argument("--no-peers", action="store_true", help="leave safetensors and orbax out")
     parser.add_argument("--case")
-    parser.add_argument("--cases", help="a comma list of the cases to run (default: all)")
     args = parser.parse_args()
     if args.case:
         print(json.dumps(case(args.case, pathlib.Path(args.dir), args.scale)))
         return
-    have = {m: _importable(m) for m in ("safetensors", "orbax.checkpoint")}
+    rounds = args.repeat or args.rounds
+    have = {m: not args.no_peers and _importable(m) for m in ("safetensors", "orbax.checkpoint")}
     directory = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="bench_checkpoint."))
     directory.mkdir(parents=True, exist_ok=True)
-    size = prepare(directory, args.scale, have)
-    if have["orbax.checkpoint"]:
-        subprocess.run([sys.executable, "-c", _ORBAX_SETUP, str(directory)], check=True, timeout=900)
-    cases = ["read", "restore_numpy", "restore_numpy_verified", "restore_numpy_verified_sha256",
-             "read_device_put", "restore_jax",
-             "write", "save", "write_fsync", "save_durable"]
-    if have["safetensors"]:
-        cases += ["safetensors_load", "safetensors_save"]
-    if have["orbax.checkpoint"]:
-        cases += ["orbax_restore", "orbax_save"]
-    if args.cases:
-        cases = args.cases.split(",")
-    best: dict[str, dict] = {}
-    for _ in range(args.repeat):
-        for name in cases:  # interleaved, so drift hits every case alike
-            got = run_case(name, directory, args.scale)
-            if "error" in got:
-                best.setdefault(name, got)
-                continue
-            if name not in best or "error" in best[name] or got["seconds"] < best[name]["seconds"]:
-                best[name] = {**got, "extra_rss": min(got["extra_rss"], best.get(name, {}).get("extra_rss", 1 << 62))}
-    print(f"checkpoint: {size / 2**30:.3f} GiB ({size} bytes), best of {args.repeat}, in {directory}")
-    for name in cases:
-        entry = best[name]
-        if "error" in entry:
-            print(f"  {name:30s} error: {entry['error']}")
-        else:
-            print(f"  {name:30s} {entry['seconds']:7.3f} s   cpu {entry['cpu']:6.3f} s   "
-                  f"peak RSS +{entry['extra_rss'] / 2**20:8.1f} MiB")
-    t = {k: v.get("seconds") for k, v in best.items()}
+    print(f"bench_checkpoint: scale {args.scale}, {rounds} rounds, in {directory}; {load_text()}", flush=True)
+    times: dict[str, list[float]] = {}
+    peaks: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    if args.part in ("save", "all"):
+        got, got_peaks, size = save_part(directory, args.scale, rounds, have["safetensors"])
+        times.update(got)
+        peaks.update(got_peaks)
+    if args.part in ("restore", "all"):
+        size = prepare(directory, args.scale, have)
+        got, got_peaks, errors = restore_part(directory, args.scale, rounds, have)
+        times.update(got)
+        peaks.update(got_peaks)
+    print(f"tree: {size / 2**30:.3f} GiB ({size} bytes); saves in one process, page cache holding what "
+          "they write, synced between runs; restores a process each, page cache warm")
+    for name, values in times.items():
+        print(f"  {name:30s} {seconds_text(values)}   peak RSS +{peaks.get(name, 0) / 2**20:8.1f} MiB")
+    for name, error in errors.items():
+        print(f"  {name:30s} error: {error}")
 
     def ratio(label: str, a: str, b: str, bound: str) -> None:
-        if t.get(a) and t.get(b):
-            print(f"  {label:58s} {t[a] / t[b]:6.2f}   (held to {bound})")
+        if times.get(a) and times.get(b):
+            print(f"  {label:58s} {ratio_text(times[a], times[b])}   (held to {bound})")
 
-    print("ratios:")
+    print("ratios (median, range of the rounds' ratios):")
+    ratio("save / plain write", "save", "write", "≤ 1.0")
+    ratio(f"save with {ck.CHECKPOINT_DIGEST} (as a manager saves) / plain write",
+          f"save_{ck.CHECKPOINT_DIGEST}", "write", "≤ 1.0")
+    ratio("save / (fallocate + plain write)", "save", "write_fallocate", "— (what save does)")
+    ratio("durable save / write + fsync", "save_durable", "write_fsync", "≤ 1.0")
+    ratio("safetensors save_file / save", "safetensors_save", "save", "≥ 1")
     ratio("restore to numpy / raw readinto", "restore_numpy", "read", "≤ 1.2")
     ratio("safetensors load_file / restore to numpy", "safetensors_load", "restore_numpy", "≥ 2")
     ratio("orbax restore / restore to numpy", "orbax_restore", "restore_numpy", "≥ 3")
     ratio("restore to JAX / (raw read + device_put)", "restore_jax", "read_device_put", "≤ 1.3")
     ratio(f"verified restore ({ck.CHECKPOINT_DIGEST}) / restore", "restore_numpy_verified", "restore_numpy", "≤ 2")
     ratio("verified restore (sha256) / restore", "restore_numpy_verified_sha256", "restore_numpy", "—")
-    ratio("save / plain write", "save", "write", "≤ 1.1")
-    ratio("durable save / write + fsync", "save_durable", "write_fsync", "≤ 1.1")
-    ratio("safetensors save_file / save", "safetensors_save", "save", "≥ 1")
-    ratio("orbax save / save", "orbax_save", "save", "—")
-    if "restore_numpy" in best and "extra_rss" in best["restore_numpy"]:
+    if "restore_numpy" in peaks:
         print(f"  {'peak RSS of restore to numpy / checkpoint size':58s} "
-              f"{best['restore_numpy']['extra_rss'] / size:6.2f}   (held to ≤ 1.05)")
-    if "save" in best and "extra_rss" in best["save"]:
-        print(f"  {'peak RSS of save beyond the tree':58s} {best['save']['extra_rss'] / 2**20:6.1f} MiB "
-              "(held to ≤ 64 MiB)")
-    if "safetensors_load" in best and "extra_rss" in best["safetensors_load"]:
+              f"{peaks['restore_numpy'] / size:6.2f}   (held to ≤ 1.05)")
+    for name in ("save", "save_durable", f"save_{ck.CHECKPOINT_DIGEST}"):
+        if name in peaks:
+            print(f"  {'peak RSS of ' + name + ' beyond the tree':58s} {peaks[name] / 2**20:6.1f} MiB "
+                  "(held to ≤ 64 MiB)")
+    if "safetensors_load" in peaks:
         print(f"  {'peak RSS of safetensors load_file / checkpoint size':58s} "
-              f"{best['safetensors_load']['extra_rss'] / size:6.2f}")
+              f"{peaks['safetensors_load'] / size:6.2f}")
+    print(f"({load_text()})")
     if not args.dir:
         shutil.rmtree(directory, ignore_errors=True)
 

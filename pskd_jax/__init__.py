@@ -12,7 +12,6 @@ imports :mod:`pskd_jax.loader` (and JAX) the first time it is asked for.
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
@@ -22,24 +21,30 @@ from pskd_jax.errors import PskdError
 from pskd_jax.format import Reader, Writer, write, write_encoded
 from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
-# The one source of the version is pyproject.toml; the installed metadata carries it here.
-__version__ = importlib.metadata.version("pskd_jax")
-
 if TYPE_CHECKING:
     from pskd_jax.loader import Loader
+
+    __version__: str
 else:  # hidden from type checkers, which then still catch a misspelt name of this module
 
     def __getattr__(name: str) -> Any:
-        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for."""
+        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for;
+        ``__version__``: read from the installed metadata (the one source of the version is
+        pyproject.toml) when first asked for, as reading it costs tens of milliseconds."""
         if name == "Loader":
             from pskd_jax.loader import Loader
 
             return Loader
+        if name == "__version__":
+            import importlib.metadata
+
+            version = globals()["__version__"] = importlib.metadata.version("pskd_jax")
+            return version
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "Loader"})
+    return sorted({*globals(), "Loader", "__version__"})
 
 
 __all__ = [

@@ -156,6 +156,69 @@ def test_importing_a_layer_below_the_loader_loads_no_jax_and_no_app(module):
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.subprocess
+@pytest.mark.parametrize("module", ["pskd_jax", "pskd_jax.apps.pskd"])
+def test_importing_the_package_or_its_command_loads_nothing_heavy(module):
+    """Start-up of a command stays small: ml_dtypes (most of a second), tqdm and the package
+    metadata are imported where first needed, not with the package."""
+    code = f"""
+        import sys
+        import {module}
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("ml_dtypes", "tqdm", "jax", "tokenizers")
+                     or m == "importlib.metadata"))
+    """
+    result = run_python(code, env=dict(ENV, PYTHONDONTWRITEBYTECODE="1"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.subprocess
+def test_dtype_tables_answer_alike_before_and_after_ml_dtypes_is_imported():
+    """The tables that name ml_dtypes' types are made when first needed: every answer given
+    before ml_dtypes is imported is the one given after, and a checkpoint without its types
+    saves and restores without importing it."""
+    code = """
+        import os, sys, tempfile
+        import numpy as np
+        import pskd_jax
+        from pskd_jax.format import encodings as en, stored_dtypes as sd
+        from pskd_jax.checkpoint import safetensors as st
+
+        dtypes = [np.dtype(n) for n in ("<f8", ">f8", "<f4", "<f2", "int8", "uint16", "int64", "bool",
+                                        "complex64", "complex128", "U3", "O")]
+        names = ["float64", "float32", "float16", "int32", "uint8", "bool", "complex64", "nope", "float8_x"]
+
+        def answers():
+            return (
+                [(sd.dtype_name(d), sd.form_of_dtype(d), en.is_real_dtype(d) if d.kind != "U" and d.kind != "O"
+                  else None, en.encoding_of_dtype(d), sd.is_narrow_integer(d), en.is_bfloat16(d)) for d in dtypes],
+                [sd.dtype_named(n) for n in names],
+                [en.REAL_DTYPES[e] for e in (en.Encoding.F64, en.Encoding.F32)],
+                [st.SAFETENSORS_DTYPES.get(k) for k in ("F32", "I64", "nope")],
+                "float32" in sd._FLOATS, "int4x" in sd._NARROW,
+            )
+
+        before = answers()
+        path = os.path.join(tempfile.mkdtemp(), "c.psk.d")
+        tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.int64(-3), "b": np.array([True])}
+        pskd_jax.save(path, tree)
+        back = pskd_jax.restore(path, as_numpy=True)
+        assert all(np.array_equal(back[k], tree[k]) for k in tree)
+        assert "ml_dtypes" not in sys.modules, "imported by the answers or the save"
+        import ml_dtypes
+
+        assert answers() == before
+        assert en.is_bfloat16("bfloat16") and en.is_bfloat16(np.dtype(ml_dtypes.bfloat16))
+        assert sd.dtype_named("bfloat16") == en.bfloat16 == en.REAL_DTYPES[en.Encoding.BF16]
+        assert sd.dtype_named("float8_e4m3fn") == np.dtype(ml_dtypes.float8_e4m3fn)
+        assert sd.dtype_name(np.dtype(ml_dtypes.int4)) == "int4" and sd.is_narrow_integer(np.dtype(ml_dtypes.int4))
+        print("ok")
+    """
+    result = run_python(code, env=dict(ENV, PYTHONDONTWRITEBYTECODE="1"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
 def docstrings(tree: ast.Module) -> set[int]:
     """The ids of the constant nodes that are docstrings (of the module, a class or a function)."""
     found = set()

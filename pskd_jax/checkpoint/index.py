@@ -6,10 +6,13 @@ The format, and what every entry is checked for, are in ``docs/checkpoints.md``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from pskd_jax._os import names
 from pskd_jax._os.checks import abridged, is_integer, mode_words
@@ -25,7 +28,9 @@ READ_VERSIONS = (1, 2, 3)
 MAX_STEP = 2**63 - 1  # the largest step: an int64, as a training loop counts
 
 # The keys an entry of this version has: any other is kept as it was found (``more``).
-_KNOWN = ("step", "file", "layout", "type", "bytes", "digest", "extra", "score", "adopted")
+_KNOWN = ("step", "file", "layout", "type", "bytes", "digest", "extra", "score", "adopted", "started", "committed")
+
+MAX_EXTRA_DEPTH = 200  # lists and objects nested deeper in ``extra`` are refused (E9014)
 
 
 def is_step(value: Any) -> bool:
@@ -50,11 +55,80 @@ def _is_digest_map(digest: Any) -> bool:
         and all(isinstance(k, str) and isinstance(v, str) for k, v in digest.items())
 
 
+def utc_time() -> str:
+    """Now, as an entry records its times: UTC in ISO 8601 to the microsecond, ``Z`` for UTC
+    (``2026-12-02T03:04:05.678901Z``)."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def is_utc_time(value: Any) -> bool:
+    """Whether ``value`` is a time an entry can record: ISO 8601 text with its UTC offset."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return datetime.datetime.fromisoformat(value).utcoffset() is not None
+    except ValueError:
+        return False
+
+
+def extra_json(extra: Any) -> Any:
+    """``extra`` as the index keeps it, every value exactly as given, or E9014 naming the key path
+    inside ``extra`` of the first value JSON cannot keep.
+
+    Kept: None, booleans, ``str``, Python ints of any size, finite floats, lists and tuples (as
+    lists), and dicts whose keys are all ``str``. NumPy scalars become the Python value equal to
+    them (``np.float32(0.1)`` the float that is exactly its value, ``np.int64`` an int, ``np.bool_``
+    a boolean); a ``longdouble`` only when a float holds it exactly. Refused: a key that is not a
+    ``str`` (JSON would turn ``{1: 2}`` into ``{"1": 2}``), NaN and the infinities (not JSON),
+    any other type, a container inside itself, and nesting deeper than :data:`MAX_EXTRA_DEPTH`."""
+    return _extra_value(extra, "extra", set())
+
+
+def _extra_value(value: Any, where: str, open_: set[int]) -> Any:
+    def refuse(why: str) -> CheckpointDirectoryError:
+        return CheckpointDirectoryError(f"{where}: {why}: not JSON, which the index keeps extra as")
+
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        exact = float(value)
+        if not math.isfinite(exact):
+            raise refuse(f"{abridged(value)} is not a finite number" if not math.isfinite(value)
+                         else f"{abridged(value)} ({type(value).__name__}) is beyond a float's range")
+        if isinstance(value, np.floating) and np.dtype(type(value)).itemsize > 8 and type(value)(exact) != value:
+            raise refuse(f"{abridged(value)} ({type(value).__name__}) is not exactly a float")
+        return exact
+    if not isinstance(value, (dict, list, tuple)):
+        raise refuse(f"{abridged(value)} is of type {type(value).__name__}")
+    if id(value) in open_:
+        raise refuse("a container inside itself")
+    if len(open_) >= MAX_EXTRA_DEPTH:
+        raise refuse(f"nested deeper than {MAX_EXTRA_DEPTH} lists and objects")
+    open_.add(id(value))
+    try:
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str):
+                    raise refuse(f"the key {abridged(key)} ({type(key).__name__}) is not a str (JSON would "
+                                 f"turn it into the text {str(key)!r})")
+            return {key: _extra_value(item, f"{where}[{key!r}]", open_) for key, item in value.items()}
+        return [_extra_value(item, f"{where}[{i}]", open_) for i, item in enumerate(value)]
+    finally:
+        open_.discard(id(value))
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointEntry:
     """One complete checkpoint of the index: its step, the digests of its whole file by algorithm,
     its type and size, whether it has a layout file, the extra JSON saved with it, the score
-    ``best_fn`` gave it, and whether it was adopted (rebuilt from a file found without an index).
+    ``best_fn`` gave it, whether it was adopted (rebuilt from a file found without an index), and
+    when it was written: ``started`` when the save began writing, ``committed`` when its file was
+    complete and the entry listed (UTC, ISO 8601, :func:`utc_time`; None in entries written
+    before they were recorded, and in adopted ones).
 
     An entry names only its own step's files (:attr:`file`, :attr:`layout`): never the index,
     the lock, or a file of another step or program.
@@ -75,6 +149,8 @@ class CheckpointEntry:
     extra: Any = None
     score: float | None = None
     adopted: bool = False
+    started: str | None = None
+    committed: str | None = None
     more: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of a later writer, kept
 
     @property
@@ -116,6 +192,10 @@ class CheckpointEntry:
             entry["score"] = self.score
         if self.adopted:
             entry["adopted"] = True
+        if self.started is not None:
+            entry["started"] = self.started
+        if self.committed is not None:
+            entry["committed"] = self.committed
         entry.update(self.more)
         return entry
 
@@ -153,9 +233,13 @@ class CheckpointEntry:
             raise bad(f"its score {json_kind(entry['score'])} is not a finite number")
         if "adopted" in entry and not isinstance(entry["adopted"], bool):
             raise bad(f"adopted is {json_kind(entry['adopted'])}, not true or false")
+        for name in ("started", "committed"):
+            if entry.get(name) is not None and not is_utc_time(entry[name]):
+                raise bad(f"its {name} {json_kind(entry[name])} is not a UTC time in ISO 8601")
         return cls(step, dict(entry["digest"]), type_text=entry.get("type"), bytes=entry.get("bytes"),
                    layout=entry.get("layout") is not None, extra=entry.get("extra"), score=entry.get("score"),
-                   adopted=entry.get("adopted", False),
+                   adopted=entry.get("adopted", False), started=entry.get("started"),
+                   committed=entry.get("committed"),
                    more={key: value for key, value in entry.items() if key not in _KNOWN})
 
 
@@ -243,6 +327,6 @@ def read_index(directory: str | CheckpointDirectory) -> list[CheckpointEntry]:
     return list(load_index(CheckpointDirectory.of(directory)).entries)
 
 
-__all__ = ["INDEX", "INDEX_FORMAT", "INDEX_VERSION", "MAX_STEP", "READ_VERSIONS", "CheckpointEntry", "Index",
-           "check_step", "is_score", "is_step", "listed_names", "load_index", "parse_index", "read_index",
-           "write_index"]
+__all__ = ["INDEX", "INDEX_FORMAT", "INDEX_VERSION", "MAX_EXTRA_DEPTH", "MAX_STEP", "READ_VERSIONS", "CheckpointEntry",
+           "Index", "check_step", "extra_json", "is_score", "is_step", "is_utc_time", "listed_names", "load_index",
+           "parse_index", "read_index", "utc_time", "write_index"]

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import os
 import threading
 from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.checks import abridged, checked_integer
+from pskd_jax._os.checks import checked_integer
 from pskd_jax.checkpoint.commit import claim_step, commit_step
 from pskd_jax.checkpoint.directory import CheckpointDirectory
-from pskd_jax.checkpoint.index import CheckpointEntry, check_step, load_index
+from pskd_jax.checkpoint.index import CheckpointEntry, check_step, extra_json, load_index, utc_time
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST
 from pskd_jax.checkpoint.options import SaveOptions
 from pskd_jax.checkpoint.options import save_options as checked_options
@@ -258,7 +257,7 @@ class CheckpointManager:
         step = check_step(step)
         if self.save_interval_steps is not None and not force and not self.should_save(step):
             return None
-        extra = _json_value(extra)
+        extra = extra_json(extra)
         score = self.retention.score(step, metrics if metrics is not None else extra)
         return _Prepared(step, extra, score, self._options_for(options))
 
@@ -292,12 +291,14 @@ class CheckpointManager:
         step = prepared.step
         with self._saving:
             self._check_writable()
+            started = utc_time()
             with self._lock:
                 claim_step(self._place, step, durable=self.durable)
             # (``save`` through this module's name: tests stand in for it to cut a save short)
             result = save(self._place.join(names.step_file(step)), tree, options=prepared.options)
             entry = CheckpointEntry(step, dict(result.digests), type_text=result.type_text, bytes=result.bytes,
-                                    layout=result.layout_path is not None, extra=prepared.extra, score=prepared.score)
+                                    layout=result.layout_path is not None, extra=prepared.extra, score=prepared.score,
+                                    started=started, committed=utc_time())
             with self._lock:
                 commit_step(self._place, entry, self.retention, durable=self.durable)
         return result
@@ -339,14 +340,6 @@ class CheckpointManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _json_value(extra: Any) -> Any:
-    """``extra`` as the index will hold it (a copy through JSON); E9014 when it is not JSON."""
-    try:
-        return json.loads(json.dumps(extra, allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise CheckpointDirectoryError(f"extra={abridged(extra)} is not JSON: {e}") from None
 
 
 __all__ = ["CheckpointManager", "ManagerState"]

@@ -38,12 +38,12 @@ neither the checkpoint nor its layout file.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
@@ -54,23 +54,37 @@ from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
 from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, UsageError
 from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.encodings import bfloat16
+from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_path
 from pskd_jax.format.tree import build_described, check_description, described_paths
 
-# safetensors' dtype names → numpy dtypes (little-endian, as the format stores them)
-SAFETENSORS_DTYPES = {
+# safetensors' dtype names → numpy dtypes (little-endian, as the format stores them); those of
+# ml_dtypes are made when first needed.
+_ML_DTYPES_LABELS = (("F8_E4M3", "float8_e4m3fn"), ("F8_E4M3FNUZ", "float8_e4m3fnuz"), ("F8_E5M2", "float8_e5m2"),
+                     ("F8_E5M2FNUZ", "float8_e5m2fnuz"), ("F8_E8M0", "float8_e8m0fnu"))
+
+
+def _ml_dtypes_labels() -> dict[str, np.dtype]:
+    import ml_dtypes
+
+    return {"BF16": bfloat16_dtype(), **{label: np.dtype(getattr(ml_dtypes, name)) for label, name in _ML_DTYPES_LABELS
+                                         if hasattr(ml_dtypes, name)}}
+
+
+SAFETENSORS_DTYPES: LazyDtypes[str] = LazyDtypes({
     "BOOL": np.dtype(bool), "U8": np.dtype("<u1"), "I8": np.dtype("<i1"), "U16": np.dtype("<u2"),
     "I16": np.dtype("<i2"), "U32": np.dtype("<u4"), "I32": np.dtype("<i4"), "U64": np.dtype("<u8"),
-    "I64": np.dtype("<i8"), "F16": np.dtype("<f2"), "BF16": bfloat16, "F32": np.dtype("<f4"),
+    "I64": np.dtype("<i8"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"),
     "F64": np.dtype("<f8"), "C64": np.dtype("<c8"),
-    **{label: np.dtype(getattr(ml_dtypes, name)) for label, name in (
-        ("F8_E4M3", "float8_e4m3fn"), ("F8_E4M3FNUZ", "float8_e4m3fnuz"), ("F8_E5M2", "float8_e5m2"),
-        ("F8_E5M2FNUZ", "float8_e5m2fnuz"), ("F8_E8M0", "float8_e8m0fnu")) if hasattr(ml_dtypes, name)},
-}
+}, _ml_dtypes_labels, ("BF16", *(label for label, _ in _ML_DTYPES_LABELS)))
 
-_WRITTEN = set(SAFETENSORS_DTYPES.values())  # dtypes a tensor is written as itself
+
+@functools.cache
+def _written() -> frozenset[np.dtype]:
+    """The dtypes a tensor is written as itself."""
+    return frozenset(SAFETENSORS_DTYPES.values())
+
 
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
@@ -238,7 +252,7 @@ def _tensor_of(value: Any, where: str) -> np.ndarray:
     if isinstance(value, float):
         return np.asarray(value, dtype=np.float64)
     array = np.asarray(value)
-    if array.dtype in _WRITTEN:
+    if array.dtype in _written():
         return sd.contiguous(array)
     form = sd.form_of_dtype(array.dtype)
     if form is not None and form.kind in (sd.KIND_BITS, sd.KIND_COMPLEX):

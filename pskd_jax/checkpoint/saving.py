@@ -74,14 +74,19 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
         with destination_lock(path), atomic_output(path, durable=options.durable) as f:
             own_beside = check_layout_beside(path, writes=layout_path is not None)  # (before any write)
             header = plan_.header
+            _preallocate(f.fileno(), plan_.size)
             f.write(header)
             if hasher:
                 hasher.feed(header)
+            offset = len(header)
             for i in range(len(plan_.arrays)):
                 for data in _leaf_bytes(path, i, plan_, options, reports):
                     f.write(data)
                     if hasher:
                         hasher.feed(data)
+                    if options.durable:
+                        _start_writeback(f.fileno(), offset, len(data))
+                    offset += len(data)
             found = {algorithm: hasher.hexdigest()} if hasher and algorithm else {}
             if layout_path:
                 write_layout(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"),
@@ -104,6 +109,80 @@ def _leaf_bytes(path: str, i: int, plan_: SavePlan, options: SaveOptions,
     except (TypeError, ValueError, OverflowError) as e:
         raise MismatchError(f"{path}: {leaf_name(plan_.paths[i])}: cannot be stored: {type(e).__name__}: "
                             f"{str(e)[:200]}") from None
+
+
+_PREALLOCATE_BYTES = 1 << 20  # files smaller than this are written without preallocation
+_SYSTEM_CALLS: list[Any] = []  # libc's fallocate, sync_file_range, fstatfs once looked up (None: absent)
+# File systems whose preallocation costs more than it saves: in memory, fallocate zeroes every page
+# the writes then overwrite (+18% on a save of 128 MiB to /dev/shm here).
+_MEMORY_FILE_SYSTEMS = (0x01021994, 0x858458F6)  # tmpfs, ramfs (statfs's f_type)
+
+
+def _system_calls() -> list[Any]:
+    """[fallocate, sync_file_range, fstatfs] from libc (Linux), each None where there is none;
+    looked up once, and only by a save that has use for them."""
+    if not _SYSTEM_CALLS:
+        found: list[Any] = [None, None, None]
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            # fallocate64 takes 64-bit offsets everywhere; plain fallocate only where off_t is 64-bit
+            fallocate = getattr(libc, "fallocate64", None)
+            if fallocate is None and ctypes.sizeof(ctypes.c_long) == 8:
+                fallocate = getattr(libc, "fallocate", None)
+            sync_file_range = getattr(libc, "sync_file_range", None)  # (its offsets are 64-bit)
+            for k, (function, last) in enumerate(((fallocate, ctypes.c_int), (sync_file_range, ctypes.c_uint))):
+                if function is not None:
+                    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, last)
+                    function.restype = ctypes.c_int
+                    found[k] = function
+            fstatfs = getattr(libc, "fstatfs", None)
+            if fstatfs is not None:
+                fstatfs.argtypes = (ctypes.c_int, ctypes.c_void_p)
+                fstatfs.restype = ctypes.c_int
+                found[2] = fstatfs
+        except (OSError, ImportError):
+            pass
+        _SYSTEM_CALLS[:] = found
+    return _SYSTEM_CALLS
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Reserves the file's ``size`` bytes before they are written (Linux ``fallocate``): the
+    writes then find their blocks allocated, which made a save of 256 MiB ~8% faster here (on
+    ext4; not done in memory, see :data:`_MEMORY_FILE_SYSTEMS`). Only
+    the system call itself: where a file system has none (EOPNOTSUPP) nothing is done (glibc's
+    ``posix_fallocate`` would write zeros instead), and any other failure is left to the writes
+    to report."""
+    if size >= _PREALLOCATE_BYTES and (fallocate := _system_calls()[0]) is not None and not _in_memory(fd):
+        fallocate(fd, 0, 0, size)
+
+
+def _in_memory(fd: int) -> bool:
+    """Whether the file is on a file system held in memory (tmpfs, ramfs), by ``fstatfs``; False
+    when that cannot be told."""
+    fstatfs = _system_calls()[2]
+    if fstatfs is None:
+        return False
+    import ctypes
+
+    buffer = ctypes.create_string_buffer(512)  # struct statfs (120 bytes on x86-64), its f_type first
+    if fstatfs(fd, buffer) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buffer).value in _MEMORY_FILE_SYSTEMS
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # start the writeback of the range's dirty pages, without waiting
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Starts writing a durable save's bytes to the disk as soon as they are written (Linux
+    ``sync_file_range``), so that the disk works while the rest is copied and the closing
+    ``fsync`` finds little left: a durable save of 256 MiB took ~0.6x the time of a write and
+    one ``fsync`` here. The ``fsync`` still makes the file durable; this only starts early."""
+    if length >= _PREALLOCATE_BYTES and (sync_file_range := _system_calls()[1]) is not None:
+        sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def _remove_stale_layout(beside: str) -> None:

@@ -9,7 +9,6 @@ import dataclasses
 import functools
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from pskd_jax._os.checks import first_true
@@ -112,6 +111,8 @@ def _dtype_info(dtype: np.dtype):
     try:
         return np.iinfo(dtype)
     except ValueError:
+        import ml_dtypes  # (a narrow integer type of its: it is imported already)
+
         return ml_dtypes.iinfo(dtype)
 
 

@@ -209,7 +209,7 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
         or f"tokenizer.json {t.path} ({t.size} ids, sha256 {t.sha256})"
     lines = [
         f"corpus     {m.path}",
-        f"tokenizer  {what}; vocabulary {t.vocab_size} with boundary {t.boundary}; type {t.sample_type}",
+        f"tokenizer  {what}; a vocabulary of {t.vocab_size} tokens with boundary {t.boundary}; type {t.sample_type}",
         f"shards     {len(m.shards)}",
         f"tokens     {tokens}",
         f"documents  {documents}",

@@ -296,11 +296,11 @@ class Tokenizer:
     def describe(self) -> str:
         """The tokenizer in words, for messages: its kind, vocabulary and (hf) digest."""
         if self.kind == "bytes":
-            return f"bytes, vocabulary {self.vocab_size}"
+            return f"bytes, a vocabulary of {self.vocab_size} tokens"
         if self.kind == "chars":
             shown = "".join(self._characters[:20])
             more = "…" if self.size > 20 else ""
-            return f"chars, {self.size} characters {shown!r}{more}, vocabulary {self.vocab_size}"
+            return f"chars, {self.size} characters {shown!r}{more}, a vocabulary of {self.vocab_size} tokens"
         end = f"boundary {self.boundary_token!r} ({self.boundary})" if self.boundary_token is not None \
             else f"boundary {self.boundary} past its ids"
         return f"tokenizer.json {self.path} of sha256 {self.sha256}, {self.size} ids, {end}"

@@ -33,6 +33,7 @@ from pskd_jax.corpus.maintain import (
     shard_header,
 )
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_manifest
+from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
@@ -100,16 +101,21 @@ class CorpusWindows(RandomAccessSource):
     ``[w]`` (negative from the end), iteration and ``gather(indices)``; gathered tokens are checked
     against the vocabulary size (E9004). ``verify=True`` reads every shard once (``workers``
     threads) to check it against the manifest; ``tokenizer`` refuses a corpus built with another
-    (E9016); ``access="pread"`` keeps the shards' pages out of the resident set. The details (a
-    shard cut short, reading while a build runs): ``docs/corpus.md``.
+    (E9016); ``access="pread"`` keeps the shards' pages out of the resident set. ``segments=True``
+    gives ``(inputs, targets, segment_ids, positions)`` per window instead (packed documents:
+    :mod:`pskd_jax.corpus.segments`). The details (a shard cut short, reading while a build
+    runs): ``docs/corpus.md``.
     """
 
     _what = "window"
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
                  verify: bool = False, workers: int | None = None, access: str = "mmap",
-                 tokenizer: Tokenizer | str | os.PathLike | None = None):
+                 tokenizer: Tokenizer | str | os.PathLike | None = None, segments: bool = False):
         self.path = os.fspath(manifest_path)
+        if not isinstance(segments, bool):
+            raise UsageError(f"{self.path}: segments is True or False, got {segments!r}")
+        self.segments = segments
         self.access = checked_access(access, self.path)
         stride = seq if stride is None else stride
         self.seq = checked_integer(seq, "seq", low=1)
@@ -157,9 +163,9 @@ class CorpusWindows(RandomAccessSource):
             if previous is None:
                 check_tokenizer(manifest, self._expected_tokenizer)
             if previous is not None and manifest.tokenizer != previous.manifest.tokenizer:
-                raise CorpusDirectoryError(f"{self.path}: the corpus now has another tokenizer (vocabulary "
-                                           f"{manifest.vocab_size}, was {previous.manifest.vocab_size}); windows "
-                                           "cannot take it up: open the corpus anew")
+                raise CorpusDirectoryError(f"{self.path}: the corpus now has another tokenizer (a vocabulary "
+                                           f"of {manifest.vocab_size} tokens, was {previous.manifest.vocab_size}); "
+                                           "windows cannot take it up: open the corpus anew")
             try:
                 state = self._open(raw, manifest, previous, verify)
             except ShardMismatchError:
@@ -321,11 +327,11 @@ class CorpusWindows(RandomAccessSource):
         self._require_open()
 
     def _sample_bytes(self) -> int:
-        return 2 * self.seq * self.dtype.itemsize
+        extra = 2 * self.seq * segment_dtype(self.seq).itemsize if self.segments else 0
+        return 2 * self.seq * self.dtype.itemsize + extra
 
-    def _assemble(self, leaves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        inputs, targets = leaves
-        return inputs, targets
+    def _assemble(self, leaves: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        return tuple(leaves)  # (inputs, targets), or with segments=True (…, segment_ids, positions)
 
     def _require_open(self) -> None:
         if self._closed:
@@ -402,7 +408,13 @@ class CorpusWindows(RandomAccessSource):
 
     def _rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
         """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``
-        and contiguous."""
+        and contiguous; with ``segments``, the inputs' segment ids and positions after them."""
+        leaves = self._window_rows(state, positions)
+        if self.segments:
+            leaves.extend(segment_ids_and_positions(leaves[0], self.boundary))
+        return leaves
+
+    def _window_rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
         n, seq, dtype = len(positions), self.seq, self.dtype
         starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
         shard = state.bounds.searchsorted(starts, side="right")
@@ -438,11 +450,12 @@ class CorpusWindows(RandomAccessSource):
     def _identity(self) -> str:
         """The window shape and count, and an xxh3 of the manifest, which records every shard's sha256."""
         digest = DIGESTS["xxh3_128"](self.manifest.to_bytes()).hexdigest()
-        return f"seq={self.seq}, stride={self.stride}, windows={len(self)}, type={self.type_text!r}, " \
+        segments = ", segments=True" if self.segments else ""
+        return f"seq={self.seq}, stride={self.stride}{segments}, windows={len(self)}, type={self.type_text!r}, " \
                f"manifest_xxh3={digest}"
 
     def _reopen(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (self.path,), {"seq": self.seq, "stride": self.stride, "access": self.access}
+        return (self.path,), {"seq": self.seq, "stride": self.stride, "access": self.access, "segments": self.segments}
 
     def _witness(self) -> bytes:
         return self.manifest.to_bytes()

@@ -16,7 +16,7 @@ import numpy as np
 from pskd_jax._os.atomic import text_output
 from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.encodings import REAL_DTYPES, Encoding
+from pskd_jax.format.encodings import is_bfloat16
 from pskd_jax.format.keypaths import check_json_keys
 from pskd_jax.format.layout_file import LayoutFile, check_belongs
 from pskd_jax.format.reader import Reader
@@ -30,7 +30,8 @@ MAX_EMPTY_SAMPLES = 1 << 24
 
 #: The quiet NaN of each encoding, sign bit clear: written "NaN"; any other NaN (and every NaN
 #: of another dtype: float16, float8…) shows its bits.
-_QUIET_NAN = {np.dtype("<f8"): 0x7FF8000000000000, np.dtype("<f4"): 0x7FC00000, REAL_DTYPES[Encoding.BF16]: 0x7FC0}
+_QUIET_NAN = {np.dtype("<f8"): 0x7FF8000000000000, np.dtype("<f4"): 0x7FC00000}
+_BF16_QUIET_NAN = 0x7FC0  # (bf16 apart: its dtype is made when ml_dtypes is first needed)
 _UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}
 
 
@@ -52,7 +53,8 @@ def non_finite_text(value: Any) -> str:
         return "-Infinity"
     size = scalar.dtype.itemsize
     bits = int(scalar.reshape(1).view(_UNSIGNED[size])[0])
-    return "NaN" if bits == _QUIET_NAN.get(scalar.dtype) else f"NaN:0x{bits:0{2 * size}x}"
+    quiet = _BF16_QUIET_NAN if is_bfloat16(scalar.dtype) else _QUIET_NAN.get(scalar.dtype)
+    return "NaN" if bits == quiet else f"NaN:0x{bits:0{2 * size}x}"
 
 
 def _reals(value: np.ndarray) -> Any:
@@ -79,10 +81,10 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if sd.is_narrow_integer(value.dtype):  # (int4 and its kin: numpy sees opaque bytes)
             return value.astype(np.int64).tolist()
-        if value.dtype.kind in "fV" or value.dtype == REAL_DTYPES[Encoding.BF16]:
+        if value.dtype.kind in "fV" or is_bfloat16(value.dtype):
             return _reals(value)
         return value.tolist()
-    if isinstance(value, np.floating) or (isinstance(value, np.generic) and value.dtype == REAL_DTYPES[Encoding.BF16]):
+    if isinstance(value, np.floating) or (isinstance(value, np.generic) and is_bfloat16(value.dtype)):
         return _reals(np.asarray(value))
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return non_finite_text(np.float64(value))

@@ -11,14 +11,90 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from typing import Any, Protocol
+import sys
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar
 
-import ml_dtypes
 import numpy as np
 
 from pskd_jax.errors import BadValueError, MismatchError
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
+# ml_dtypes (bfloat16, float8, int4 …) takes most of a second to import: it is imported where one
+# of its dtypes is first needed, not with this module. Until someone imports it no value of its
+# dtypes can exist, so a test for one of them answers False at no cost meanwhile.
+_BFLOAT16: list[np.dtype] = []
+
+
+def bfloat16_dtype() -> np.dtype:
+    """ml_dtypes' bfloat16 as a numpy dtype (importing ml_dtypes the first time)."""
+    if not _BFLOAT16:
+        import ml_dtypes
+
+        _BFLOAT16.append(np.dtype(ml_dtypes.bfloat16))
+    return _BFLOAT16[0]
+
+
+def ml_dtypes_imported() -> bool:
+    """Whether ml_dtypes is imported (by this toolkit, JAX or the caller): before it is, no array,
+    scalar or dtype of its types exists."""
+    return "ml_dtypes" in sys.modules
+
+
+def is_bfloat16(dtype: Any) -> bool:
+    """``dtype == bfloat16``, without importing ml_dtypes when it is not imported yet (only the
+    name ``"bfloat16"`` could equal it then)."""
+    if not ml_dtypes_imported() and not (isinstance(dtype, str) and dtype == "bfloat16"):
+        return False
+    return bool(dtype == bfloat16_dtype())
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class LazyDtypes(Mapping[K, np.dtype]):
+    """A read-only table of dtypes whose entries from ml_dtypes are made the first time one of
+    them is looked up: ``fixed`` holds the others, ``lazy()`` returns the rest, whose keys are
+    among ``lazy_keys``. Looking up a key of ``fixed``, or one outside ``lazy_keys``, imports
+    nothing; ``items()`` leaves the lazy entries out while ml_dtypes is not imported (no dtype
+    could match one of them then)."""
+
+    def __init__(self, fixed: Mapping[K, np.dtype], lazy: Callable[[], Mapping[K, np.dtype]],
+                 lazy_keys: Iterable[K]):
+        self._fixed = dict(fixed)
+        self._lazy = lazy
+        self._keys = frozenset(lazy_keys)
+        self._made: dict[K, np.dtype] | None = None
+
+    def _all(self) -> dict[K, np.dtype]:
+        if self._made is None:
+            self._made = {**self._fixed, **self._lazy()}
+        return self._made
+
+    def __getitem__(self, key: K) -> np.dtype:
+        if key in self._fixed:
+            return self._fixed[key]
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._all()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fixed or (key in self._keys and key in self._all())
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def items(self) -> Any:  # (a list; the ItemsView of a Mapping would build every entry)
+        return list((self._all() if self._made is not None or ml_dtypes_imported() else self._fixed).items())
+
+
+def __getattr__(name: str) -> Any:
+    """``bfloat16``, the module's name for ml_dtypes' bfloat16 dtype, made when first asked for."""
+    if name == "bfloat16":
+        return bfloat16_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Encoding(enum.IntEnum):
@@ -42,8 +118,8 @@ class Encoding(enum.IntEnum):
 
 
 # The dtype of a real leaf's values in memory, by encoding, and the dtype of its bytes on disk.
-REAL_DTYPES: dict[Encoding, np.dtype] = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"),
-                                          Encoding.BF16: bfloat16}
+REAL_DTYPES: Mapping[Encoding, np.dtype] = LazyDtypes({Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4")},
+                                                       lambda: {Encoding.BF16: bfloat16_dtype()}, (Encoding.BF16,))
 REAL_DISK_DTYPES: dict[Encoding, np.dtype] = {Encoding.F64: np.dtype("<f8"), Encoding.F32: np.dtype("<f4"),
                                                Encoding.BF16: np.dtype("<u2")}
 INDEX_DTYPES = (np.dtype("<u1"), np.dtype("<u2"), np.dtype("<u4"), np.dtype("<u8"))
@@ -64,7 +140,7 @@ def index_dtype(bound: int) -> np.dtype:
 def encoding_of_dtype(dtype: np.dtype) -> Encoding:
     """The encoding that stores a float dtype exactly (float16 goes to f32, which holds it)."""
     dtype = np.dtype(dtype)
-    if dtype == bfloat16:
+    if is_bfloat16(dtype):
         return Encoding.BF16
     if dtype.kind == "f" and dtype.itemsize in (2, 4):  # either byte order: the value decides
         return Encoding.F32
@@ -73,7 +149,7 @@ def encoding_of_dtype(dtype: np.dtype) -> Encoding:
 
 def is_real_dtype(dtype: np.dtype) -> bool:
     dtype = np.dtype(dtype)
-    return dtype == bfloat16 or np.issubdtype(dtype, np.floating)
+    return is_bfloat16(dtype) or np.issubdtype(dtype, np.floating)
 
 
 @dataclasses.dataclass
@@ -126,7 +202,7 @@ def to_f64(values: Any, *, leaf: str | Site = "value") -> np.ndarray:
         return _parse_decimals(array, leaf)
     if array.dtype == bool:
         raise MismatchError(f"{leaf}: booleans given for a real leaf")
-    if not (array.dtype.kind in "iuf" or array.dtype == bfloat16):
+    if not (array.dtype.kind in "iuf" or is_bfloat16(array.dtype)):
         raise MismatchError(f"{leaf}: {array.dtype} values given for a real leaf")
     with np.errstate(over="ignore"):
         return array.astype(np.float64)
@@ -245,7 +321,7 @@ def round_f64_to_bf16(values: np.ndarray) -> np.ndarray:
         truncated = np.where(overshot, np.nextafter(as_f32, np.float32(0)), as_f32)
         odd = truncated.view(np.uint32) | np.uint32(1)
         as_f32 = np.where(inexact, odd.view(np.float32), as_f32)
-    return as_f32.astype(bfloat16)
+    return as_f32.astype(bfloat16_dtype())
 
 
 def narrow(values: np.ndarray, encoding: Encoding, *, leaf: str | Site, round_to_encoding: bool,
@@ -341,15 +417,18 @@ __all__ = [
     "REAL_DISK_DTYPES",
     "REAL_DTYPES",
     "Encoding",
+    "LazyDtypes",
     "Rounding",
     "RowNames",
     "Site",
-    "bfloat16",
+    "bfloat16_dtype",
     "check_finite",
     "check_finite_encoded",
     "encoding_of_dtype",
     "index_dtype",
+    "is_bfloat16",
     "is_real_dtype",
+    "ml_dtypes_imported",
     "narrow",
     "round_f64_to_bf16",
     "to_f64",

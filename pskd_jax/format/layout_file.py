@@ -355,7 +355,8 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     """The layout file beside a ``params`` checkpoint, proven to belong to it (E9005 naming both
-    files when it does not), or None when there is none (or the file's type is closed).
+    files when it does not), or None when there is none (beside a closed-type file, a file there
+    that is not a layout file is passed over).
 
     Its name follows from the checkpoint's whole name (:func:`pskd_jax._os.names.layout_path_for`);
     where none stands there, a layout file under the name an earlier version gave it
@@ -364,7 +365,14 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     candidate = layout_path_for(checkpoint)
     if os.path.exists(candidate):
         if not _data_header(os.fspath(checkpoint))[0].is_params:
-            return None  # (a closed type has no layout file: whatever stands there is not its own)
+            # A closed type has no layout file: a file there that is none (a user's notes) is
+            # passed over; a layout file there is another save's, and refused naming both.
+            try:
+                found = read_layout_file(candidate)
+            except PskdError:
+                return None
+            check_belongs(found, checkpoint)
+            return found
         return read_layout_file(candidate, data=checkpoint)
     for older in older_layout_paths(checkpoint):
         if _regular(older):

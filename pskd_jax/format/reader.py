@@ -154,7 +154,7 @@ class Reader(RandomAccessSource):
         encodings = self.header.encodings
         if encodings is not None and len(encodings) != len(layout.leaves):
             raise MismatchError(f"{self.path}: the header lists {len(encodings)} leaves, the layout has "
-                                f"{len(layout.leaves)}")
+                                f"{len(layout.leaves)} leaves")
         placement = Placement.of(layout, encodings, self.path, from_header=True)
         self._check_size(placement.sample_bytes)
         self._check_addressable(placement)
@@ -502,8 +502,8 @@ class Reader(RandomAccessSource):
         return self.header, self.file_size
 
     def _changed(self, then: tuple[Header, int]) -> PskdError:
-        return MismatchError(f"{self.path}: the file changed since the reader was pickled (count {then[0].count}, "
-                             f"{then[1]} bytes then; count {self.header.count}, {self.file_size} bytes now)")
+        return MismatchError(f"{self.path}: the file changed since the reader was pickled ({then[0].count} samples, "
+                             f"{then[1]} bytes then; {self.header.count} samples, {self.file_size} bytes now)")
 
     # -- a file that grows --------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ index rule the same for both. See ``docs/format.md`` (Sources of samples).
 
 from __future__ import annotations
 
+import ast
 import operator
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, Self
 
@@ -21,6 +21,47 @@ from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError, Usa
 ACCESS_MODES = ("mmap", "pread")  # how a source reaches its bytes: through a memory map, or positional reads
 ITERATION_BYTES = 4 << 20  # iterating a source reads samples in blocks of about this many bytes
 ITERATION_BLOCK = 1024  # and never more samples than this at once
+
+
+class SourceRepr(str):
+    """A source's ``repr``: ``TYPE(IDENTITY)``, its content's identity and no path.
+
+    It also equals the ``repr`` earlier versions gave, ``TYPE('/absolute/path', IDENTITY)``, when
+    the type and identity are the same, whatever the path: a grain state saved before the path
+    left the ``repr`` still restores over the same data, moved or not. (grain compares the saved
+    text with ``!=``, which Python asks of this subclass first, from either side.)"""
+
+    kind: str
+    identity: str
+
+    def __new__(cls, kind: str, identity: str) -> SourceRepr:
+        shown = super().__new__(cls, f"{kind}({identity})")
+        shown.kind, shown.identity = kind, identity
+        return shown
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, str):
+            return NotImplemented
+        return str.__eq__(self, other) or self._is_earlier_form(other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = str.__hash__  # (equal texts hash alike; the earlier form is a match, not a value)
+
+    def _is_earlier_form(self, other: str) -> bool:
+        head, tail = f"{self.kind}(", f", {self.identity})"
+        if not (other.startswith(head) and other.endswith(tail)) or len(other) <= len(head) + len(tail):
+            return False
+        path = other[len(head) : -len(tail)]
+        try:
+            return isinstance(ast.literal_eval(path), str)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SourceRepr, (self.kind, self.identity))
 
 
 class Source(Protocol):
@@ -191,7 +232,10 @@ class RandomAccessSource:
     _getitems = __getitems__
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({os.path.abspath(self.path)!r}, {self._identity()})"
+        """What identifies the data, by its content alone (no path, no object id): the same for a
+        new source of the same data wherever it now lies (moved, copied, another mount), other for
+        other data. grain checks a saved loader state against it; see :class:`SourceRepr`."""
+        return SourceRepr(type(self).__name__, self._identity())
 
     # -- pickling (worker processes: grain's, multiprocessing's) -----------------------------------
 
@@ -215,5 +259,5 @@ class RandomAccessSource:
         self.close()
 
 
-__all__ = ["ACCESS_MODES", "ITERATION_BLOCK", "ITERATION_BYTES", "RandomAccessSource", "Source", "checked_access",
-           "checked_index", "checked_positions"]
+__all__ = ["ACCESS_MODES", "ITERATION_BLOCK", "ITERATION_BYTES", "RandomAccessSource", "Source", "SourceRepr",
+           "checked_access", "checked_index", "checked_positions"]

@@ -12,11 +12,10 @@ import dataclasses
 import functools
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from pskd_jax.errors import BadValueError
-from pskd_jax.format.encodings import Encoding, bfloat16
+from pskd_jax.format.encodings import Encoding, LazyDtypes, bfloat16_dtype, is_bfloat16
 
 KIND_VALUE = "value"
 KIND_BITS = "bits"
@@ -27,16 +26,26 @@ KINDS = (KIND_VALUE, KIND_BITS, KIND_COMPLEX, KIND_KEY, KIND_PYTHON)
 
 PYTHON_TYPES = ("int", "float", "bool")  # the dtype names of the python kind
 
-# ml_dtypes' one-byte types other than bfloat16: stored as their bit pattern.
-_NARROW = {name: np.dtype(getattr(ml_dtypes, name)) for name in (
-    "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
-    "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
-    "int1", "int2", "int4", "uint1", "uint2", "uint4") if hasattr(ml_dtypes, name)}
+_NARROW_NAMES = ("float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+                 "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+                 "float4_e2m1fn", "int1", "int2", "int4", "uint1", "uint2", "uint4")
+
+
+def _narrow_dtypes() -> dict[str, np.dtype]:
+    import ml_dtypes
+
+    return {name: np.dtype(getattr(ml_dtypes, name)) for name in _NARROW_NAMES if hasattr(ml_dtypes, name)}
+
+
+# ml_dtypes' one-byte types other than bfloat16 (those of them the installed ml_dtypes has):
+# stored as their bit pattern. The table is made when first needed.
+_NARROW: LazyDtypes[str] = LazyDtypes({}, _narrow_dtypes, _NARROW_NAMES)
 
 _FULL_INTS = {f"{sign}int{bits}": np.dtype(f"{sign}int{bits}") for sign in ("", "u") for bits in (8, 16, 32, 64)}
 
-_FLOATS: dict[str, np.dtype] = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4"), "float16": np.dtype("<f2"),
-                                 "bfloat16": bfloat16}
+_FLOATS: LazyDtypes[str] = LazyDtypes({"float64": np.dtype("<f8"), "float32": np.dtype("<f4"),
+                                       "float16": np.dtype("<f2")}, lambda: {"bfloat16": bfloat16_dtype()},
+                                      ("bfloat16",))
 
 _COMPLEX: dict[str, tuple[np.dtype, Encoding]] = {"complex64": (np.dtype("<c8"), Encoding.F32),
                                                    "complex128": (np.dtype("<c16"), Encoding.F64)}
@@ -46,6 +55,8 @@ _REAL_ENCODING = {"float64": Encoding.F64, "float32": Encoding.F32, "float16": E
 
 def narrow_bits(dtype: np.dtype) -> int:
     """The bits of a one-byte ``ml_dtypes`` type (4 for int4 and float4_e2m1fn, 8 for float8)."""
+    import ml_dtypes
+
     try:
         return int(ml_dtypes.finfo(dtype).bits)
     except (ValueError, TypeError):
@@ -103,7 +114,7 @@ def dtype_named(name: str) -> np.dtype | None:
 def dtype_name(dtype: np.dtype) -> str:
     """The name of a dtype as a layout file records it (native byte order, ``bfloat16`` by name)."""
     dtype = np.dtype(dtype)
-    if dtype == bfloat16:
+    if is_bfloat16(dtype):
         return "bfloat16"
     for name, known in _NARROW.items():
         if dtype == known:
@@ -125,7 +136,7 @@ def form_of_dtype(dtype: Any) -> Form | None:
 
 @functools.lru_cache(maxsize=256)
 def _form_of(dtype: np.dtype) -> Form | None:
-    if dtype == bfloat16:
+    if is_bfloat16(dtype):
         return Form(KIND_VALUE, "bfloat16", None, Encoding.BF16)
     for name, known in _NARROW.items():
         if dtype == known:

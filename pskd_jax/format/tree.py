@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax.errors import MismatchError
-from pskd_jax.format.encodings import bfloat16, is_real_dtype
+from pskd_jax.format.encodings import is_bfloat16, is_real_dtype
 from pskd_jax.format.keypaths import check_dict_keys, key_json, key_of_json, key_piece, path_keys
 from pskd_jax.format.layout import Layout, Leaf
 
@@ -397,7 +397,7 @@ def _check_node(node: Any, seen: list[int], depth: int, max_depth: int) -> None:
 
 
 def describe_dtype(dtype: np.dtype) -> str:
-    return "bfloat16" if np.dtype(dtype) == bfloat16 else str(np.dtype(dtype))
+    return "bfloat16" if is_bfloat16(np.dtype(dtype)) else str(np.dtype(dtype))
 
 
 __all__ = [

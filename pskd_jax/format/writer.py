@@ -263,9 +263,10 @@ def _leaf_values(layout: Layout, batch: Any, path: str) -> list[Any]:
 def _closed_values(structure: Any, value: Any, path: str, key: str) -> list[Any]:
     if isinstance(structure, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(structure):
-            found = (f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list))
+            found = (f"a {type(value).__name__} of {len(value)} values" if isinstance(value, (tuple, list))
                      else type(value).__name__)
-            raise MismatchError(f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)}, got {found}")
+            raise MismatchError(f"{path}: at {key or '(root)'}: expected a tuple of {len(structure)} values, "
+                                f"got {found}")
         values = []
         for i, (s, v) in enumerate(zip(structure, value)):
             values.extend(_closed_values(s, v, path, f"{key}[{i}]"))

@@ -17,6 +17,7 @@ under one, or under four devices, with the same global batches.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -26,9 +27,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from pskd_jax.errors import BadValueError, PipelineError
+from pskd_jax.errors import BadValueError, PipelineError, UsageError
 from pskd_jax.format.source import Source
-from pskd_jax.pipeline.batches import IteratorState, Pipeline
+from pskd_jax.loader import opening
+from pskd_jax.pipeline.batches import IteratorState
 
 _DONE = object()
 GROUP_SIZE = 4  # host batches moved to the device by one device_put call
@@ -56,7 +58,15 @@ def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> 
 
 
 class Loader:
-    """Iterates device batches of ``source`` in the order of ``pipeline``.
+    """Iterates device batches in the order of a pipeline, from what its text streams.
+
+    ``Loader(pipeline, seq=T)`` opens the ``.psk.d`` file, the corpus (windows of ``seq`` tokens,
+    every ``stride``; ``segments=True`` adds their segment ids and positions) or every source of
+    the ``mix(…)`` the text names, relative paths joined to ``base_dir`` (default: the current
+    directory); ``access`` and ``verify`` are the sources' own options. ``pipeline`` is the text, a
+    pipeline file (a ``pathlib.Path``), a Pipeline or a Mixture. ``Loader(source, pipeline)`` (or
+    ``source=``; a list of sources for a mix) reads the source given, checked against the text
+    (E9010 when it reads another file). See :mod:`pskd_jax.loader.opening`.
 
     ``state`` resumes at a saved :class:`IteratorState`; ``epochs`` bounds the run (default:
     forever); ``prefetch`` is how many batches may wait on the device ahead of the step.
@@ -68,18 +78,33 @@ class Loader:
 
     def __init__(
         self,
-        source: Source,
-        pipeline: Pipeline,
+        pipeline_or_source: Any,
+        pipeline: Any = None,
         *,
+        source: Source | Sequence[Source] | None = None,
+        seq: int | None = None,
+        stride: int | None = None,
+        segments: bool = False,
+        base_dir: str | os.PathLike[str] | None = None,
+        access: str = "mmap",
+        verify: bool = False,
         sharding: jax.sharding.Sharding | None = None,
         state: IteratorState | None = None,
         epochs: int | None = None,
         prefetch: int = 4,
     ):
-        if prefetch < 1:
-            raise PipelineError(f"prefetch must be at least 1, got {prefetch}")
-        self.source = source
-        self.pipeline = pipeline
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise PipelineError(f"prefetch must be an integer >= 1, got {prefetch!r}")
+        if pipeline is not None:
+            if source is not None:
+                raise UsageError("a source given twice: Loader(source, pipeline) or Loader(pipeline, source=…)")
+            pipeline_or_source, source = pipeline, pipeline_or_source
+        options = opening.WindowOptions(seq, stride, segments, access, verify)
+        opened = opening.open_pipeline(pipeline_or_source, source, options, base_dir)
+        self.source = opened.source
+        self.pipeline = opened.pipeline  # a mixture's as (source, index) rows: opening.MixedBatches
+        self.text = opened.text  # the Pipeline or Mixture of the text
+        self._owned = opened.owned  # the sources opened here, closed when a with block ends
         self.sharding = sharding
         self.epochs = epochs
         self.prefetch = prefetch
@@ -92,6 +117,12 @@ class Loader:
         # the queue, and one group (no larger than ``prefetch``) is being gathered and placed.
         self.group_size = min(prefetch, GROUP_SIZE)
         self._wide_leaves: list[int] | None = None
+        try:
+            opening.check_divides(sharding, self.pipeline.batch_size)
+            opening.check_batch_fits(self.source, self.pipeline.batch_size, prefetch + self.group_size + 1)
+        except BaseException:
+            self.close_sources()
+            raise
 
     # -- placing one batch -------------------------------------------------------------------
 
@@ -221,6 +252,9 @@ class Loader:
                 self.waited_seconds += time.perf_counter() - started
                 if item is _DONE:
                     return
+                if isinstance(item, MemoryError):
+                    raise PipelineError(f"{self.text}: a batch of {self.pipeline.batch_size} samples does not fit "
+                                        "in memory; a smaller B (or prefetch)") from item
                 if isinstance(item, BaseException):
                     raise item
                 self.state, batch = item
@@ -238,11 +272,18 @@ class Loader:
         self._thread = None
         self._queue = None
 
+    def close_sources(self) -> None:
+        """Closes the sources the loader opened itself (none when it was given its source)."""
+        owned, self._owned = getattr(self, "_owned", []), []
+        for source in owned:
+            source.close()
+
     def __enter__(self) -> Loader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+        self.close_sources()
 
     def __del__(self) -> None:
         try:

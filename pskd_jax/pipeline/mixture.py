@@ -197,7 +197,7 @@ class Mixture:
         if stop < start:
             raise BadValueError(f"stop must be at least start, got start={start!r}, stop={stop!r}")
         first = int(j) * self.batch_size + int(start)
-        sources, before = self.schedule.cursor(first).take_sources(int(stop) - int(start))
+        sources, before = self.schedule.sources(first, int(stop) - int(start))
         return sources, self._samples(sources, before, counts)
 
     def iter_batch_numbers(self, counts: Sequence[int], state: IteratorState | None = None, *,
@@ -242,10 +242,9 @@ class Mixture:
         # shuffles cost little more for BLOCK_POSITIONS positions than for one batch's.
         size = self.batch_size
         per_block = max(1, self._block_positions(counts) // size)
-        cursor = self.schedule.cursor(j * size)
         while j < stop:
             block = min(per_block, stop - j)
-            sources, before = cursor.take_sources(block * size)
+            sources, before = self.schedule.sources(j * size, block * size)
             indices = self._samples(sources, before, counts).reshape(block, size)
             sources = sources.reshape(block, size)
             for k in range(block):
@@ -271,7 +270,7 @@ class Mixture:
             mine = first if i == 0 else ~first if len(self.sources) == 2 else sources == i
             length = int(np.count_nonzero(mine))
             if length:
-                indices[mine] = _source_samples(source.seed, n, before[i], length)
+                np.place(indices, mine, _source_samples(source.seed, n, before[i], length))
         return indices
 
 

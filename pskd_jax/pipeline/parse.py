@@ -19,6 +19,7 @@ from pskd_jax.errors import PipelineError, PskdError
 from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import MAX_SOURCES, MixSource, Mixture
 from pskd_jax.pipeline.shuffle import MAX_SEED
+from pskd_jax.storage.urls import is_url
 
 MAX_PIPELINE_BYTES = 1 << 24  # far more than any pipeline text; a larger file is refused unread
 
@@ -336,9 +337,10 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
 
 
 def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:
-    """``path`` joined to ``base_dir`` (as written: no ``..`` folded, symlinks keep their meaning)."""
+    """``path`` joined to ``base_dir`` (as written: no ``..`` folded, symlinks keep their meaning);
+    a URL (``s3://…``) as it is."""
     base = os.fspath(base_dir)
-    return path if base in ("", ".") else os.path.join(base, path)
+    return path if base in ("", ".") or is_url(path) else os.path.join(base, path)
 
 
 def load_pipeline(file_path: str | os.PathLike[str], *,

@@ -27,6 +27,7 @@ Two constructions give such a schedule; which one a mixture uses is a function o
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_PERIOD",
     "MAX_POSITION",
     "MAX_SEQUENTIAL_PERIOD",
+    "PATTERN_PERIOD",
     "Schedule",
     "ScheduleCursor",
     "Shape",
@@ -56,6 +58,9 @@ MAX_SEQUENTIAL_PERIOD = 2**20
 MAX_POSITION = 2**63 - 1
 RUN_CHUNK = 4096  # positions the splits evaluate at once
 TILE_SPAN = 256  # positions of whole periods evaluated once and repeated over a longer run
+#: Schedules of a period up to this many positions keep one period's sources (a few hundred KiB at
+#: most, whatever the stream's length): any run of positions is then a slice of it.
+PATTERN_PERIOD = 1 << 15
 
 Shape = int | tuple["Shape", "Shape"]  # a source number, or (left, right)
 
@@ -174,6 +179,36 @@ class Schedule:
         if not 0 <= first <= MAX_POSITION:
             raise PipelineError(f"a position of a mixture is in [0, 2**63 - 1], got {first}")
         return _TreeCursor(self._tree, first) if self.kind == "splits" else _DeadlineCursor(self.weights, first)
+
+    def sources(self, first: int, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The source of each of positions ``first … first + length - 1`` (int64), and each
+        source's count of the positions before ``first``: what :meth:`ScheduleCursor.take_sources`
+        gives, from one period's sources kept once (for a period up to :data:`PATTERN_PERIOD`),
+        so that a run anywhere in the stream costs a slice and a count, whatever the kind."""
+        if not 0 <= first <= MAX_POSITION:
+            raise PipelineError(f"a position of a mixture is in [0, 2**63 - 1], got {first}")
+        _check_end(first, length)
+        if self.period > PATTERN_PERIOD:
+            return self.cursor(first).take_sources(length)
+        pattern = self._pattern
+        periods, phase = divmod(first, self.period)
+        if self.kind == "splits":
+            before = self._tree.counts(first)
+        else:  # whole periods give each source its weight; the phase's own, counted
+            within = np.bincount(pattern[:phase], minlength=len(self.weights))
+            before = tuple(periods * w + int(c) for w, c in zip(self.weights, within))
+        if length <= self.period:
+            return pattern[phase : phase + length].copy(), before
+        turn = pattern[phase : phase + self.period]
+        return np.tile(turn, -(-length // self.period))[:length], before
+
+    @functools.cached_property
+    def _pattern(self) -> np.ndarray:
+        """Two periods' sources (int64, read-only)."""
+        one = self.cursor(0).take(self.period)[0]
+        doubled = np.concatenate([one, one])
+        doubled.flags.writeable = False
+        return doubled
 
     def counts(self, length: int) -> tuple[int, ...]:
         """How many of the first ``length`` positions each source takes (exact, any length)."""

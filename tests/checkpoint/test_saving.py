@@ -246,3 +246,22 @@ def test_non_contiguous_and_big_endian_leaves(tmp_path, rng):
     np.testing.assert_array_equal(bits(back["t"]), bits(np.ascontiguousarray(w.T)))
     np.testing.assert_array_equal(bits(back["be"]), bits(w))
     np.testing.assert_array_equal(back["step"], [1, 2])
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_preallocation_and_early_writeback_change_no_byte(tmp_path, rng, monkeypatch, durable):
+    """A save large enough to be preallocated (and, durable, written back chunk by chunk) gives
+    the bytes of one made without either system call, and a file exactly its plan's size."""
+    from pskd_jax.checkpoint import saving
+
+    tree = {"a": rng.standard_normal((700, 1024)).astype(np.float32),
+            "b": rng.standard_normal((3, 5)), "c": np.arange(600_000, dtype=np.int64)}
+    options = SaveOptions(durable=durable, digest="xxh3_128")
+    fast = ck.save(tmp_path / "fast.psk.d", tree, options)
+    monkeypatch.setattr(saving, "_SYSTEM_CALLS", [None, None, None])
+    plain = ck.save(tmp_path / "plain.psk.d", tree, options)
+    assert (tmp_path / "fast.psk.d").read_bytes() == (tmp_path / "plain.psk.d").read_bytes()
+    assert fast.digests == plain.digests
+    assert (tmp_path / "fast.psk.d").stat().st_size == fast.bytes
+    back = ck.restore(tmp_path / "fast.psk.d", as_numpy=True)
+    assert all(np.array_equal(back[k], tree[k]) for k in tree)

@@ -10,7 +10,7 @@ import pytest
 
 from pskd_jax import checkpoint as ck
 from pskd_jax._os.digests import file_digest, file_sha256
-from pskd_jax.checkpoint import CheckpointManager, SaveOptions
+from pskd_jax.checkpoint import CheckpointManager, SaveOptions, read_index
 from pskd_jax.checkpoint.index import INDEX
 from tests.helpers import pskd
 from tests.helpers import pskd_fails as fails
@@ -26,7 +26,9 @@ def test_verify_a_directory_a_step_and_a_file(tmp_path):
     result = pskd("verify", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == f"pskd: ok step 1 step-00000001.psk.d xxh3_128 {file_digest(manager.path(1), 'xxh3_128')}"
+    entry = read_index(str(tmp_path / "run"))[0]  # (its line ends with when it was written)
+    assert lines[0] == f"pskd: ok step 1 step-00000001.psk.d xxh3_128 {file_digest(manager.path(1), 'xxh3_128')} " \
+        f"(started {entry.started}, committed {entry.committed})"
     assert lines[-1] == f"pskd: 2 checkpoints verified in {tmp_path / 'run'}"
     assert pskd("verify", tmp_path / "run", "--step", "2").returncode == 0
     one = pskd("verify", manager.path(2))

@@ -29,7 +29,7 @@ def test_build_verify_info(tmp_path):
     lines = ok("corpus", "build", "in", "-o", "out", "--workers", "2", cwd=tmp_path)
     m = corpus.read_manifest(tmp_path / "out" / "shards.json")
     assert lines[0] == (f"pskd: wrote out/shards.json (3 shards, {m.tokens} tokens, {m.documents} documents, "
-                        "vocabulary 257 with boundary 256)")
+                        "a vocabulary of 257 tokens with boundary 256)")
     assert lines[1].startswith("pskd: 3 shards from ") and "2 workers" in lines[1]
     assert [s.source["path"] for s in m.shards] == ["in/a.jsonl", "in/b.jsonl", "in/c.txt"]
     lines = ok("corpus", "verify", "out/shards.json", "--workers", "2", cwd=tmp_path)
@@ -41,7 +41,7 @@ def test_build_verify_info(tmp_path):
     assert ok("corpus", "verify", "out", cwd=tmp_path)[0].startswith("pskd: ok out/shards.json: ")
     lines = ok("corpus", "build", "in", "-o", "out", cwd=tmp_path)
     assert lines == [f"pskd: wrote out/shards.json (3 shards, {m.tokens} tokens, {m.documents} documents, "
-                     "vocabulary 257 with boundary 256; 3 kept from an earlier build)"]
+                     "a vocabulary of 257 tokens with boundary 256; 3 kept from an earlier build)"]
 
 
 def in_process(*args) -> list[str]:
@@ -72,7 +72,8 @@ def test_chars_vocabulary_and_usage(tmp_path):
     ok("chars", tmp_path / "t.txt", "-o", tmp_path / "v.json")
     lines = in_process("corpus", "build", tmp_path / "t.txt", "--vocab", tmp_path / "v.json", "-o", tmp_path / "c",
                        "--max-document-tokens", "3")
-    assert lines[0] == f"pskd: wrote {tmp_path / 'c' / 'shards.json'} (1 shards, 4 tokens, 1 documents, vocabulary 4 " \
+    assert lines[0] == f"pskd: wrote {tmp_path / 'c' / 'shards.json'} (1 shards, 4 tokens, 1 documents, " \
+                       "a vocabulary of 4 tokens " \
                        "with boundary 3)"
     m = corpus.read_manifest(tmp_path / "c" / "shards.json")
     assert m.tokenizer == Tokenizer.chars(["\n", "a", "b"]) and (m.vocab_size, m.boundary, m.tokens) == (4, 3, 4)
@@ -137,7 +138,7 @@ def test_merge(tmp_path):
                script=True)
     whole = corpus.read_manifest(tmp_path / "whole" / "shards.json")
     assert lines == [f"pskd: wrote all/shards.json (3 shards from 2 manifests, {whole.tokens} tokens, "
-                     f"{whole.documents} documents, vocabulary 257 with boundary 256)"]
+                     f"{whole.documents} documents, a vocabulary of 257 tokens with boundary 256)"]
     merged = corpus.read_manifest(tmp_path / "all" / "shards.json")
     assert [s.path for s in merged.shards] == ["one/shard-00000.psk.d", "one/shard-00001.psk.d",
                                                "two/shard-00000.psk.d"]

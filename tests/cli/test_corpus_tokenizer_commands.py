@@ -58,7 +58,7 @@ def setup(tmp_path_factory):
 def test_build_verify_info_with_a_tokenizer_json(setup, tmp_path):
     d, docs, inputs, tok, other = setup
     out = ok("corpus", "build", *inputs, "-o", tmp_path / "c", "--tokenizer", tok, "--workers", "2")
-    assert "vocabulary 800 with boundary 0" in out[0]
+    assert "a vocabulary of 800 tokens with boundary 0" in out[0]
     manifest = json.loads((tmp_path / "c" / "shards.json").read_text())
     assert manifest["tokenizer"]["kind"] == "hf" and manifest["tokenizer"]["boundary_token"] == "<|endoftext|>"
     assert ok("corpus", "verify", tmp_path / "c", "--tokenizer", tok)[0].startswith("pskd: ok ")
@@ -66,7 +66,7 @@ def test_build_verify_info_with_a_tokenizer_json(setup, tmp_path):
     assert manifest["tokenizer"]["sha256"] in error and "built with another tokenizer" in error
     assert any("tokenizer.json" in line for line in ok("corpus", "info", tmp_path / "c"))
     named = ok("corpus", "build", inputs[0], "-o", tmp_path / "n", "--tokenizer", tok, "--boundary-token", "")
-    assert "vocabulary 801 with boundary 800" in named[0]
+    assert "a vocabulary of 801 tokens with boundary 800" in named[0]
 
 
 def test_usage_errors(setup, tmp_path):

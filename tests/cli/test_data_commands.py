@@ -57,11 +57,11 @@ def test_text_chain_round_trips(tmp_path):
     vocab, tokens, back = tmp_path / "vocab.json", tmp_path / "tokens.txt", tmp_path / "back.md"
     n_chars = len(set(text))
     assert ok("chars", source, "-o", vocab) == [
-        f"pskd: wrote {vocab} ({n_chars} characters over {len(text)} of text)"
+        f"pskd: wrote {vocab} ({n_chars} distinct characters over {len(text)} characters of text)"
     ]
     assert json.loads(vocab.read_text(encoding="utf-8")) == sorted(set(text))
     assert ok("encode", source, "--vocab", vocab, "-o", tokens) == [
-        f"pskd: wrote {tokens} ({len(text)} tokens over a vocabulary of {n_chars})"
+        f"pskd: wrote {tokens} ({len(text)} tokens over a vocabulary of {n_chars} tokens)"
     ]
     ok("decode", tokens, "--vocab", vocab, "-o", back)
     assert back.read_text(encoding="utf-8") == text

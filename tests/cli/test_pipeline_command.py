@@ -91,4 +91,4 @@ def test_pipeline_starts_anywhere_and_cuts_a_corpus_with_seq(tmp_path):
     assert "is a corpus" in message and "--seq" in message
     lines = ok("pipeline", text, "--seq", "8", "--stride", "4", "--start", "6", cwd=tmp_path)
     assert lines[1:] == ["samples  23 of type (idx[257][seq: 8], idx[257][seq: 8]), 7 batches an epoch "
-                         "(windows of 8 tokens every 4)", "epoch 1 batch 6: 18 19 20"]
+                         "(windows of 8 tokens every 4 tokens)", "epoch 1 batch 6: 18 19 20"]

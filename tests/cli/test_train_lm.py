@@ -72,7 +72,7 @@ def test_train_lm_on_a_corpus(tmp_path):
     result = run("--seq=16", "--stride=8", "--verify_corpus")
     assert result.returncode == 0, result.stderr[-3000:]
     windows = corpus.CorpusWindows(tmp_path / "c" / "shards.json", seq=16, stride=8)
-    assert f"train: {len(windows)} windows of 16 tokens over a vocabulary of 257;" in result.stdout
+    assert f"train: {len(windows)} windows of 16 tokens over a vocabulary of 257 tokens;" in result.stdout
     assert [line.split()[:2] for line in result.stdout.splitlines() if line.startswith("step ")] == \
         [["step", "1"], ["step", "2"], ["step", "3"]]
     result = run()

@@ -87,7 +87,7 @@ def test_merge(tmp_path):
     build_corpus(inputs[:1], tmp_path / "all" / "c",
                  BuildOptions(tokenizer=Tokenizer.chars(list("abcdé \n")), durable=False))
     with pytest.raises(PskdError, match=r"E9016: .*c/shards.json: its tokenizer \(chars, 7 characters .*\) differs "
-                                        r"from .*a/shards.json's \(bytes, vocabulary 257\)"):
+                                        r"from .*a/shards.json's \(bytes, a vocabulary of 257 tokens\)"):
         corpus.merge_manifests([tmp_path / "all" / "a" / "shards.json", tmp_path / "all" / "c" / "shards.json"],
                                tmp_path / "all" / "m.json")
 

@@ -153,7 +153,7 @@ def test_leaf_count_disagreeing_with_the_type(tmp_path, leaves, table):
         data += b"\x00"  # keep the data region the same length
     path = put(tmp_path, data)
     error = raises("E9005", Reader, path)
-    assert str(path) in error.message and f"the header lists {leaves} leaves, the layout has 3" in error.message
+    assert str(path) in error.message and f"the header lists {leaves} leaves, the layout has 3 leaves" in error.message
 
 
 @pytest.mark.parametrize("encoding", [1, 2])

@@ -127,9 +127,9 @@ def test_reals_for_an_idx_leaf(tmp_path):
 @pytest.mark.parametrize(
     "samples, words",
     [
-        ((np.zeros((2, 2)),), "at (root): expected a tuple of 2, got a tuple of 1"),
-        ((np.zeros((2, 2)), np.zeros(2), np.zeros(2)), "expected a tuple of 2, got a tuple of 3"),
-        (np.zeros((2, 2)), "at (root): expected a tuple of 2, got ndarray"),
+        ((np.zeros((2, 2)),), "at (root): expected a tuple of 2 values, got a tuple of 1 values"),
+        ((np.zeros((2, 2)), np.zeros(2), np.zeros(2)), "expected a tuple of 2 values, got a tuple of 3 values"),
+        (np.zeros((2, 2)), "at (root): expected a tuple of 2 values, got ndarray"),
         ((np.zeros((2, 3)), np.zeros(2)), "at [0]: expected shape (2,), got (3,)"),
         ((np.zeros((2, 2)), np.zeros((2, 1))), "at [1]: expected shape (), got (1,)"),
         ((np.zeros((2, 2)), np.zeros(3)), "leaf [1] has 3 samples, the first leaf 2"),

@@ -136,3 +136,9 @@ def test_load_errors_name_the_file(tmp_path):
     with pytest.raises(PskdError) as raised:
         load_pipeline(tmp_path / "missing.pipeline")
     assert raised.value.code == "E9010" and "cannot read the pipeline file" in raised.value.message
+
+
+def test_a_url_is_not_joined_to_the_base_directory():
+    p = parse_pipeline('mix(stream "s3://bucket/web/shards.json" : 1, stream "local.psk.d" : 1) |> batch(B = 2)',
+                       base_dir="/data")
+    assert p.paths == ("s3://bucket/web/shards.json", "/data/local.psk.d")

@@ -211,3 +211,17 @@ def test_refusals():
     assert raised.value.code == "E9010" and "2**20" in raised.value.message
     with pytest.raises(PskdError):
         Schedule([1, 1]).run(2**63 - 2, 5)
+
+
+@pytest.mark.parametrize("weights", [[3, 1], [5, 3, 2], [1, 1, 1, 1, 1], [12, 12, 3, 3, 1], [7, 1000], [1, 2**15]])
+def test_a_run_from_the_kept_period_equals_the_cursor_s(weights):
+    """``Schedule.sources`` (one period kept, for periods up to PATTERN_PERIOD) gives what a
+    cursor walked from that position gives, at any position and any length."""
+    schedule = Schedule(weights)
+    rng = np.random.default_rng(len(weights))
+    for first in [0, 1, schedule.period - 1, schedule.period, 10**12 + 7, 2**62, *rng.integers(0, 10**9, 6).tolist()]:
+        for length in (0, 1, 5, schedule.period, 3 * schedule.period + 2, 700):
+            got, before = schedule.sources(first, length)
+            want, want_before = schedule.cursor(first).take_sources(length)
+            assert got.dtype == np.int64 and np.array_equal(got, want) and before == want_before, (first, length)
+            assert before == schedule.counts(first)

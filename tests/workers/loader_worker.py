@@ -39,7 +39,7 @@ def main() -> None:
             return super().gather(indices)
 
     reader = RecordingReader(data)
-    pipeline = parse_pipeline('stream "x" |> shuffle(seed = 3) |> batch(B = 8)')
+    pipeline = parse_pipeline(f'stream "{data}" |> shuffle(seed = 3) |> batch(B = 8)')
     sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
     state = IteratorState.from_json(resume) if resume else None
     batches, states = [], []

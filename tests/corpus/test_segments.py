@@ -1,0 +1,135 @@
+"""Packed segments (pskd_jax.corpus.segments, ``CorpusWindows(…, segments=True)``): segment ids and
+positions equal a plain loop's over every token, for any windows, through gather, indexing,
+pickling and grain."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
+from pskd_jax.corpus.windows import CorpusWindows
+
+from .helpers import write_corpus
+
+BOUNDARY = 256  # the bytes tokenizer's
+
+
+def reference(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC §12 token by token: ids from 1 at the window's first token, one more on the token after
+    each boundary; positions from 0 at each segment's first token."""
+    ids = np.zeros(inputs.shape, np.int64)
+    positions = np.zeros(inputs.shape, np.int64)
+    for r, row in enumerate(inputs.tolist()):
+        segment, position = 1, 0
+        for t in range(len(row)):
+            if t and row[t - 1] == boundary:
+                segment, position = segment + 1, 0
+            ids[r, t], positions[r, t] = segment, position
+            position += 1
+    return ids, positions
+
+
+def assert_reference(inputs: np.ndarray, boundary: int) -> None:
+    ids, positions = segment_ids_and_positions(inputs, boundary)
+    want_ids, want_positions = reference(inputs, boundary)
+    assert ids.dtype == positions.dtype == segment_dtype(inputs.shape[1])
+    assert ids.shape == positions.shape == inputs.shape
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(positions, want_positions)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(0, 6), seq=st.integers(1, 40), density=st.sampled_from([0.0, 0.02, 0.2, 0.7, 1.0]),
+       seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from([np.uint8, np.uint16, np.uint32]))
+def test_segments_equal_a_plain_loop(rows, seq, density, seed, dtype):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(0, 200, (rows, seq)).astype(dtype)
+    boundary = 250
+    inputs[rng.random((rows, seq)) < density] = boundary
+    assert_reference(inputs, boundary)
+
+
+def test_segments_of_edge_cases():
+    assert_reference(np.full((3, 1), 9, np.uint16), 9)  # T = 1: every id 1, every position 0
+    assert_reference(np.full((2, 7), 9, np.uint16), 9)  # every token a boundary
+    assert_reference(np.zeros((2, 9), np.uint16), 9)  # none
+    assert_reference(np.zeros((0, 4), np.uint16), 9)
+    # Non-contiguous inputs (a column slice), and batches of sizes around the eight-token scan.
+    wide = np.tile(np.array([1, 9, 2, 3, 9], np.uint16), (5, 3))
+    assert_reference(wide[:, 1:12], 9)
+    for n in range(1, 20):
+        assert_reference(np.tile(np.array([9, 1, 2], np.uint8), (n, 1)), 9)
+    assert segment_dtype(32767) == np.int16 and segment_dtype(32768) == np.int32
+    with pytest.raises(ValueError):
+        segment_ids_and_positions(np.zeros(4, np.uint16), 9)
+
+
+def test_segments_of_long_windows_use_int32():
+    inputs = np.zeros((2, 40000), np.uint16)
+    inputs[0, [5, 39998, 39999]] = 9
+    ids, positions = segment_ids_and_positions(inputs, 9)
+    assert ids.dtype == np.int32 and positions.max() == 39999 and ids[0, -1] == 3 and positions[0, -1] == 0
+
+
+PIECES = [[5, 256, 7], [], [8, 256], list(range(20, 60)) + [256], [256, 256, 9, 10], list(range(100, 131))]
+
+
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+@pytest.mark.parametrize("seq,stride", [(4, 4), (4, 1), (3, 2), (8, 5), (1, 1), (30, 7)])
+def test_corpus_windows_with_segments(tmp_path, seq, stride, access):
+    path = write_corpus(tmp_path / "c", [np.array(p) for p in PIECES])
+    with CorpusWindows(path, seq=seq, stride=stride, access=access) as plain, \
+            CorpusWindows(path, seq=seq, stride=stride, access=access, segments=True) as windows:
+        assert len(windows) == len(plain) and windows.type_text == plain.type_text
+        order = np.random.default_rng(seq).permutation(len(windows))
+        for idx in (np.arange(len(windows)), order, order[:3], np.array([-1, 0])):
+            inputs, targets, ids, positions = windows.gather(idx)
+            want_inputs, want_targets = plain.gather(idx)
+            np.testing.assert_array_equal(inputs, want_inputs)
+            np.testing.assert_array_equal(targets, want_targets)
+            want_ids, want_positions = reference(want_inputs, BOUNDARY)
+            np.testing.assert_array_equal(ids, want_ids)
+            np.testing.assert_array_equal(positions, want_positions)
+        sample = windows[len(windows) - 1]
+        assert len(sample) == 4 and all(leaf.shape == (seq,) for leaf in sample)
+        np.testing.assert_array_equal(sample[2], reference(sample[0][None], BOUNDARY)[0][0])
+        assert [leaf.shape for leaf in windows.gather(np.array([], np.int64))] == [(0, seq)] * 4
+        assert "segments=True" in repr(windows) and "segments" not in repr(plain)
+        assert windows._sample_bytes() == plain._sample_bytes() + 2 * seq * segment_dtype(seq).itemsize
+        copy = pickle.loads(pickle.dumps(windows))
+        try:
+            assert copy.segments and repr(copy) == repr(windows)
+            for a, b in zip(copy.gather(order[:3]), windows.gather(order[:3])):
+                np.testing.assert_array_equal(a, b)
+        finally:
+            copy.close()
+
+
+def test_segments_must_be_a_bool(tmp_path):
+    from pskd_jax.errors import PskdError
+
+    path = write_corpus(tmp_path / "c", [np.arange(10)])
+    with pytest.raises(PskdError, match="E9012.*segments is True or False"):
+        CorpusWindows(path, seq=4, segments=1)
+
+
+def test_segments_through_grain(tmp_path):
+    grain = pytest.importorskip("grain")
+    path = write_corpus(tmp_path / "c", [np.array(p) for p in PIECES])
+    with CorpusWindows(path, seq=5, stride=2, segments=True) as windows:
+        through = list(grain.MapDataset.source(windows).to_iter_dataset())
+        assert len(through) == len(windows)
+        for w, sample in enumerate(through):
+            assert all(np.array_equal(a, b) for a, b in zip(sample, windows[w]))
+        batches = grain.MapDataset.source(windows).shuffle(seed=3).batch(4, drop_remainder=True)
+        order = grain.MapDataset.range(len(windows)).shuffle(seed=3)
+        inputs, targets, ids, positions = batches[1]
+        picked = np.array([int(order[j]) for j in range(4, 8)])
+        for got, want in zip((inputs, targets, ids, positions), windows.gather(picked)):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(ids, reference(inputs, BOUNDARY)[0])
