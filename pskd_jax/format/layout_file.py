@@ -400,12 +400,17 @@ def is_own_layout(layout: str | os.PathLike, data: str | os.PathLike) -> bool:
     if not _regular(layout):
         return False
     try:
+        content = read_strict(layout, NotClosedError, what="the layout file")
+    except PskdError:
+        return False
+    recorded = content.get("data") if isinstance(content, dict) and content.get("format") == LAYOUT_FORMAT else None
+    if isinstance(recorded, dict) and recorded.get("name") == os.path.basename(data) \
+            and layout_path_for(data) == layout:
+        return True  # (its own by the name it records: no need to parse the rest)
+    try:
         found = read_layout_file(layout)
     except PskdError:
         return False
-    if found.identity is not None and found.identity.get("name") == os.path.basename(data) \
-            and layout_path_for(data) == layout:
-        return True
     if not _regular(data):
         return False
     try:
