@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
+import re
 import stat
 from typing import Any
 
@@ -390,6 +392,32 @@ def _regular(path: str) -> bool:
         return False
 
 
+_HEAD_BYTES = 1 << 16
+# The start of a layout file as the toolkit writes it: its format, version, type, then "data"
+# (what identifies its data file, a flat object) before the leaves.
+_HEAD = re.compile(r'\{\s*"format":\s*"' + LAYOUT_FORMAT + r'",\s*"version":\s*\d+,\s*"type":\s*"(?:[^"\\]|\\.)*",'
+                   r'\s*"data":\s*(\{[^{}]*\})')
+
+
+def _recorded_name(layout: str) -> str | None:
+    """The data file's name a layout file records in its first bytes, as the toolkit writes them
+    (None when they are not so: the caller then reads the whole file)."""
+    try:
+        with open_regular(layout, NotClosedError) as f:
+            head = os.pread(f.fileno(), _HEAD_BYTES, 0).decode("utf-8", "replace")
+    except (PskdError, OSError):
+        return None
+    match = _HEAD.match(head)
+    if match is None:
+        return None
+    try:
+        recorded = json.loads(match.group(1))
+    except ValueError:
+        return None
+    name = recorded.get("name") if isinstance(recorded, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def is_own_layout(layout: str | os.PathLike, data: str | os.PathLike) -> bool:
     """Whether the file ``layout`` is the toolkit's own layout file of the data file ``data``, the
     one a save of ``data`` may replace or remove: a regular file that reads as a layout file and
@@ -399,14 +427,8 @@ def is_own_layout(layout: str | os.PathLike, data: str | os.PathLike) -> bool:
     layout, data = os.fspath(layout), os.fspath(data)
     if not _regular(layout):
         return False
-    try:
-        content = read_strict(layout, NotClosedError, what="the layout file")
-    except PskdError:
-        return False
-    recorded = content.get("data") if isinstance(content, dict) and content.get("format") == LAYOUT_FORMAT else None
-    if isinstance(recorded, dict) and recorded.get("name") == os.path.basename(data) \
-            and layout_path_for(data) == layout:
-        return True  # (its own by the name it records: no need to parse the rest)
+    if layout_path_for(data) == layout and _recorded_name(layout) == os.path.basename(data):
+        return True  # (its own by the name it records: the rest need not be parsed)
     try:
         found = read_layout_file(layout)
     except PskdError:

@@ -159,3 +159,16 @@ def test_cli_convert_keeps_a_users_file_and_reads_old_names(tmp_path):
     save(tmp_path / "plain", {"w": np.ones((2,), np.float32)})
     os.replace(tmp_path / "plain.pskd-layout.json", tmp_path / "plain.layout.json")
     assert any("plain.layout.json" in line for line in pskd_ok("info", tmp_path / "plain"))
+
+
+def test_a_layouts_recorded_name_is_read_from_its_first_bytes(tmp_path):
+    from pskd_jax.format import layout_file
+
+    save(tmp_path / "m.psk.d", {f"l{i}": np.ones(2) for i in range(50)})
+    assert layout_file._recorded_name(str(tmp_path / "m.layout.json")) == "m.psk.d"
+    assert is_own_layout(tmp_path / "m.layout.json", tmp_path / "m.psk.d")
+    os.replace(tmp_path / "m.layout.json", tmp_path / "n.layout.json")  # (its name, beside another file)
+    assert not is_own_layout(tmp_path / "n.layout.json", tmp_path / "n.psk.d")
+    (tmp_path / "odd.layout.json").write_text('{"format": "pskd-layout", "data": {"name": "odd.psk.d"}}')
+    assert layout_file._recorded_name(str(tmp_path / "odd.layout.json")) is None  # (not as the toolkit writes)
+    assert not is_own_layout(tmp_path / "odd.layout.json", tmp_path / "odd.psk.d")
