@@ -56,7 +56,7 @@ from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdErro
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
-from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_path
+from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_key, shown_path
 from pskd_jax.format.tree import build_described, check_description, described_paths
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them); those of
@@ -117,8 +117,13 @@ def keys_name(keys: Any, path: str) -> str:
     for key in keys:
         text = str(key)
         if "." in text:
-            raise MismatchError(f"leaf {path or '(root)'}: the key {key!r} cannot be part of a "
+            raise MismatchError(f"leaf {shown_path(path) or '(root)'}: the key {shown_key(key)} cannot be part of a "
                                 "safetensors name (it holds a '.')")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MismatchError(f"leaf {shown_path(path)}: the key {shown_key(key)} is not UTF-8 text (a "
+                                "surrogate-escaped name), which a safetensors name must be") from None
         parts.append(text)
     if not parts:
         raise MismatchError("a single-array checkpoint has no name for safetensors")
@@ -278,7 +283,10 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     typed: dict[str, list[str | int]] = {}  # the keys of names whose parts would not read back as them
     for path, value in leaves:
         leaf_keys = path_keys(path)
-        tensor_name = keys_name(leaf_keys, path)
+        try:
+            tensor_name = keys_name(leaf_keys, path)
+        except MismatchError as e:
+            raise MismatchError(f"{source}: {e.message}") from None
         if tensor_name in tensors:
             raise MismatchError(f"{source}: leaf {shown_path(path)}: the name {tensor_name!r} is taken by another "
                                 "leaf (keys written alike: a safetensors name holds text)")

@@ -133,3 +133,14 @@ def test_cli_export_info_of_keys_alike(tmp_path):
     fine = tmp_path / "fine.psk.d"
     save(fine, {True: _leaf(1), "True": _leaf(2)})
     assert "[True]" in "\n".join(pskd_ok("info", fine))
+
+
+def test_convert_names_a_key_that_is_not_utf8(tmp_path):
+    pytest.importorskip("safetensors")
+    from pskd_jax.checkpoint.safetensors import convert
+
+    save(tmp_path / "m.psk.d", {SURROGATE: _leaf(1)})
+    with pytest.raises(MismatchError, match="not UTF-8") as caught:
+        convert(tmp_path / "m.psk.d", tmp_path / "m.safetensors")
+    assert str(tmp_path / "m.psk.d") in caught.value.message and "\\udcff" in caught.value.message
+    assert not (tmp_path / "m.safetensors").exists()
