@@ -17,6 +17,13 @@ command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no trac
 file (nor temporary file) left behind. A case whose code is ``null`` must succeed both ways.
 A few cases are also run through the installed console script itself, a fresh interpreter each.
 
+Checkpoint cases (issue 20): a ``checkpoint`` case (a data file and what lies beside it) is
+restored, listed, read by a ``Reader`` given its layout file (whose integer and bool leaves must
+show what restore gives) and exported, or converted to safetensors and back (its keys must come
+back as they were); an ``into`` case is ``pskd convert in.safetensors -o out.psk.d`` on a copy of
+its directory, which a refused save must leave exactly as it was (an accepted one: the files its
+``kept`` names).
+
 Corpus cases: a ``manifest`` case (a directory) goes through four API steps (``read_manifest``,
 ``info_lines``, ``verify_corpus``, ``CorpusWindows`` and a gather), each of which must answer with
 the case's code or succeed, the first failing one with the code; through the command it is
