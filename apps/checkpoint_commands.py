@@ -6,8 +6,9 @@ import argparse
 import os
 from collections.abc import Iterator
 
-from pskd_jax import checkpoint
-from pskd_jax._os.digests import DIGESTS, file_digest
+from pskd_jax import checkpoint, storage
+from pskd_jax._os.digests import DIGESTS
+from pskd_jax.checkpoint import integrity
 from pskd_jax.errors import UsageError
 
 
@@ -18,7 +19,7 @@ def _given_digests(args) -> dict[str, str]:
 def _verify(args) -> Iterator[str]:
     path = args.path
     given = _given_digests(args)
-    if os.path.isdir(path):
+    if _is_directory(path):
         if given:
             raise UsageError("--xxh3-128/--sha256 check one file, not a directory")
         entries = checkpoint.verify_directory(path, step=args.step)
@@ -30,12 +31,22 @@ def _verify(args) -> Iterator[str]:
         raise UsageError("--step selects a step of a checkpoint directory")
     expected = given or checkpoint.recorded_digests(path)
     if not expected:
-        found = {name: file_digest(path, name) for name in DIGESTS}
+        found = {name: integrity.digest_of(path, name) for name in DIGESTS}
         yield (f"pskd: {path}: {_described(found)} (no recorded digest to compare: give --xxh3-128 or "
                "--sha256, or verify the checkpoint directory)")
         return
     checkpoint.verify_file(path, expected)
     yield f"pskd: ok {path} {_described(expected)}"
+
+
+def _is_directory(path: str) -> bool:
+    """A local directory, or a key prefix of a bucket with no object at the key itself (a
+    manager's prefix: its index is below it)."""
+    where = storage.locate(path)
+    if where.is_local:
+        return os.path.isdir(where.path)
+    store = storage.store_for(where)
+    return not where.key or store.info(where.key) is None
 
 
 def _written(entry: checkpoint.CheckpointEntry) -> str:
@@ -62,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("verify", _verify, "Check checkpoints against the digest (xxh3_128, or sha256) recorded when "
                                    "they were written; prints the algorithm checked.")
-    p.add_argument("path", metavar="DIR|FILE.psk.d", help="a checkpoint directory (every step) or one file")
+    p.add_argument("path", metavar="DIR|FILE.psk.d", help="a checkpoint directory or bucket prefix (every step), "
+                   "or one file or object")
     p.add_argument("--step", type=int, metavar="N", help="only this step of the directory")
     p.add_argument("--xxh3-128", metavar="HEX", help="the xxh3_128 digest a single file must have "
                    "(as xxhsum -H2 prints it)")

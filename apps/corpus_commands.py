@@ -220,13 +220,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="leave out bad documents (counted and reported) instead of stopping at the first")
 
     p = command("verify", _verify, "Hash every shard in parallel and check it against the manifest.")
-    p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")
-    p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs)")
+    p.add_argument("manifest", metavar="DIR/shards.json",
+                   help="the manifest, or the corpus directory holding it; or a store's (s3://B/corpus/shards.json, "
+                        "or the prefix s3://B/corpus)")
+    p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs; 16 for a store)")
     p.add_argument("--tokenizer", metavar="tokenizer.json",
                    help="refuse a corpus built with another tokenizer (a tokenizer.json, or a VOCAB.json)")
 
     p = command("info", _info, "Shards, tokens, documents, the boundary's share and tokens per document.")
-    p.add_argument("manifest", metavar="DIR/shards.json", help="the manifest, or the corpus directory holding it")
+    p.add_argument("manifest", metavar="DIR/shards.json",
+                   help="the manifest, or the corpus directory holding it; or a store's (s3://B/corpus/shards.json, "
+                        "or the prefix s3://B/corpus)")
     p.add_argument("--shards", action="store_true", help="also one line per shard")
 
     p = command("merge", _merge, "One manifest listing the shards of several, in the order given (corpora built "

@@ -141,6 +141,7 @@ def _tokenizer_options(p: argparse.ArgumentParser) -> None:
                             "the text is one document")
 
 
+URL_HELP = "a local path, or an object's URL (s3://B/K, gs://B/K; its NAME.layout.json looked for beside it)"
 LAYOUT_HELP = "the layout of a params file (default: the NAME.layout.json written beside it, if any)"
 
 
@@ -183,7 +184,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = command("info", _info, "Print a file's header and first samples; a checkpoint's leaves (key paths, "
                                "dtypes, shapes, storage).")
-    p.add_argument("file", metavar="FILE.psk.d")
+    p.add_argument("file", metavar="FILE.psk.d", help=URL_HELP)
     p.add_argument("--samples", type=int, metavar="N",
                    help="how many samples to show (default 2; a checkpoint shows its values only when given)")
     p.add_argument("--values", action="store_true",
@@ -191,8 +192,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
     p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
-    p.add_argument("a", metavar="A.psk.d")
-    p.add_argument("b", metavar="B.psk.d")
+    p.add_argument("a", metavar="A.psk.d", help=URL_HELP)
+    p.add_argument("b", metavar="B.psk.d", help=URL_HELP)
     p.add_argument("--layout", metavar="LAYOUT.json",
                    help="the layout of a params file A, and of B when B has none beside it "
                         "(default: the NAME.layout.json written beside A)")
@@ -200,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the layout of a params file B (default: the NAME.layout.json written beside it)")
 
     p = command("export", _export, "Write a file's samples as JSON, every real exact.")
-    p.add_argument("file", metavar="FILE.psk.d")
+    p.add_argument("file", metavar="FILE.psk.d", help=URL_HELP)
     p.add_argument("-o", "--output", required=True, metavar="OUT.json", help=TEXT_OUTPUT_HELP)
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 

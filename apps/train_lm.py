@@ -340,7 +340,8 @@ def main(argv: list[str]) -> None:
 
     masked = f" (targets {data.mask_token}, the boundary, left out of the loss)" if data.mask_token is not None else ""
     packed = " (packed segments: attention inside each document)" if data.segments else ""
-    print(f"train: {data.windows} windows of {data.seq} tokens over a vocabulary of {data.vocab} tokens{masked}{packed}; "
+    print(f"train: {data.windows} windows of {data.seq} tokens over a vocabulary of {data.vocab} tokens"
+          f"{masked}{packed}; "
           f"{data.pipeline}; model width {model.width}, {model.layers} blocks, {model.heads} heads; "
           f"{jax.device_count()} {jax.devices()[0].platform} device(s)", flush=True)
     step, seconds, waited = train(config, data, model, begin, manager)

@@ -26,7 +26,7 @@ pytest.register_assert_rewrite("tests.helpers", "tests.format.golden", "tests.co
                                "tests.checkpoint.helpers", "tests.data.files")
 
 # (after the rewrite is registered; fixtures for every folder)
-from tests.objectstore import any_place, fault_proxy, faulty_bucket, s3_bucket, s3_server  # noqa: E402, F401
+from tests.objectstore import any_place, fault_proxy, faulty_bucket, object_place, s3_bucket, s3_server  # noqa: E402, F401
 
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "pskd_jax-hypothesis"))
 

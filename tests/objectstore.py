@@ -157,6 +157,13 @@ def any_place(request: pytest.FixtureRequest, tmp_path) -> str:
     return request.getfixturevalue("s3_bucket").url
 
 
+@pytest.fixture(params=["memory", "s3"])
+def object_place(request: pytest.FixtureRequest) -> str:
+    """A store's prefix to write under, once for each kind of object store (new for the test)."""
+    if request.param == "memory":
+        return f"memory://test-{uuid.uuid4().hex[:12]}"
+    return request.getfixturevalue("s3_bucket").url
+
 
 # -- GCS ---------------------------------------------------------------------------------------------
 

@@ -174,6 +174,26 @@ def shard_index(name: str) -> int | None:
     return index if shard_name(index) == name else None
 
 
+# -- a cache of corpus shards ----------------------------------------------------------------------
+
+_CACHED_SHARD = re.compile(r"(?P<sha256>[0-9a-f]{64})\.psk\.d")
+
+
+def cached_shard(sha256: str) -> str:
+    """The name a shard cache keeps a shard under: its sha256 (its content names it).
+
+    >>> cached_shard("ab" * 32)[-12:], cached_shard_sha256(cached_shard("ab" * 32)) == "ab" * 32
+    ('ababab.psk.d', True)
+    """
+    return f"{sha256}{PSKD_SUFFIX}"
+
+
+def cached_shard_sha256(name: str) -> str | None:
+    """The sha256 of a name :func:`cached_shard` made, None for any other name."""
+    match = _CACHED_SHARD.fullmatch(name)
+    return match.group("sha256") if match else None
+
+
 __all__ = [
     "CHECKPOINT_INDEX",
     "CHECKPOINT_LOCK",
@@ -184,6 +204,8 @@ __all__ = [
     "OTHER_LAYOUT_SUFFIX",
     "PSKD_SUFFIX",
     "STANDARD_STREAM",
+    "cached_shard",
+    "cached_shard_sha256",
     "data_path_for",
     "distributed_temporary",
     "is_layout_name",

@@ -11,11 +11,10 @@ import stat
 from pskd_jax._os import names
 from pskd_jax._os.checks import mode_words
 from pskd_jax.checkpoint.directory import CheckpointDirectory, step_names
-from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, write_index
+from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, Index, write_index
 from pskd_jax.checkpoint.integrity import layout_xxh3
 from pskd_jax.errors import CheckpointDirectoryError, PskdError
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, read_layout_file
-from pskd_jax.format.reader import Reader
+from pskd_jax.format.layout_file import LayoutFile
 
 SHOWN = 8  # files an adoption refusal names before counting the rest
 
@@ -45,7 +44,7 @@ def adopt(directory: CheckpointDirectory, listing: list[str], *, digest: str, du
         raise CheckpointDirectoryError(
             f"{directory.path}: no checkpoint index ({INDEX}), and {len(problems)} of its step files cannot be "
             f"adopted: {shown}. Nothing was changed: move those away (or put the index back) and open it again")
-    write_index(directory, entries, durable=durable)
+    write_index(directory, entries, durable=durable, over=Index())  # (only if there is still no index)
 
 
 def adoptable(directory: CheckpointDirectory, step: int, digest: str) -> CheckpointEntry:
@@ -64,11 +63,11 @@ def adoptable(directory: CheckpointDirectory, step: int, digest: str) -> Checkpo
         layout_file = None
         if layout_mode is not None:
             try:
-                layout_file = read_layout_file(directory.join(layout))
+                layout_file = directory.layout_of(layout)
             except PskdError as e:
                 raise NotAdoptable(layout, e.message) from None
         try:
-            type_text, size = _complete(directory.join(file), file, layout, layout_file)
+            type_text, size = _complete(directory, file, layout, layout_file)
             found = directory.digest(file, digest)
         except PskdError as e:
             raise NotAdoptable(file, e.message) from None
@@ -78,18 +77,18 @@ def adoptable(directory: CheckpointDirectory, step: int, digest: str) -> Checkpo
             # leaves of other shapes with the same encodings and byte total differs only there).
             try:
                 known = found if digest == "xxh3_128" else None
-                check_belongs(layout_file, directory.join(file),
-                              xxh3_128=layout_xxh3(directory.join(file), layout_file, known))
+                directory.check_layout(layout_file, file, layout_xxh3(directory.join(file), layout_file, known))
             except PskdError as e:
                 raise NotAdoptable(layout, e.message) from None
         return CheckpointEntry(step, {digest: found}, type_text=type_text, bytes=size, layout=layout_file is not None,
                                adopted=True)
 
 
-def _complete(path: str, file: str, layout: str, layout_file: LayoutFile | None) -> tuple[str, int]:
+def _complete(directory: CheckpointDirectory, file: str, layout: str, layout_file: LayoutFile | None
+              ) -> tuple[str, int]:
     """The type and size of a step file that holds one whole sample of its type (read through its
     layout file when it has one), or :class:`NotAdoptable` saying why not."""
-    with Reader(path) as reader:
+    with directory.checkpoint(file) as reader:
         header = reader.header
         if layout_file is not None:
             if layout_file.type_text != header.type_text:

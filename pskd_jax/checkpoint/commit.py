@@ -22,7 +22,7 @@ def claim_step(directory: CheckpointDirectory, step: int, *, durable: bool) -> N
     index = load_index(directory)
     check_names_free(directory, step, index)
     if step not in index.leftovers:
-        write_index(directory, index.entries, leftovers=index.leftovers + (step,), durable=durable)
+        write_index(directory, index.entries, leftovers=index.leftovers + (step,), durable=durable, over=index)
 
 
 def check_names_free(directory: CheckpointDirectory, step: int, index: Index) -> None:
@@ -50,16 +50,30 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     files stay claimed (``leftovers``) until they are gone, as do the claims of other steps that
     still have unlisted files."""
     index = load_index(directory)
+    if entry.step not in index.leftovers:
+        # The claim recorded before the files were written is gone: another manager of this place
+        # (on a bucket, where no lock keeps a second one out) recovered it as an interrupted save.
+        raise CheckpointDirectoryError(f"{directory.join(names.step_file(entry.step))}: step {entry.step} is no "
+                                       "longer claimed in the checkpoint index (another CheckpointManager of "
+                                       f"{directory.path} removed the claim); the step was not listed")
     before = index.listed_names() | listed_names([entry])  # this save's files too
     candidates = [e for e in index.entries if e.step != entry.step] + [entry]
     keep = retention.kept_steps(scores_of(candidates))
     kept = [e for e in candidates if e.step in keep]
     after = listed_names(kept)
     dropped = sorted(before - after)
-    claimed = {names.step_of(name) for name in dropped}
-    claimed.update(s for s in index.leftovers if s != entry.step and directory.unlisted_own(s, after))
-    write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable)
-    directory.remove(dropped)
+    # A step the new index lists is never claimed under ``leftovers`` (a claim on a listed step
+    # says that a re-save of it is under way). The names a listed step no longer has — the layout
+    # file of a re-save as a closed type — described the data this save replaced: they go first.
+    # Those of the steps retention drops are claimed until they are gone (the index first).
+    directory.remove([name for name in dropped if names.step_of(name) in keep])
+    for step in index.leftovers:
+        if step in keep and step != entry.step:
+            directory.remove(directory.unlisted_own(step, after))
+    claimed = {names.step_of(name) for name in dropped} - keep
+    claimed.update(s for s in index.leftovers if s not in keep and directory.unlisted_own(s, after))
+    write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable, over=index)
+    directory.remove([name for name in dropped if names.step_of(name) not in keep])
 
 
 __all__ = ["check_names_free", "claim_step", "commit_step"]

@@ -11,13 +11,19 @@ import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.atomic import remove_stale_temporaries
+from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax._os.checks import mode_words
-from pskd_jax._os.digests import file_digest
+from pskd_jax._os.jsonfile import loads_strict, read_strict
 from pskd_jax._os.locks import destination_lock
+from pskd_jax.checkpoint.integrity import digest_of
+from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.errors import CheckpointDirectoryError, PskdError, TruncatedError
+from pskd_jax.format.layout_file import LayoutFile, check_belongs, layout_from_bytes, read_layout_file
+from pskd_jax.format.reader import Reader
+from pskd_jax.storage import CREATE, Conflict, Location, Store, Version, locate, store_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +34,41 @@ class CheckpointDirectory:
 
     @classmethod
     def of(cls, directory: str | os.PathLike[str] | CheckpointDirectory) -> CheckpointDirectory:
-        return directory if isinstance(directory, CheckpointDirectory) else cls(os.fspath(directory))
+        """The directory (or, for an ``s3://``, ``gs://`` or ``memory://`` URL, the key prefix of
+        a bucket: :class:`StoredDirectory`) at ``directory``; E9018 for a URL no store serves."""
+        if isinstance(directory, CheckpointDirectory):
+            return directory
+        where = locate(directory)
+        return cls(where.path) if where.is_local else StoredDirectory.at(where)
+
+    @property
+    def is_local(self) -> bool:
+        return True
+
+    def read_index_file(self, name: str, error: type[PskdError], what: str) -> tuple[Any, str | None]:
+        """The JSON value of the index file ``name`` (a regular file, strict JSON) and its version
+        tag (None on a local directory, whose writers the directory's lock orders)."""
+        return read_strict(self.join(name), error, what=what), None
+
+    def write_index_file(self, name: str, data: bytes, *, durable: bool, tag: str | None, exists: bool
+                         ) -> str | None:
+        """Writes the index file ``name``, atomically (the caller holds the directory's lock); its
+        new tag (None here)."""
+        with atomic_output(self.join(name), durable=durable) as f:
+            f.write(data)
+        return None
+
+    def layout_of(self, name: str) -> LayoutFile:
+        """The layout file ``name`` read (not yet proven to belong to any data file)."""
+        return read_layout_file(self.join(name))
+
+    def checkpoint(self, name: str) -> Reader | StoredFile:
+        """The step file ``name`` opened for its header, size and placement."""
+        return Reader(self.join(name))
+
+    def check_layout(self, layout_file: LayoutFile, name: str, xxh3_128: str | None) -> None:
+        """Refuses (E9005 naming both) a layout file written for another file than ``name``."""
+        check_belongs(layout_file, self.join(name), xxh3_128=xxh3_128)
 
     def join(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -112,7 +152,7 @@ class CheckpointDirectory:
 
     def digest(self, name: str, algorithm: str) -> str:
         """The digest of the whole file ``name`` (hex, lowercase)."""
-        return file_digest(self.join(name), algorithm)
+        return digest_of(self.join(name), algorithm)
 
     def save_lock_exists(self, file: str) -> bool:
         """Whether the save lock of the step file ``file`` stands beside it (a save of it is under
@@ -128,6 +168,98 @@ class CheckpointDirectory:
         """Removes the temporary file of a distributed save of ``file`` (once no save holds it)."""
         with contextlib.suppress(OSError):
             os.unlink(names.distributed_temporary(self.join(file)))
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredDirectory(CheckpointDirectory):
+    """A checkpoint directory that is a key prefix of a bucket (``path`` its URL). Its entries are
+    the objects directly under the prefix (each a regular file, as the manager sees it); there are
+    no links, temporary files or save locks on a bucket, and no rename: each object appears whole,
+    and the index is written last with a conditional put (only if absent, or only if still the
+    version read), so that of two writers the second is refused (E9014) instead of overwriting.
+    Nothing here removes an object the index does not prove the manager's own."""
+
+    where: Location = dataclasses.field(default=None)  # type: ignore[assignment]
+
+    @classmethod
+    def at(cls, where: Location) -> StoredDirectory:
+        where = Location(where.scheme, where.bucket, where.key.rstrip("/"))
+        store_for(where)  # (E9018 now for a store without its client)
+        return cls(where.url, where)
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def store(self) -> Store:
+        return store_for(self.where)
+
+    def key(self, name: str) -> str:
+        return self.where.child(name).key
+
+    def join(self, name: str) -> str:
+        return self.where.child(name).url
+
+    def mode(self, name: str) -> int | None:
+        return stat.S_IFREG | 0o644 if self.store.info(self.key(name)) is not None else None
+
+    def names(self, *, missing_ok: bool = False) -> list[str]:
+        # (a prefix with nothing under it is an empty directory: a bucket has no directories)
+        return [info.key.rpartition("/")[2] for info in self.store.list(self.where.key)]
+
+    def remove(self, dropped: Iterable[str]) -> None:
+        for name in dropped:
+            self.store.delete(self.key(name))
+
+    @contextlib.contextmanager
+    def idle(self, name: str) -> Iterator[bool]:
+        # No save lock on a bucket: what tells a manager's saves apart from another's is the index
+        # (a step's claim must still stand when its entry is committed: see commit_step).
+        yield True
+
+    def readable(self, step: int, file: str, layout: str | None) -> str:
+        if self.store.info(self.key(file)) is None:
+            raise TruncatedError(f"{self.join(file)}: step {step} is listed in the checkpoint index, but its "
+                                 "object is missing")
+        return self.join(file)
+
+    def exists(self, name: str) -> bool:
+        return self.store.info(self.key(name)) is not None
+
+    def save_lock_exists(self, file: str) -> bool:
+        return False
+
+    def remove_stale_temporaries(self, file: str) -> None:
+        pass  # (nothing is written under a temporary name on a bucket)
+
+    def remove_distributed_temporary(self, file: str) -> None:
+        pass
+
+    def read_index_file(self, name: str, error: type[PskdError], what: str) -> tuple[Any, str | None]:
+        raw, info = self.store.get(self.key(name))
+        return loads_strict(raw, self.join(name), error), info.tag
+
+    def write_index_file(self, name: str, data: bytes, *, durable: bool, tag: str | None, exists: bool
+                         ) -> str | None:
+        """A conditional put: only if there is no index yet (``exists`` False), else only if the
+        index is still the version ``tag`` read; E9014 when another writer changed it meanwhile."""
+        mode = Version(tag) if exists and tag is not None else CREATE
+        try:
+            return self.store.put(self.key(name), data, mode=mode).tag
+        except Conflict as e:
+            raise CheckpointDirectoryError(f"{self.join(name)}: another writer changed the checkpoint index since "
+                                           f"this manager read it ({e.why}); this change was not written") from None
+
+    def layout_of(self, name: str) -> LayoutFile:
+        raw, _ = self.store.get(self.key(name))
+        return layout_from_bytes(raw, self.join(name))
+
+    def checkpoint(self, name: str) -> Reader | StoredFile:
+        return StoredFile(self.where.child(name), self.store)
+
+    def check_layout(self, layout_file: LayoutFile, name: str, xxh3_128: str | None) -> None:
+        StoredFile(self.where.child(name), self.store).check(layout_file, xxh3_128)
 
 
 def found_mode(path: str) -> int | None:
@@ -148,4 +280,4 @@ def step_names(step: int) -> tuple[str, str]:
     return names.step_file(step), names.step_layout(step)
 
 
-__all__ = ["CheckpointDirectory", "found_mode", "step_names"]
+__all__ = ["CheckpointDirectory", "StoredDirectory", "found_mode", "step_names"]

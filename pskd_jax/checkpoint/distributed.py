@@ -9,25 +9,28 @@ import dataclasses
 import importlib
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory
-from pskd_jax._os.digests import file_digest
+from pskd_jax._os.digests import DIGESTS, file_digest
+from pskd_jax._os.jsonfile import json_text
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
-from pskd_jax.checkpoint.layout_file import check_layout_beside, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
+from pskd_jax.checkpoint.parts import PREFIX, PartsIndex, part_key
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
 from pskd_jax.format.encodings import Rounding
 from pskd_jax.format.sample_type import ParamsType, parse_type
+from pskd_jax.storage import Location, locate, store_for
 
 
 def _agree(multihost_utils: Any, tag: str, error: BaseException | None) -> None:
@@ -92,7 +95,7 @@ def _attempt(work: Callable[[], object], where: str | None) -> BaseException | N
     return None
 
 
-def save_distributed(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None) -> SaveResult:
+def save_distributed(path: str | os.PathLike | Location, tree: Any, options: SaveOptions | None = None) -> SaveResult:
     """Saves a tree of arrays sharded over several JAX processes into one file on a shared
     filesystem; every process calls it (``save`` does so by itself for such trees), with the same
     ``options``.
@@ -112,9 +115,12 @@ def save_distributed(path: str | os.PathLike, tree: Any, options: SaveOptions | 
     blocking and must be a regular file: a FIFO, device, directory or link standing at its name is
     refused (E9012), never waited on or removed.
     """
+    where = locate(path)
+    if not where.is_local:
+        return _save_parts(where, tree, save_options(options))
     jax = jax_module()
     multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
-    path = os.fspath(path)
+    path = where.path
     options = save_options(options)
     me = jax.process_index()
     plan_ = plan(tree, options, keep_global=True)
@@ -140,6 +146,95 @@ def save_distributed(path: str | os.PathLike, tree: Any, options: SaveOptions | 
         error = _attempt(lambda: _commit(target, plan_, options, found), path) if me == 0 else None
         _agree(multihost_utils, f"{path}: committing", error)
     return SaveResult.of(path, plan_, reports, found, target.layout_path)
+
+
+def _gathered(multihost_utils: Any, table: np.ndarray) -> list[np.ndarray]:
+    """Every process's int64 table (n, 3), gathered (as bytes: without x64, JAX would narrow
+    int64 to int32)."""
+    counts = np.asarray(multihost_utils.process_allgather(np.array([len(table)], np.int32))).reshape(-1)
+    padded = np.zeros((max(1, int(counts.max())), 3), "<i8")
+    padded[: len(table)] = table
+    raw = np.asarray(multihost_utils.process_allgather(padded.reshape(-1).view(np.uint8)))
+    rows = raw.reshape(len(counts), -1).view("<i8").reshape(len(counts), -1, 3)
+    return [rows[p, : int(counts[p])] for p in range(len(counts))]
+
+
+@contextlib.contextmanager
+def _removed_on_failure(store: Any, key: str) -> Iterator[None]:
+    """Removes this process's part object (its own: named with this save's token) when the block
+    raises: a save that is not committed leaves no part behind."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(PskdError):
+            store.delete(key)
+        raise
+
+
+def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
+    """A tree spread over several JAX processes saved to a bucket (no shared file system): each
+    process puts the bytes it owns as one part object (named with a token of this save, so that
+    no part of a save another reader may be reading is overwritten); after a barrier process 0
+    checks that the parts hold every byte exactly once, computes the digest asked for (reading the
+    parts), puts the layout object and then the parts index at the checkpoint's key, and removes
+    the parts of the save it replaced. See :mod:`pskd_jax.checkpoint.parts`."""
+    jax = jax_module()
+    multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
+    me, count = jax.process_index(), jax.process_count()
+    store, url = store_for(where), where.url
+    plan_ = plan(tree, options, keep_global=True)
+    token = np.asarray(multihost_utils.broadcast_one_to_all(np.frombuffer(os.urandom(6), np.uint8)))
+    keys = [f"{part_key(where.key, p, count)}.{bytes(token.astype(np.uint8)).hex()}" for p in range(count)]
+    key = keys[me]
+    reports: dict[int, Rounding] = {}
+    extents: list[tuple[int, int, int]] = []
+    written = [0]
+
+    def pieces() -> Iterator[memoryview]:
+        for offset, data in _my_pieces(plan_, options, reports, me):
+            view = memoryview(data).cast("B")
+            extents.append((offset, len(view), written[0]))
+            written[0] += len(view)
+            yield view
+
+    error = _attempt(lambda: store.put(key, pieces()), url)
+    with _removed_on_failure(store, key):
+        _agree(multihost_utils, f"{url}: writing the parts", error)
+    tables = _gathered(multihost_utils, np.asarray(extents, "<i8").reshape(-1, 3))
+    sizes = [int(t[:, 1].sum()) if len(t) else 0 for t in tables]
+    found: dict[str, str] = {}
+    layout_key = names.layout_path_for(where.key)
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
+
+    def commit() -> None:
+        index = PartsIndex.of(plan_.size, keys, sizes, tables, url)
+        before = store.head(where.key, 1 << 20)
+        if options.digest:
+            hashed = DIGESTS[options.digest]()
+            buffer = bytearray(min(16 << 20, max(1, plan_.size)))
+            for start in range(0, plan_.size, len(buffer)):
+                view = memoryview(buffer)[: min(len(buffer), plan_.size - start)]
+                index.read_spans(store, url, [view], [start])
+                hashed.update(view)
+            found[options.digest] = hashed.hexdigest()
+        if writes_layout:
+            content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
+            store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
+        store.put(where.key, index.encoded())
+        if before is not None and before[0].startswith(PREFIX):  # the parts of the save replaced
+            try:
+                old = PartsIndex.parse(before[0] if len(before[0]) == before[1].size else store.get(where.key)[0],
+                                       url)
+            except PskdError:
+                return
+            for stale in set(old.keys) - set(keys):
+                with contextlib.suppress(PskdError):  # (committed already: a part left is only a cost)
+                    store.delete(stale)
+
+    error = _attempt(commit, url) if me == 0 else None
+    with _removed_on_failure(store, key):
+        _agree(multihost_utils, f"{url}: committing", error)
+    return SaveResult.of(url, plan_, reports, found, store.url(layout_key) if writes_layout else None)
 
 
 def _target(path: str, plan_: SavePlan, options: SaveOptions) -> tuple[_Target, BaseException | None]:
@@ -192,16 +287,47 @@ def _leaf_start(plan_: SavePlan, i: int) -> int:
 
 def _write_whole_leaf(fd: int, temporary: str, plan_: SavePlan, i: int, options: SaveOptions,
                       reports: dict[int, Rounding]) -> None:
+    for position, data in _whole_leaf_pieces(plan_, i, options, reports):
+        write_at(fd, data, position, temporary)
+
+
+def _whole_leaf_pieces(plan_: SavePlan, i: int, options: SaveOptions, reports: dict[int, Rounding]
+                       ) -> Iterator[tuple[int, memoryview]]:
+    """Leaf i encoded, chunk by chunk, with each chunk's offset in the file."""
     position = _leaf_start(plan_, i)
     for chunk in encode_chunks(i, plan_, options.round_to_encoding, reports, finite_only=options.finite_only):
         data = bytes_of(chunk)
-        write_at(fd, data, position, temporary)
+        yield position, data
         position += len(data)
 
 
 def _write_shard(fd: int, temporary: str, plan_: SavePlan, i: int, shard: Any, options: SaveOptions,
                  reports: dict[int, Rounding]) -> None:
     """One shard of leaf i, encoded, written run by run at its offsets in the file."""
+    for position, data in _shard_pieces(plan_, i, shard, options, reports):
+        write_at(fd, data, position, temporary)
+
+
+def _my_pieces(plan_: SavePlan, options: SaveOptions, reports: dict[int, Rounding], me: int
+               ) -> Iterator[tuple[int, memoryview]]:
+    """The bytes this process owns, with their offsets in the file: the shards of the JAX arrays
+    it holds (replica 0 of each); process 0 also the header and the leaves not spread over
+    processes."""
+    if me == 0:
+        yield 0, memoryview(plan_.header)
+    for i, value in enumerate(plan_.arrays):
+        if not is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
+            if me == 0:
+                yield from _whole_leaf_pieces(plan_, i, options, reports)
+            continue
+        for shard in value.addressable_shards:
+            if shard.replica_id == 0:
+                yield from _shard_pieces(plan_, i, shard, options, reports)
+
+
+def _shard_pieces(plan_: SavePlan, i: int, shard: Any, options: SaveOptions, reports: dict[int, Rounding]
+                  ) -> Iterator[tuple[int, memoryview]]:
+    """One shard of leaf i, encoded, run by run, with each run's offset in the file."""
     leaf = plan_.placement.layout.leaves[i]
     itemsize = plan_.placement.disk_dtypes[i].itemsize
     index = tuple(shard.index)
@@ -213,8 +339,9 @@ def _write_shard(fd: int, temporary: str, plan_: SavePlan, i: int, shard: Any, o
     _, runs, run = region_runs(leaf.shape, index)
     run_bytes = run * itemsize
     start = _leaf_start(plan_, i)
-    for k, element in enumerate(runs):
-        write_at(fd, encoded[k * run_bytes : (k + 1) * run_bytes].data, start + element * itemsize, temporary)
+    if run_bytes:
+        for k, element in enumerate(runs):
+            yield start + element * itemsize, encoded[k * run_bytes : (k + 1) * run_bytes].data
 
 
 def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[str, str]) -> None:

@@ -17,9 +17,9 @@ import numpy as np
 from pskd_jax._os import names
 from pskd_jax._os.checks import abridged, is_integer, mode_words
 from pskd_jax._os.digests import DIGESTS
-from pskd_jax._os.jsonfile import json_kind, read_strict, write_json
+from pskd_jax._os.jsonfile import json_kind, json_text
 from pskd_jax.checkpoint.directory import CheckpointDirectory
-from pskd_jax.errors import CheckpointDirectoryError
+from pskd_jax.errors import CheckpointDirectoryError, TruncatedError
 
 INDEX = names.CHECKPOINT_INDEX
 INDEX_FORMAT = "pskd-checkpoints"
@@ -251,6 +251,7 @@ class Index:
     entries: tuple[CheckpointEntry, ...] = ()
     leftovers: tuple[int, ...] = ()
     exists: bool = False
+    tag: str | None = None  # the version read (of an index in a bucket: what its next put is conditional on)
 
     @property
     def steps(self) -> list[int]:
@@ -309,16 +310,28 @@ def load_index(directory: CheckpointDirectory) -> Index:
     if not stat.S_ISREG(mode):
         raise CheckpointDirectoryError(f"{path}: the checkpoint index is {mode_words(mode)}, not a regular "
                                        "file (the manager reads and replaces only a regular file there)")
-    return parse_index(path, read_strict(path, CheckpointDirectoryError, what="the checkpoint index"))
+    try:
+        content, tag = directory.read_index_file(INDEX, CheckpointDirectoryError, "the checkpoint index")
+    except TruncatedError:  # (an index object removed since it was looked at)
+        return Index()
+    return dataclasses.replace(parse_index(path, content), tag=tag)
 
 
 def write_index(directory: CheckpointDirectory, entries: Iterable[CheckpointEntry], *, leftovers: Iterable[int] = (),
-                durable: bool = True) -> None:
+                durable: bool = True, over: Index | None = None) -> Index:
     """Writes the index (version 3), atomically: ``entries`` by step, and the steps whose unlisted
-    files are the manager's own to remove (``leftovers``)."""
-    content = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "leftovers": sorted(set(leftovers)),
-               "checkpoints": [entry.to_json() for entry in sorted(entries, key=lambda e: e.step)]}
-    write_json(directory.join(INDEX), content, durable=durable)
+    files are the manager's own to remove (``leftovers``); returns it as written. ``over`` is the
+    index this write replaces, as read: in a bucket the put is conditional on it (only if there is
+    no index, when it did not exist; only if the index is still that version), and E9014 when
+    another writer changed it meanwhile."""
+    entries = tuple(sorted(entries, key=lambda e: e.step))
+    kept = tuple(sorted(set(leftovers)))
+    content = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "leftovers": list(kept),
+               "checkpoints": [entry.to_json() for entry in entries]}
+    data = (json_text(content, indent=1) + "\n").encode("utf-8")
+    tag = directory.write_index_file(INDEX, data, durable=durable, tag=over.tag if over is not None else None,
+                                     exists=over.exists if over is not None else False)
+    return Index(entries, kept, True, tag)
 
 
 def read_index(directory: str | CheckpointDirectory) -> list[CheckpointEntry]:

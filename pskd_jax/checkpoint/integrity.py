@@ -8,9 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pskd_jax._os.checks import abridged
-from pskd_jax._os.digests import DIGESTS, file_digest
+from pskd_jax._os.digests import DIGESTS, check_algorithm, file_digest
+from pskd_jax.checkpoint.parts import PREFIX
+from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.errors import DigestMismatchError, UsageError
 from pskd_jax.format.layout_file import LayoutFile
+from pskd_jax.storage import Location, locate, store_for
 
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
 
@@ -43,14 +46,30 @@ def verify_file(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
     """Checks a whole file against its recorded digests (``{"xxh3_128": HEX}``, ``{"sha256": HEX}``
     or both: each given is checked); E9013 naming the file on a mismatch. Returns the algorithm
     checked (the first given, xxh3_128 before sha256)."""
-    path = os.fspath(path)
+    where = locate(path)
+    path = where.path if where.is_local else where.url
     expected = checked_digests(path, digests)
     if not expected:
         raise UsageError(f"{path}: no digest to check against: give digests={{'xxh3_128': HEX}} or "
                          "{'sha256': HEX}")
     for algorithm, hex_digest in expected.items():
-        check_digest(path, algorithm, file_digest(path, algorithm), hex_digest)
+        check_digest(path, algorithm, digest_of(where, algorithm), hex_digest)
     return next(iter(expected))
+
+
+def digest_of(place: str | os.PathLike | Location, algorithm: str) -> str:
+    """The digest of a whole file, or of a whole object of a store (streamed, never held whole)."""
+    where = locate(place)
+    if where.is_local:
+        return file_digest(where.path, algorithm)
+    check_algorithm(algorithm, where.url)
+    store, digest = store_for(where), DIGESTS[algorithm]()
+    found = store.head(where.key, len(PREFIX))
+    if found is not None and found[0] == PREFIX:  # saved by several processes: the file its parts hold
+        return StoredFile(where, store).digest(algorithm)
+    for chunk in store.chunks(where.key):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | None:
@@ -59,7 +78,7 @@ def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | 
     if known is not None:
         return known
     recorded = (layout_file.identity or {}).get("xxh3_128")
-    return file_digest(path, "xxh3_128") if recorded is not None else None
+    return digest_of(path, "xxh3_128") if recorded is not None else None
 
 
-__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "layout_xxh3", "verify_file"]
+__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "digest_of", "layout_xxh3", "verify_file"]

@@ -53,7 +53,9 @@ class _Prepared:
 
 
 class CheckpointManager:
-    """Checkpoints of a training run in one directory, by step.
+    """Checkpoints of a training run in one directory, by step — a local directory, or a key
+    prefix of a bucket (``s3://…``, ``gs://…``, ``memory://…``; ``docs/checkpoints.md``,
+    "Checkpoints in a bucket", says what differs there: no lock, a conditional index).
 
     >>> import numpy as np, tempfile
     >>> from pskd_jax.checkpoint import Retention
@@ -92,8 +94,8 @@ class CheckpointManager:
         options = checked_options(save_options, "save_options")
         self.digest = options.digest or CHECKPOINT_DIGEST  # what the index records of each step
         self.save_options = options.replace(digest=self.digest)
-        self.directory = os.fspath(directory)
-        self._place = CheckpointDirectory(self.directory)
+        self._place = CheckpointDirectory.of(directory)  # (E9018 for a URL no store serves)
+        self.directory = self._place.path
         self._lock = threading.Lock()  # the index and the directory's files
         self._saving = threading.Lock()  # held by a save from start to end (a take-over waits for it)
         self._state_lock = threading.Lock()  # a change of state
@@ -104,6 +106,12 @@ class CheckpointManager:
         self._state = ManagerState.READ_ONLY if read_only else ManagerState.CLOSED
         if read_only:
             load_index(self._place)
+            return
+        if not self._place.is_local:
+            # A bucket has no lock to hold: the index's conditional puts keep two writers from
+            # overwriting each other (the loser gets E9014), and a step is listed only while its
+            # claim stands (see commit_step).
+            self._recover(None)
             return
         try:
             os.makedirs(self.directory, exist_ok=True)
@@ -123,7 +131,7 @@ class CheckpointManager:
 
     # -- opening, and handing the directory over ----------------------------------------------------
 
-    def _recover(self, hold: DirectoryHold) -> None:
+    def _recover(self, hold: DirectoryHold | None) -> None:
         """Run once the lock is held: cleans up after interrupted saves, or adopts the step files
         of a directory without an index (:func:`pskd_jax.checkpoint.recovery.recover`)."""
         with self._lock:

@@ -14,15 +14,23 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.checkpoint.targets import TargetSpec, category, spec_of
 from pskd_jax.errors import MismatchError, NotClosedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.layout import Layout, Leaf
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout_file, read_layout_file
+from pskd_jax.format.layout_file import (
+    LayoutFile,
+    check_belongs,
+    find_layout_file,
+    layout_from_bytes,
+    read_layout_file,
+)
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader, template_mismatch
 from pskd_jax.format.sample_type import IndexType, TupleType, parse_type
+from pskd_jax.storage import locate, store_for
 
 MAX_LISTED = 20  # key paths a mismatch lists of each kind before abridging
 
@@ -69,28 +77,33 @@ def _closed_forms(type_text: str, layout: Layout) -> list[sd.Form | None]:
     return forms if len(forms) == len(layout.leaves) else [None] * len(layout.leaves)
 
 
-def file_view(reader: Reader, layout: Any, target_pairs, specs: list[TargetSpec] | None) -> FileView:
+def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: list[TargetSpec] | None) -> FileView:
     """How to read the file: its layout file (by key path), an explicit layout, its closed type, or
     — a ``params`` file without a layout file — the target (by position)."""
     path = reader.path
     if layout is not None:
         if isinstance(layout, (str, os.PathLike)):
-            found = read_layout_file(layout, data=path)
+            found = _given_layout(reader, layout)
             return FileView(found.layout, list(found.forms), True, found)
         if isinstance(layout, LayoutFile):  # (read already: its forms and key paths serve)
-            check_belongs(layout, path)
+            if isinstance(reader, StoredFile):
+                reader.check(layout)
+            else:
+                check_belongs(layout, path)
             return FileView(layout.layout, list(layout.forms) or [None] * len(layout.layout.leaves), True, layout)
         if isinstance(layout, Layout):
             return FileView(layout, [None] * len(layout.leaves), False)
         template_pairs, rebuild = tree_lib.flatten(layout, what="the layout template")
         template_specs = [spec_of(p, s, True) for p, s in template_pairs]
         view = _template_view(template_pairs, template_specs, rebuild)
-        beside = find_layout_file(path) if reader.header.is_params else None
+        beside = None
+        if reader.header.is_params:
+            beside = reader.beside() if isinstance(reader, StoredFile) else find_layout_file(path)
         return view if beside is None else _template_by_path(path, view, beside.layout, rebuild)
     if not reader.header.is_params:
         own = Layout.of_type(reader.header.type_text)
         return FileView(own, _closed_forms(reader.header.type_text, own), False)
-    beside = find_layout_file(path)
+    beside = reader.beside() if isinstance(reader, StoredFile) else find_layout_file(path)
     if beside is not None:
         return FileView(beside.layout, list(beside.forms), True, beside)
     if target_pairs is None:
@@ -121,6 +134,24 @@ def _template_by_path(path: str, view: FileView, saved: Layout, rebuild) -> File
         return (rebuild if rebuild is not None else list)([values[i] for i in order])
 
     return FileView(Layout(leaves, tuple(range(len(leaves))), in_template_order), forms, True)
+
+
+def _given_layout(reader: Reader | StoredFile, layout: str | os.PathLike) -> LayoutFile:
+    """The layout file a restore was given by path or URL, proven to belong to the checkpoint."""
+    where = locate(layout)
+    if where.is_local:
+        if isinstance(reader, StoredFile):
+            found = read_layout_file(where.path)
+            reader.check(found)
+            return found
+        return read_layout_file(where.path, data=reader.path)
+    store = store_for(where)
+    if isinstance(reader, StoredFile):
+        return reader.layout_at(store, where.key)
+    raw, _ = store.get(where.key)
+    found = layout_from_bytes(raw, where.url)
+    check_belongs(found, reader.path)
+    return found
 
 
 def _template_view(pairs, specs: list[TargetSpec], rebuild) -> FileView:
@@ -275,7 +306,8 @@ class ReadPlan:
         return self.rebuild(values) if self.rebuild is not None else self.view.layout.unflatten(values)
 
 
-def plan_read(reader: Reader, target: Target | None, *, layout: Any = None, partial: bool = False) -> ReadPlan:
+def plan_read(reader: Reader | StoredFile, target: Target | None, *, layout: Any = None,
+              partial: bool = False) -> ReadPlan:
     """The read plan of a restore of ``reader``'s file into ``target`` (None: as saved); the reader
     is given the layout it plans with. ``partial`` (with a target) matches a subset by key path."""
     path = reader.path

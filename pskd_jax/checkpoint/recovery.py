@@ -1,17 +1,16 @@
 """What a manager does once it holds a directory's lock: remove what interrupted saves left — the
-files of steps claimed under ``leftovers`` that no entry lists, the entry of a re-save cut short,
-temporary files and save locks no live writer holds — or, in a directory without an index, adopt
-its step files (:mod:`pskd_jax.checkpoint.adoption`). Plain functions of the directory and its
-index; the rules are in ``docs/checkpoints.md``.
+files of steps claimed under ``leftovers`` that no entry lists, temporary files and save locks no
+live writer holds (a step the index lists is never removed) — or, in a directory without an
+index, adopt its step files (:mod:`pskd_jax.checkpoint.adoption`). Plain functions of the
+directory and its index; the rules are in ``docs/checkpoints.md``.
 """
 
 from __future__ import annotations
 
 from pskd_jax._os import names
-from pskd_jax._os.digests import DIGESTS
 from pskd_jax.checkpoint.adoption import adopt
 from pskd_jax.checkpoint.directory import CheckpointDirectory
-from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, Index, listed_names, load_index, write_index
+from pskd_jax.checkpoint.index import INDEX, Index, load_index, write_index
 
 
 def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> None:
@@ -29,16 +28,12 @@ def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> No
 
 def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: bool) -> None:
     """Removes the files of the saves ``leftovers`` claims that no entry lists, once no save of
-    them is under way, and drops an entry whose re-save was cut short (its file no longer the one
-    recorded): the index without it is written before its file goes."""
+    them is under way, and drops the claims. A step the index lists is never removed: a re-save of
+    it cut short after its file was replaced leaves the entry as it is, and a restore or a verify
+    of it reports E9013 (its file no longer the one recorded) rather than recovery deleting it."""
     if not index.leftovers:
         return
-    cut_short = {step for step in index.leftovers
-                 if (entry := index.entry(step)) is not None and not still_recorded(directory, entry)}
-    entries = [entry for entry in index.entries if entry.step not in cut_short]
-    if cut_short:
-        write_index(directory, entries, leftovers=index.leftovers, durable=durable)
-    listed = listed_names(entries)
+    listed = index.listed_names()
     busy = []
     for step in index.leftovers:
         file = names.step_file(step)
@@ -49,16 +44,7 @@ def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: 
                 busy.append(step)
                 continue
             directory.remove(directory.unlisted_own(step, listed))
-    write_index(directory, entries, leftovers=busy, durable=durable)
-
-
-def still_recorded(directory: CheckpointDirectory, entry: CheckpointEntry) -> bool:
-    """Whether a listed step's file still has the digests its entry records (True when nothing
-    the manager wrote is there: the entry is left to say so when it is read)."""
-    if not directory.regular(entry.file):
-        return True
-    digests = {name: value for name, value in entry.digest.items() if name in DIGESTS}
-    return all(directory.digest(entry.file, name) == value.lower() for name, value in digests.items())
+    write_index(directory, index.entries, leftovers=busy, durable=durable, over=index)
 
 
 def remove_stale(directory: CheckpointDirectory, listing: list[str]) -> None:
@@ -86,4 +72,4 @@ def remove_stale(directory: CheckpointDirectory, listing: list[str]) -> None:
                 directory.remove_distributed_temporary(file)
 
 
-__all__ = ["recover", "remove_stale", "remove_unfinished", "still_recorded"]
+__all__ = ["recover", "remove_stale", "remove_unfinished"]

@@ -22,7 +22,8 @@ from pskd_jax._os.positional import read_into
 from pskd_jax.checkpoint.integrity import check_digest, checked_digests
 from pskd_jax.checkpoint.jax_arrays import jax_module, single_device, wrap_keys
 from pskd_jax.checkpoint.read_plan import ReadPlan, Target, plan_read
-from pskd_jax.checkpoint.regions import read_region
+from pskd_jax.checkpoint.regions import read_region, region_runs
+from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.checkpoint.targets import TargetSpec, cast, check_x64, final_dtype, saved_values, to_target, where_of
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import stored_dtypes as sd
@@ -30,6 +31,7 @@ from pskd_jax.format.layout import Leaf
 from pskd_jax.format.layout_file import LayoutFile
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader
+from pskd_jax.storage import locate
 
 PARALLEL_READ_BYTES = 64 << 20  # restores larger than this read leaves on two threads
 
@@ -74,12 +76,21 @@ def restore(
     checks the whole file while reading (each given is checked) and raises E9013 naming the file
     on a mismatch; nothing is returned from a file that does not verify.
     """
-    path = os.fspath(path)
+    where = locate(path)
+    path = where.path if where.is_local else where.url
     expected = checked_digests(path, digests)
     if partial and target is None:
         raise UsageError(f"{path}: partial=True restores the key paths a target names: give a target")
+    if zero_copy and not where.is_local:
+        raise UsageError(f"{path}: zero_copy=True maps a local file; an object of a store is read (give "
+                         "as_numpy=True for numpy arrays)")
     try:
         wanted = Target.of(target, as_numpy=as_numpy or zero_copy) if target is not None else None
+        if not where.is_local:
+            with StoredFile(where) as stored:
+                read = plan_read(stored, wanted, layout=layout, partial=partial)
+                values = _read_stored_values(stored, read, as_numpy, expected, allow_overflow)
+            return read.tree(values)
         with Reader(path) as reader:
             read = plan_read(reader, wanted, layout=layout, partial=partial)
             if zero_copy:
@@ -319,6 +330,110 @@ def _restore_sharded(fd: int, path: str, offset: int, leaf: Leaf, form: sd.Form 
                 piece = np.ascontiguousarray(host[index]) if index else host
             else:
                 piece = read_region(fd, path, offset, leaf.shape, disk, value, index)
+            saved = saved_values(piece, leaf, form, placement, i, where)
+            assert spec.dtype is not None  # (an array leaf: a key or a scalar is never sharded)
+            cache[key] = cast(saved, spec.dtype, where, allow_overflow=allow_overflow)
+        return cache[key]
+
+    return jax.make_array_from_callback(leaf.shape, spec.sharding, shard, dtype=spec.dtype)
+
+
+def _read_stored_values(stored: StoredFile, read: ReadPlan, as_numpy: bool, expected: dict[str, str],
+                        allow_overflow: bool) -> list[Any]:
+    """A restore of an object of a store: every byte range the plan needs — whole leaves, and of a
+    sharded leaf only the runs of the boxes this process's devices hold — read at once, many in
+    flight, each into its destination array. Verified (``expected``), every leaf is read whole and
+    the gaps too, and the digests are taken over the whole object in order before anything is
+    returned. The object's version tag is compared after the reads: an object replaced meanwhile is
+    E9003, never a mix of two saves."""
+    path, placement = stored.path, read.placement
+    leaves, forms, specs, chosen = read.view.layout.leaves, read.view.forms, read.specs, read.chosen
+    data_offset = stored.header.data_offset
+    routes = _routes(path, read, placement, as_numpy)
+    whole = {chosen[k] for k in routes.plain} | ({chosen[k] for k in routes.sharded} if expected else set())
+    host = {i: np.empty(leaves[i].shape, dtype=placement.value_dtype(i)) for i in sorted(whole)}
+    spans: list[tuple[int, memoryview]] = [(data_offset + placement.offsets[i], _as_bytes(host[i]))
+                                           for i in sorted(whole) if host[i].nbytes]
+    boxes: dict[int, dict[tuple, np.ndarray]] = {}
+    if not expected:
+        for k in routes.sharded:
+            spec = specs[k]
+            assert spec is not None and spec.sharding is not None  # (a sharded leaf has a target)
+            i = chosen[k]
+            disk = placement.disk_dtypes[i]
+            boxes[k] = {}
+            for index in spec.sharding.addressable_devices_indices_map(leaves[i].shape).values():
+                index = tuple(index) if index is not None else ()
+                key = _box_key(index, leaves[i].shape)
+                if key in boxes[k]:
+                    continue
+                box, runs, run = region_runs(leaves[i].shape, index)
+                out = boxes[k][key] = np.empty(box, dtype=placement.value_dtype(i))
+                flat, run_bytes = out.reshape(-1).view(np.uint8), run * disk.itemsize
+                if run_bytes:
+                    spans.extend((data_offset + placement.offsets[i] + start * disk.itemsize,
+                                  flat[r * run_bytes : (r + 1) * run_bytes].data) for r, start in enumerate(runs))
+    if expected:
+        spans = _with_gaps(spans, data_offset, stored.file_size)
+    stored.read_spans([view for _, view in spans], [offset for offset, _ in spans])
+    now = stored.store.info(stored.key)
+    if now is None or now.tag != stored.tag:
+        raise TruncatedError(f"{path}: the object was replaced or removed while it was read; nothing was restored "
+                             "from it (restore again)")
+    if expected:
+        hashes = {name: DIGESTS[name]() for name in expected}
+        for digest in hashes.values():
+            digest.update(stored.header_bytes)
+            for _, view in spans:
+                digest.update(view)
+        for name, digest in hashes.items():
+            check_digest(path, name, digest.hexdigest(), expected[name])
+    results: list[Any] = [None] * len(chosen)
+    for k in routes.plain:
+        i = chosen[k]
+        results[k] = _finish(path, host[i], leaves[i], forms[i], specs[k], placement, i, routes.to_jax[k],
+                             allow_overflow)
+    for k in routes.sharded:
+        i = chosen[k]
+        spec = specs[k]
+        assert spec is not None
+        results[k] = _sharded_of(path, leaves[i], forms[i], placement, i, spec, host.get(i), boxes.get(k, {}),
+                                 allow_overflow)
+    return results
+
+
+def _box_key(index: tuple, shape: tuple[int, ...]) -> tuple:
+    return tuple(s.indices(d) for s, d in zip(index, shape))
+
+
+def _with_gaps(spans: list[tuple[int, memoryview]], start: int, end: int) -> list[tuple[int, memoryview]]:
+    """``spans`` in order with buffers for the bytes between them (and up to ``end``): together
+    they cover ``[start, end)``, for a digest of the whole object."""
+    out: list[tuple[int, memoryview]] = []
+    position = start
+    for offset, view in sorted(spans, key=lambda pair: pair[0]):
+        if offset > position:
+            out.append((position, memoryview(bytearray(offset - position))))
+        out.append((offset, view))
+        position = max(position, offset + len(view))
+    if end > position:
+        out.append((position, memoryview(bytearray(end - position))))
+    return out
+
+
+def _sharded_of(path: str, leaf: Leaf, form: sd.Form | None, placement: Placement, i: int, spec: TargetSpec,
+                host: np.ndarray | None, boxes: dict[tuple, np.ndarray], allow_overflow: bool) -> Any:
+    """A sharded leaf made from the boxes read for this process's devices (or sliced from the
+    whole leaf, when it was read whole)."""
+    jax = jax_module()
+    where = where_of(path, leaf)
+    cache: dict[tuple, np.ndarray] = {}
+
+    def shard(index: tuple) -> np.ndarray:
+        index = tuple(index) if index is not None else ()
+        key = _box_key(index, leaf.shape)
+        if key not in cache:
+            piece = (np.ascontiguousarray(host[index]) if index else host) if host is not None else boxes[key]
             saved = saved_values(piece, leaf, form, placement, i, where)
             assert spec.dtype is not None  # (an array leaf: a key or a scalar is never sharded)
             cache[key] = cast(saved, spec.dtype, where, allow_overflow=allow_overflow)

@@ -28,10 +28,10 @@ class Retention:
     - ``keep_period``: also every step divisible by it;
     - ``best_fn`` with ``best_mode`` (``"min"`` or ``"max"``) and ``keep_best``: also the
       ``keep_best`` steps of best score. ``best_fn`` is called once, when a step is saved, with the
-      metrics given to the save (or, when none were, its extra JSON); it returns a real number or
-      None (no score). A score that is not finite (a diverged run's NaN) ranks as no score, and
-      steps without a score are kept by the other rules only; of equal scores the newer step ranks
-      first.
+      metrics given to the save (or, when none were, its extra JSON); it returns a finite real
+      number or None (no score: such steps are kept by the other rules only); anything else (NaN,
+      ±inf, 10**400, a string, a bool) is refused, E9014 naming the step. Of equal scores the newer
+      step ranks first.
 
     The newest step is always kept. Without ``keep`` and ``keep_best`` every step is kept (the
     default, ``Retention()``).
@@ -70,8 +70,9 @@ class Retention:
             raise CheckpointDirectoryError("keep_best needs best_fn and best_mode (what makes a checkpoint best)")
 
     def score(self, step: int, metrics: Any) -> float | None:
-        """``best_fn`` of a step's metrics: a finite number, or None (no ``best_fn``, no metrics, None,
-        or a score that is not finite). A failing or non-numeric ``best_fn`` is E9012 naming the step."""
+        """``best_fn`` of a step's metrics: a finite number, or None (no ``best_fn``, no metrics, or
+        None returned). A failing ``best_fn`` is E9012 naming the step; a value that is not a finite
+        real (NaN, ±inf, 10**400, a string, a bool) is E9014 naming it."""
         if self.best_fn is None or metrics is None:
             return None
         try:
@@ -84,10 +85,18 @@ class Retention:
             return None
         if getattr(value, "shape", None) == () and hasattr(value, "item"):
             value = value.item()  # a numpy or JAX scalar
+        refused = CheckpointDirectoryError(
+            f"step {step}: best_fn returned {abridged(value)}, which is not a finite real number; the index "
+            "records a score as a finite number (return None for a step without a score, a diverged run's)")
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise UsageError(f"step {step}: best_fn returned {abridged(value)}; expected a real number or None")
-        value = float(value)
-        return value if math.isfinite(value) else None
+            raise refused
+        try:
+            score = float(value)  # (an int or a Fraction beyond a float's range overflows)
+        except (OverflowError, ValueError, TypeError):
+            raise refused from None
+        if not math.isfinite(score):
+            raise refused
+        return score
 
     def ranked(self, scores: Mapping[int, float | None]) -> list[int]:
         """The scored steps, best first; of equal scores, the newer step first."""

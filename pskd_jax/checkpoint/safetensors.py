@@ -52,12 +52,13 @@ from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
-from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, UsageError
+from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, StorageError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_key, shown_path
 from pskd_jax.format.tree import build_described, check_description, described_paths
+from pskd_jax.storage import locate
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them); those of
 # ml_dtypes are made when first needed.
@@ -164,7 +165,7 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file,
     which keeps the source's ``__metadata__``), saved with ``options`` (the type's name, when they
     give none: the one the source records as ``pskd.type``, else ``Params``)."""
-    source = os.fspath(source)
+    source = _local(source, "a .safetensors file")
     options = save_options(options)
     tensors, names, metadata = _tensors(source)
     if not tensors:
@@ -273,7 +274,8 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     file beside the checkpoint (which must belong to it); a closed type needs none. Each tensor
     has the dtype its leaf gives back (float16, int32, bool, float8 …), exactly: a layout file
     whose dtype the stored data do not hold is refused, never applied."""
-    source, destination = os.fspath(source), os.fspath(destination)
+    source = _local(source, "a checkpoint converted to safetensors")
+    destination = _local(destination, "a .safetensors file")
     serialize = _safetensors("safetensors.numpy").save
     leaves, layout_file = read_saved_leaves(source, layout=layout)
     if not leaves:  # (refused here, as the way back refuses a file of no tensors)
@@ -319,6 +321,17 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     return count
 
 
+def _local(path: str | os.PathLike, what: str) -> str:
+    """The local path of ``path``; E9018 naming a URL (an object of a store, or a scheme no store
+    serves): conversions read and write local files (a checkpoint converted from safetensors may
+    be saved to a store)."""
+    where = locate(path)
+    if not where.is_local:
+        raise StorageError(f"{where.url}: {what} is read or written as a local file; for an object of a store, "
+                           "restore() it and save() it, or convert a local copy")
+    return where.path
+
+
 def _type_text(f, source: str) -> str:
     return read_header(f, source, os.fstat(f.fileno()).st_size).type_text
 
@@ -327,7 +340,7 @@ def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout
             name: str | None = None) -> str:
     """Converts by extension: ``.safetensors`` → ``.psk.d`` or ``.psk.d`` → ``.safetensors``;
     returns a line saying what was written."""
-    source, destination = os.fspath(source), os.fspath(destination)
+    source, destination = locate(source).url, locate(destination).url  # (E9018 for a scheme no store serves)
     if source.endswith(".safetensors") and destination.endswith(".psk.d"):
         result = safetensors_to_pskd(source, destination, SaveOptions(name=name))
         labels = sorted({e.label for e in result.encodings})

@@ -13,18 +13,21 @@ from typing import Any
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.digests import Hasher
+from pskd_jax._os.jsonfile import json_text
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax.checkpoint.layout_file import check_layout_beside, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
-from pskd_jax.errors import MismatchError, TruncatedError
+from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Rounding
+from pskd_jax.format.layout_file import layout_from_bytes
 from pskd_jax.format.sample_type import ParamsType, parse_type
+from pskd_jax.storage import Location, locate, store_for
 
 
 def save(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None) -> SaveResult:
@@ -58,10 +61,13 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
                     layout_extra: dict | None = None) -> SaveResult:
     """:func:`save`, with entries of its own added to the layout file (``layout_extra``: what a
     conversion keeps of its source, such as a safetensors file's ``__metadata__``)."""
-    path = os.fspath(path)
+    where = locate(path)
+    path = where.path if where.is_local else where.url
     options = save_options(options)
     if any(is_global(value) for _, value in tree_lib.flatten(tree)[0]):
-        return save_distributed(path, tree, options)
+        return save_distributed(path if where.is_local else where, tree, options)
+    if not where.is_local:
+        return _save_to_store(where, tree, options, layout_extra)
     algorithm = options.digest
     plan_ = plan(tree, options)
     reports: dict[int, Rounding] = {}
@@ -109,6 +115,70 @@ def _leaf_bytes(path: str, i: int, plan_: SavePlan, options: SaveOptions,
     except (TypeError, ValueError, OverflowError) as e:
         raise MismatchError(f"{path}: {leaf_name(plan_.paths[i])}: cannot be stored: {type(e).__name__}: "
                             f"{str(e)[:200]}") from None
+
+
+def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extra: dict | None) -> SaveResult:
+    """:func:`save` to an object of a store. There is no rename on a bucket: the data object is
+    one put (a multipart upload for a large one), visible only once whole, and an upload whose
+    values are refused midway is aborted, leaving nothing. The layout object is put after it;
+    a layout object of the data replaced that this save does not rewrite is removed when it is
+    the toolkit's (a layout file), and anything else at its key is left alone."""
+    store, path = store_for(where), where.url
+    plan_ = plan(tree, options)
+    reports: dict[int, Rounding] = {}
+    algorithm = options.digest
+    beside = layout_path_for(where.key)
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
+    own_beside = _own_store_layout(store, beside, where.key, path, writes=writes_layout)  # (before any put)
+    hasher = Hasher(algorithm) if algorithm else None
+
+    def pieces() -> Iterator[memoryview]:
+        yield memoryview(plan_.header)
+        for i in range(len(plan_.arrays)):
+            yield from _leaf_bytes(path, i, plan_, options, reports)
+
+    def hashed() -> Iterator[memoryview]:
+        for piece in pieces():
+            if hasher:
+                hasher.feed(piece)
+            yield piece
+
+    try:
+        info = store.put(where.key, hashed())
+        found = {algorithm: hasher.hexdigest()} if hasher and algorithm else {}
+    except BaseException:
+        if hasher:
+            hasher.abandon()
+        raise
+    if info.size != plan_.size:
+        raise TruncatedError(f"{path}: {info.size} bytes written of the {plan_.size} planned")
+    if writes_layout:
+        content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), extra=layout_extra,
+                              data_name=where.key.rsplit("/", 1)[-1])
+        store.put(beside, (json_text(content, indent=1) + "\n").encode("utf-8"))
+    elif own_beside:  # (anything else at its key is left alone)
+        store.delete(beside)
+    return SaveResult.of(path, plan_, reports, found, store.url(beside) if writes_layout else None)
+
+
+def _own_store_layout(store: Any, beside: str, key: str, path: str, *, writes: bool) -> bool:
+    """Whether the object where ``key``'s layout goes is the toolkit's own layout of ``key`` (a
+    layout file recording that name, or one of an earlier version recording none); refuses (E9012)
+    a save that would put its layout over anything else, before anything is put."""
+    if store.info(beside) is None:
+        return False
+    raw, _ = store.get(beside)
+    try:
+        found = layout_from_bytes(raw, store.url(beside))
+    except PskdError:
+        found = None
+    recorded = (found.identity or {}).get("name") if found is not None else None
+    own = found is not None and recorded in (None, key.rsplit("/", 1)[-1])
+    if writes and not own:
+        raise UsageError(f"{store.url(beside)}: the layout of {path} goes there, but another object stands there "
+                         "(not the layout of this checkpoint); nothing was written: move it away, or save under "
+                         "another name")
+    return own
 
 
 _PREALLOCATE_BYTES = 1 << 20  # files smaller than this are written without preallocation

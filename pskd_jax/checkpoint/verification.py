@@ -11,7 +11,7 @@ from pskd_jax.checkpoint.directory import CheckpointDirectory
 from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, load_index, read_index
 from pskd_jax.checkpoint.integrity import layout_xxh3, verify_file
 from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError
-from pskd_jax.format.layout_file import check_belongs, read_layout_file
+from pskd_jax.storage import locate
 
 
 def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -> list[CheckpointEntry]:
@@ -52,16 +52,16 @@ def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path:
     A step the index lists without a layout file is checked only when one lies beside it (restore
     would use it)."""
     listed = entry.layout_name
-    layout_path = directory.join(listed) if listed else names.layout_path_for(path)
-    if not listed and not os.path.lexists(layout_path):
+    name = listed or os.path.basename(names.layout_path_for(entry.file))
+    if not listed and not directory.exists(name):
         return
     where = f"step {entry.step} {path}"
     try:
-        layout_file = read_layout_file(layout_path)
+        layout_file = directory.layout_of(name)
     except PskdError as e:
         raise NotClosedError(f"{where}: its layout file does not read: {e.message}") from None
     try:
-        check_belongs(layout_file, path, xxh3_128=layout_xxh3(path, layout_file, digests.get("xxh3_128")))
+        directory.check_layout(layout_file, entry.file, layout_xxh3(path, layout_file, digests.get("xxh3_128")))
     except MismatchError as e:
         raise MismatchError(f"{where}: {e.message}") from None
 
@@ -69,7 +69,11 @@ def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path:
 def recorded_digests(path: str | os.PathLike) -> dict[str, str]:
     """The digests the index of a checkpoint file's directory records for it (empty when the
     directory has no index, or the index does not list the file)."""
-    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    where = locate(path)
+    if where.is_local:
+        directory, name = os.path.split(os.path.abspath(where.path))
+    else:
+        directory, name = where.parent().url, where.name
     for entry in read_index(directory):
         if entry.file == name:
             return entry.checkable_digests()

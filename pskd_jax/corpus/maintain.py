@@ -14,13 +14,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import _kind as file_kind
-from pskd_jax._os.positional import read_into
-from pskd_jax.corpus.manifest import Manifest, Shard, read_manifest
+from pskd_jax.corpus.manifest import Manifest, Shard, manifest_object, object_shard, read_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError
-from pskd_jax.format.header import VERSION_F64, Header, read_header
+from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, StorageError
+from pskd_jax.format.byte_sources import ByteSource, FileBytes, StoreBytes
+from pskd_jax.format.encodings import Encoding
+from pskd_jax.format.header import VERSION_ENCODED, Header, read_header
+from pskd_jax.storage import Location, StorageOptions, Store, locate, store_for
 
 
 class ShardProblem(Exception):
@@ -58,13 +59,15 @@ def shard_header(fd: int, size: int, path: str) -> Header:
 
 
 def header_problem(header: Header, size: int, shard: Shard, tokenizer: Tokenizer) -> str | None:
-    """What is wrong with a shard's header and size against its entry: its version (a shard is
-    written with version 1, as its one leaf is an idx), type, count, and size (no trailing bytes)."""
+    """What is wrong with a shard's header and size against its entry: its type, count and size (no
+    trailing bytes). Both versions are read: a shard is written with version 1 (its one leaf is an
+    idx), and a version 2 header is as good when it lists that leaf's encoding, byte 0."""
     if header.type_text != tokenizer.sample_type:
         return f"type {header.type_text!r}, expected {tokenizer.sample_type!r}"
-    if header.version != VERSION_F64:
-        return (f"a version {header.version} header; a shard of type {tokenizer.sample_type!r} is written with "
-                f"version {VERSION_F64}, which readers of the corpus expect")
+    if header.version == VERSION_ENCODED and header.encodings != (Encoding.F64,):
+        labels = " ".join(e.label for e in header.encodings or ())
+        return (f"a version 2 header listing {len(header.encodings or ())} leaf encodings ({labels or 'none'}); a "
+                "shard's one idx leaf carries encoding byte 0")
     if header.count != shard.tokens:
         return f"header count {header.count}, the manifest records {shard.tokens} tokens"
     expected = header.data_offset + shard.tokens * tokenizer.dtype.itemsize
@@ -75,37 +78,57 @@ def header_problem(header: Header, size: int, shard: Shard, tokenizer: Tokenizer
     return None
 
 
-def content_problem(fd: int, path: str, header: Header, shard: Shard, tokenizer: Tokenizer) -> str | None:
-    """Reads the whole shard once, in blocks, and checks in that one pass its sha256, that every
-    token is below the vocabulary size, and that its boundary tokens number its ``documents``.
+def content_problem(source: ByteSource, path: str, header: Header, shard: Shard, tokenizer: Tokenizer) -> str | None:
+    """Reads the whole shard once, in blocks (a file's positional reads, or an object's one
+    streamed request), and checks in that one pass its sha256, that every token is below the
+    vocabulary size, and that its boundary tokens number its ``documents``.
 
-    Reading (``preadv``), hashing and the numpy reductions all release the GIL, so shards scan in
-    parallel on threads."""
+    Reading (``preadv``, the object-store client), hashing and the numpy reductions all release
+    the GIL, so shards scan in parallel on threads."""
     digest = hashlib.sha256()
     dtype, bound, boundary = tokenizer.dtype, tokenizer.vocab_size, tokenizer.boundary
     item = dtype.itemsize
-    end = header.data_offset + shard.tokens * item
-    buffer = np.empty(max(item, min(BLOCK, end)), np.uint8)
-    view = buffer.data
+    start, end = header.data_offset, header.data_offset + shard.tokens * item
     checks_bound = bound < 1 << (8 * item)  # idx[256] in u8 holds no value at or above its bound
     first_bad: tuple[int, int] | None = None  # (token position, value)
     boundaries = 0
+    carry = b""  # the bytes of a token cut by the end of a block
+    seen = 0  # bytes hashed so far
+    token = 0  # tokens scanned so far
+
+    def scan(data: memoryview) -> None:
+        nonlocal first_bad, boundaries, token
+        if not len(data):
+            return
+        tokens = np.frombuffer(data, dtype)
+        if checks_bound and first_bad is None and tokens.max() >= bound:
+            at = int(np.argmax(tokens >= bound))
+            first_bad = (token + at, int(tokens[at]))
+        boundaries += int(np.count_nonzero(tokens == boundary))
+        token += len(tokens)
+
     try:
-        read_into(fd, view[: header.data_offset], 0, path)
-        digest.update(view[: header.data_offset])
-        position = header.data_offset
-        while position < end:
-            n = min(len(buffer), end - position)
-            read_into(fd, view[:n], position, path)
-            digest.update(view[:n])
-            tokens = buffer[:n].view(dtype)
-            if checks_bound and first_bad is None and tokens.max() >= bound:
-                at = int(np.argmax(tokens >= bound))
-                first_bad = ((position - header.data_offset) // item + at, int(tokens[at]))
-            boundaries += int(np.count_nonzero(tokens == boundary))
-            position += n
+        for block in source.blocks(end):
+            digest.update(block)
+            low, high = max(start, seen), min(end, seen + len(block))
+            seen += len(block)
+            if high <= low:
+                continue
+            data = block[low - (seen - len(block)) : high - (seen - len(block))]
+            if carry:
+                need = item - len(carry)
+                carry += bytes(data[:need])
+                data = data[need:]
+                if len(carry) == item:
+                    scan(memoryview(carry))
+                    carry = b""
+            whole = len(data) - len(data) % item
+            scan(data[:whole])
+            carry += bytes(data[whole:])
     except PskdError as e:
         return f"unreadable ({e.message})"
+    if seen != end:
+        return f"unreadable (read {seen} bytes, {end} expected)"
     found = digest.hexdigest()
     if found != shard.sha256:
         return f"sha256 {found}, the manifest records {shard.sha256}"
@@ -127,17 +150,49 @@ def shard_problem(path: str, shard: Shard, tokenizer: Tokenizer, *, digest: bool
         fd = open_shard(path)
     except ShardProblem as e:
         return str(e)
+    source = FileBytes(path, fd=fd)
     try:
         size = os.fstat(fd).st_size
         header = shard_header(fd, size, path)
         problem = header_problem(header, size, shard, tokenizer)
         if problem is None and digest:
-            problem = content_problem(fd, path, header, shard, tokenizer)
+            problem = content_problem(source, path, header, shard, tokenizer)
         return problem
     except ShardProblem as e:
         return str(e)
     finally:
-        os.close(fd)
+        source.close()
+
+
+def object_header(source: StoreBytes) -> Header:
+    """The ``.psk.d`` header of a shard object (a :class:`ShardProblem` if it is none)."""
+    try:
+        return read_header(source.header_stream(), source.name, source.size())
+    except PskdError as e:
+        if isinstance(e, StorageError):
+            raise
+        raise ShardProblem(f"not a shard ({e.message})") from None
+
+
+def object_shard_problem(store: Store, key: str, shard: Shard, tokenizer: Tokenizer, *,
+                         digest: bool = True) -> str | None:
+    """:func:`shard_problem` for a shard object of a store: its header and size (two requests),
+    and with ``digest`` its content, streamed in one request. A store that keeps failing is
+    E9018, raised (not a problem of the shard)."""
+    try:
+        source = StoreBytes(store, key, error=ShardMismatchError)
+    except ShardMismatchError:
+        return "missing (no such object)"
+    try:
+        header = object_header(source)
+        problem = header_problem(header, source.size(), shard, tokenizer)
+        if problem is None and digest:
+            problem = content_problem(source, source.name, header, shard, tokenizer)
+        return problem
+    except ShardProblem as e:
+        return str(e)
+    finally:
+        source.close()
 
 
 def check_shards(manifest: Manifest, check: Callable[[int], str | None], workers: int | None) -> None:
@@ -180,29 +235,56 @@ def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike 
                                    f"than the one given ({expected.describe()}); its ids mean other tokens")
 
 
+def load_manifest(place: str | os.PathLike | Location, storage: StorageOptions | None = None) -> Manifest:
+    """The manifest at a local path or in a store (``s3://…/shards.json``), checked (E9016; E9003
+    for an object that is not there)."""
+    where = locate(place)
+    if where.is_local:
+        return read_manifest(where.path)
+    manifest, _ = manifest_object(store_for(where, storage), where.key)
+    for i, shard in enumerate(manifest.shards):
+        object_shard(where, shard.path, f"{manifest.path}: shard {i}")
+    return manifest
+
+
+OBJECT_WORKERS = 16  # shards of a store verified at once by default: requests wait on the network
+
+
 def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = None,
-                  tokenizer: Tokenizer | str | os.PathLike | None = None) -> VerifyResult:
-    """Checks every shard against the manifest (``workers`` threads, default the CPUs): a regular
-    file, its header and size, and in one read of each file its sha256, every token below the
-    vocabulary size, and its boundary tokens equal to its documents. E9017 naming the first bad
-    shard. The manifest of a build still in progress verifies (it lists finished shards only):
+                  tokenizer: Tokenizer | str | os.PathLike | None = None,
+                  storage: StorageOptions | None = None) -> VerifyResult:
+    """Checks every shard against the manifest (``workers`` threads, default the CPUs, or 16 for
+    a corpus in a store): a regular file (an object), its header and size, and in one read of each
+    (a stream of one request for an object) its sha256, every token below the vocabulary size,
+    and its boundary tokens equal to its documents. E9017 naming the first bad shard. The manifest
+    of a build still in progress verifies (it lists finished shards only):
     ``result.manifest.complete`` says whether it is one. With ``tokenizer``, a corpus built with
-    another is refused first (:func:`check_tokenizer`)."""
-    manifest = read_manifest(manifest_path)
+    another is refused first (:func:`check_tokenizer`). ``manifest_path`` is a path or a URL
+    (``s3://bucket/corpus/shards.json``, reached as ``storage`` says)."""
+    where = locate(manifest_path)
+    manifest = load_manifest(where, storage)
     check_tokenizer(manifest, tokenizer)
-    paths = [manifest.shard_path(i) for i in range(len(manifest.shards))]
-    check_shards(manifest, lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer), workers)
+    if where.is_local:
+        paths = [manifest.shard_path(i) for i in range(len(manifest.shards))]
+        check_shards(manifest, lambda i: shard_problem(paths[i], manifest.shards[i], manifest.tokenizer), workers)
+    else:
+        store = store_for(where, storage)
+        keys = [object_shard(where, s.path, "").key for s in manifest.shards]
+        check_shards(manifest, lambda i: object_shard_problem(store, keys[i], manifest.shards[i], manifest.tokenizer),
+                     workers or OBJECT_WORKERS)
     header = len(manifest.tokenizer.header(0))
     size = sum(header + s.tokens * manifest.tokenizer.dtype.itemsize for s in manifest.shards)
-    return VerifyResult(manifest, len(paths), manifest.tokens, size)
+    return VerifyResult(manifest, len(manifest.shards), manifest.tokens, size)
 
 
-def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> list[str]:
+def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False,
+               storage: StorageOptions | None = None) -> list[str]:
     """``pskd corpus info``: shards, tokens, documents, the boundary's share, tokens per document.
 
-    Read from the manifest alone (no shard is opened); ``shards`` adds one line per shard.
+    Read from the manifest alone (no shard is opened), a local file or an object; ``shards`` adds
+    one line per shard.
     """
-    m = read_manifest(manifest_path)
+    m = load_manifest(manifest_path, storage)
     t = m.tokenizer
     tokens, documents = m.tokens, m.documents
     what = {"bytes": "bytes", "chars": f"chars ({t.size} characters)"}.get(t.kind) \
@@ -230,4 +312,5 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False) -> lis
 
 
 __all__ = ["ShardProblem", "VerifyResult", "check_shards", "check_tokenizer", "content_problem", "header_problem",
-           "info_lines", "open_shard", "shard_header", "shard_problem", "verify_corpus"]
+           "info_lines", "load_manifest", "object_header", "object_shard_problem", "open_shard", "shard_header",
+           "shard_problem", "verify_corpus"]

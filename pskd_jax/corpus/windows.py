@@ -3,12 +3,16 @@
 Each window's shard is found with one ``searchsorted`` and every window inside a shard is gathered
 with one fancy index over views spanning all the shards' maps (or one positional read a window);
 the few that cross a boundary are assembled from pieces. The windows are taken up anew while the
-corpus is built or rebuilt (:meth:`CorpusWindows.refresh`). The index rules, iteration, grain's
+corpus is built or rebuilt (:meth:`CorpusWindows.refresh`). A corpus in an object store
+(``s3://…/shards.json``) is read by byte ranges, one range a contiguous run a gather touches and
+one batched call a shard, or from whole shards fetched into a local cache
+(:mod:`pskd_jax.corpus.shard_cache`) and mapped like local ones. The index rules, iteration, grain's
 hooks and pickling are :mod:`pskd_jax.format.source`'s. See ``docs/corpus.md`` (Training windows).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import os
@@ -21,7 +25,6 @@ from numpy.lib.stride_tricks import as_strided
 
 from pskd_jax._os.checks import checked_integer, first_true
 from pskd_jax._os.digests import DIGESTS
-from pskd_jax._os.files import read_whole
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES
 from pskd_jax.corpus.maintain import (
     ShardProblem,
@@ -29,18 +32,31 @@ from pskd_jax.corpus.maintain import (
     check_tokenizer,
     content_problem,
     header_problem,
+    object_header,
     open_shard,
     shard_header,
 )
-from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, parse_manifest
+from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, object_shard, parse_manifest
 from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
+from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
-from pskd_jax.format.byte_sources import FileBytes, Runs, cut_short, first_cut_short, read_runs
+from pskd_jax.format.byte_sources import (
+    ByteSource,
+    FileBytes,
+    Runs,
+    StoreBytes,
+    cut_short,
+    first_cut_short,
+    read_runs,
+    read_small,
+)
 from pskd_jax.format.source import RandomAccessSource, checked_access
+from pskd_jax.storage import StorageOptions, locate, store_for
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
+OPEN_THREADS = 16  # shards of a store opened (looked at, their headers read, fetched) at once
 
 _largest = np.maximum.reduce  # a batch's largest token: called per batch, without ndarray.max's wrapper
 
@@ -51,8 +67,8 @@ class _OpenShard:
     ``access="mmap"``, a map of that same file, so what is verified is what is served."""
 
     entry: Shard
-    path: str
-    bytes: FileBytes  # closed when the last snapshot holding it is collected, or by close()
+    path: str  # a local path, or the shard object's URL
+    bytes: ByteSource  # closed when the last snapshot holding it is collected, or by close()
     header: Any
     tokens: np.ndarray  # a view of the map (mmap), or an empty array (pread)
 
@@ -87,7 +103,7 @@ class _Snapshot:
     inputs: np.ndarray
     targets: np.ndarray
     shift: np.ndarray
-    sources: list[FileBytes]  # shard k's bytes
+    sources: list[ByteSource]  # shard k's bytes (all files, or all objects)
     data_offsets: np.ndarray
     needed_list: list[int]  # each shard's size when whole: its data offset and its tokens
 
@@ -105,18 +121,41 @@ class CorpusWindows(RandomAccessSource):
     gives ``(inputs, targets, segment_ids, positions)`` per window instead (packed documents:
     :mod:`pskd_jax.corpus.segments`). The details (a shard cut short, reading while a build
     runs): ``docs/corpus.md``.
+
+    ``manifest_path`` may be a URL (``s3://bucket/corpus/shards.json``, ``gs://…``, ``memory://…``,
+    reached as ``storage`` says). Without ``cache_dir`` its shards are read by byte ranges
+    (``access="pread"``, the default there; ``"mmap"`` is E9012); with ``cache_dir``, each shard is
+    fetched whole into that directory when the windows open (or a refresh lists it), its sha256
+    checked as it is filled, and read from there as a local shard is (mapped by default). The
+    cache holds at most ``cache_bytes`` beyond the shards in use (least recently used removed);
+    a corpus larger than that is E9012. A local corpus ignores ``cache_dir``.
     """
 
     _what = "window"
 
     def __init__(self, manifest_path: str | os.PathLike, *, seq: int, stride: int | None = None,
-                 verify: bool = False, workers: int | None = None, access: str = "mmap",
-                 tokenizer: Tokenizer | str | os.PathLike | None = None, segments: bool = False):
-        self.path = os.fspath(manifest_path)
+                 verify: bool = False, workers: int | None = None, access: str | None = None,
+                 tokenizer: Tokenizer | str | os.PathLike | None = None, storage: StorageOptions | None = None,
+                 cache_dir: str | os.PathLike | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 segments: bool = False):
+        self._where = locate(manifest_path)  # (E9018 for a URL the toolkit cannot serve)
+        self.path = self._where.path if self._where.is_local else self._where.url
         if not isinstance(segments, bool):
             raise UsageError(f"{self.path}: segments is True or False, got {segments!r}")
         self.segments = segments
+        self.storage = storage
+        remote = not self._where.is_local
+        self._store = store_for(self._where, storage) if remote else None
+        self.cache = ShardCache(cache_dir, cache_bytes) if remote and cache_dir is not None else None
+        self._cache_args = (None if cache_dir is None else os.fspath(cache_dir), cache_bytes)
+        self._ranged = remote and self.cache is None  # shards read by byte ranges
+        if access is None:
+            access = "pread" if self._ranged else "mmap"
         self.access = checked_access(access, self.path)
+        if self._ranged and access == "mmap":
+            raise UsageError(f"{self.path}: access='mmap' maps local shards; the shards of a corpus in a store are "
+                             "read by byte ranges (access='pread', the default), or mapped from a local cache "
+                             "(cache_dir=…)")
         stride = seq if stride is None else stride
         self.seq = checked_integer(seq, "seq", low=1)
         self.stride = checked_integer(stride, "stride", low=1)
@@ -147,7 +186,8 @@ class CorpusWindows(RandomAccessSource):
         return True
 
     def _read_manifest_bytes(self) -> bytes:
-        return read_whole(self.path, CorpusDirectoryError, what="the corpus manifest", limit=MAX_FILE_BYTES)
+        return read_small(self._where, CorpusDirectoryError, what="the corpus manifest", limit=MAX_FILE_BYTES,
+                          storage=self.storage)
 
     def _load(self, previous: _Snapshot | None, verify: bool) -> _Snapshot:
         """A snapshot of the manifest as it is now, reusing ``previous``'s open shards.
@@ -191,38 +231,84 @@ class CorpusWindows(RandomAccessSource):
 
     def _open(self, raw: bytes, manifest: Manifest, previous: _Snapshot | None, verify: bool) -> _Snapshot:
         held = {s.key: s for s in previous.shards} if previous is not None else {}
-        shards, new = [], []
+        shards: list[_OpenShard | None] = []
+        wanted: list[tuple[int, str]] = []  # (index, path) of the shards to open
+        new: list[_OpenShard] = []
         try:
             for i, entry in enumerate(manifest.shards):
-                path = manifest.shard_path(i)
+                path = manifest.shard_path(i) if self._where.is_local else \
+                    object_shard(self._where, entry.path, f"{self.path}: shard {i}").url
                 shard = held.get((path, entry.tokens, entry.documents, entry.sha256))
                 if shard is None:
-                    shard = self._open_shard(manifest, i, path)
-                    new.append(shard)
+                    wanted.append((i, path))
                 shards.append(shard)
+            if self.cache is not None:
+                self._check_cache_fits(manifest)
+            for (i, _), opened in zip(wanted, self._open_shards(manifest, wanted, new)):
+                shards[i] = opened
+            if self.cache is not None:
+                self.cache.evict(keep={s.sha256 for s in manifest.shards})
+            ready = [s for s in shards if s is not None]
             if verify and new:
                 fresh = {id(s) for s in new}
-                check_shards(manifest, lambda i: content_problem(shards[i].bytes.fileno(), shards[i].path,
-                                                                 shards[i].header, manifest.shards[i],
-                                                                 manifest.tokenizer)
-                             if id(shards[i]) in fresh else None, self.workers)
-            return self._snapshot(raw, manifest, shards)
+                check_shards(manifest, lambda i: content_problem(ready[i].bytes, ready[i].path, ready[i].header,
+                                                                 manifest.shards[i], manifest.tokenizer)
+                             if id(ready[i]) in fresh else None, self.workers)
+            return self._snapshot(raw, manifest, ready)
         except BaseException:
             for shard in new:
                 shard.close()
             raise
 
+    def _open_shards(self, manifest: Manifest, wanted: list[tuple[int, str]], new: list[_OpenShard]
+                     ) -> list[_OpenShard]:
+        """The shards ``wanted`` opened, each appended to ``new`` as it opens (so that a failure
+        closes those already open); a store's on threads, their requests in flight together."""
+        def one(item: tuple[int, str]) -> _OpenShard:
+            shard = self._open_shard(manifest, *item)
+            new.append(shard)
+            return shard
+
+        if self._where.is_local or len(wanted) <= 1:
+            return [one(item) for item in wanted]
+        with concurrent.futures.ThreadPoolExecutor(min(OPEN_THREADS, len(wanted))) as pool:
+            futures = [pool.submit(one, item) for item in wanted]
+            concurrent.futures.wait(futures)
+        return [future.result() for future in futures]
+
+    def _check_cache_fits(self, manifest: Manifest) -> None:
+        cache = self.cache
+        assert cache is not None
+        header = len(manifest.tokenizer.header(0))
+        needed = sum(header + s.tokens * manifest.tokenizer.dtype.itemsize for s in manifest.shards)
+        if needed > cache.max_bytes:
+            raise UsageError(f"{self.path}: the corpus's {len(manifest.shards)} shards take {needed} bytes, more than "
+                             f"the cache {cache.directory} may hold (cache_bytes={cache.max_bytes}); raise "
+                             "cache_bytes, or read the shards by byte ranges (no cache_dir)")
+
     def _open_shard(self, manifest: Manifest, i: int, path: str) -> _OpenShard:
-        """Opens (and with mmap access maps) shard i, checking its header and size (E9017)."""
+        """Opens (and with mmap access maps) shard i, checking its header and size (E9017): a local
+        file, an object read by ranges, or an object's copy in the cache (fetched now if absent)."""
         entry, tokenizer = manifest.shards[i], manifest.tokenizer
+        if self._ranged:
+            return self._open_object(manifest, i, path)
         try:
-            fd = open_shard(path)
+            if self.cache is not None:
+                assert self._store is not None
+                where = locate(path)
+                expected = len(tokenizer.header(0)) + entry.tokens * tokenizer.dtype.itemsize
+                fd = self.cache.open(self._store, where.key, entry.sha256, expected, f"{self.path}: shard {i} "
+                                     f"{entry.path}")
+                local = self.cache.path(entry.sha256)
+            else:
+                fd = open_shard(path)
+                local = path
         except ShardProblem as e:
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
-        source = FileBytes(path, fd=fd)
+        source = FileBytes(local, fd=fd)
         try:
             size = os.fstat(fd).st_size
-            header = shard_header(fd, size, path)
+            header = shard_header(fd, size, local)
             problem = header_problem(header, size, entry, tokenizer)
             if problem is not None:
                 raise ShardProblem(problem)
@@ -238,6 +324,27 @@ class CorpusWindows(RandomAccessSource):
         except (PskdError, OSError, ValueError) as e:  # a map of a file cut short meanwhile
             source.close()
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})") from e
+
+    def _open_object(self, manifest: Manifest, i: int, url: str) -> _OpenShard:
+        """Shard i as an object read by byte ranges: looked at (its size) and its header read."""
+        entry = manifest.shards[i]
+        assert self._store is not None
+        try:
+            source = StoreBytes(self._store, locate(url).key, error=ShardMismatchError)
+        except ShardMismatchError:
+            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: missing (no such object {url})") from None
+        try:
+            header = object_header(source)
+            problem = header_problem(header, source.size(), entry, manifest.tokenizer)
+            if problem is not None:
+                raise ShardProblem(problem)
+        except ShardProblem as e:
+            source.close()
+            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
+        except BaseException:
+            source.close()
+            raise
+        return _OpenShard(entry, url, source, header, np.zeros(0, manifest.tokenizer.dtype))
 
     def _snapshot(self, raw: bytes, manifest: Manifest, shards: list[_OpenShard]) -> _Snapshot:
         counts = np.array([s.entry.tokens for s in shards], dtype=np.int64)
@@ -256,13 +363,15 @@ class CorpusWindows(RandomAccessSource):
         (one token on), and what turns a stream position into a record index, per shard.
 
         The shards are mapped at different addresses of this process. A view starts at the lowest
-        mapped token and steps one token at a time (records overlap), so a record index is an
-        address: record ``p + shift[k]`` of the inputs' view is tokens ``p .. p + T - 1`` of the
-        stream when they lie in shard k. Only such records are ever indexed; the gaps between the
-        maps are never touched. One fancy index per view then gathers a batch whose windows lie in
-        any number of shards, straight into the contiguous (B, T) arrays it returns: a plain copy
-        of each window's bytes (void records: never a copy of a shard, whatever its alignment).
-        The maps stay valid while the snapshot's token views live: a map does not close under a view.
+        mapped token and steps one byte at a time (records overlap), so a record index is an
+        address: record ``p * itemsize + shift[k]`` of the inputs' view is tokens ``p .. p + T - 1``
+        of the stream when they lie in shard k. Stepping by bytes, not tokens, serves shards whose
+        tokens start at different offsets within a page (a version 1 header and a version 2 one
+        differ by 5 bytes). Only such records are ever indexed; the gaps between the maps are never
+        touched. One fancy index per view then gathers a batch whose windows lie in any number of
+        shards, straight into the contiguous (B, T) arrays it returns: a plain copy of each
+        window's bytes (void records: never a copy of a shard, whatever its alignment). The maps
+        stay valid while the snapshot's token views live: a map does not close under a view.
         """
         dtype = tokens[0].dtype if tokens else np.dtype(np.uint8)
         item = dtype.itemsize
@@ -273,16 +382,12 @@ class CorpusWindows(RandomAccessSource):
             return np.zeros(0, dtype=record), np.zeros(0, dtype=record), shift
         address = {k: tokens[k].__array_interface__["data"][0] for k in live}
         low = min(address.values())
-        # Every shard has the same header (checked when opened), so its tokens start at the same
-        # offset within a page: the distance between two shards is a whole number of tokens.
-        if any((a - low) % item for a in address.values()):
-            raise ShardMismatchError(f"{self.path}: shards whose tokens are not aligned alike")
         high = max(address[k] + len(tokens[k]) * item for k in live)
         for k in live:
-            shift[k] = (address[k] - low) // item - offsets[k]
+            shift[k] = (address[k] - low) - offsets[k] * item
         base = tokens[min(live, key=address.__getitem__)].view(np.uint8)
-        span = (high - low) // item - self.seq  # record starts whose window, target included, ends by high
-        views = [as_strided(np.ndarray((1,), dtype=record, buffer=base[skip:]), shape=(span,), strides=(item,),
+        span = (high - low) - (self.seq + 1) * item + 1  # record starts whose window, target included, ends by high
+        views = [as_strided(np.ndarray((1,), dtype=record, buffer=base[skip:]), shape=(span,), strides=(1,),
                             writeable=False) for skip in (0, item)]
         return views[0], views[1], shift
 
@@ -370,7 +475,8 @@ class CorpusWindows(RandomAccessSource):
         was opened (E9003 naming it): touching a page past the end of a mapped file kills the
         process with SIGBUS. One ``fstat`` a shard; a shard cut short between this check and the
         copy still kills the process, as for a mapped Reader (see ``docs/corpus.md``)."""
-        short = first_cut_short([state.sources[k] for k in shards], [state.needed_list[k] for k in shards])
+        files = [state.sources[k] for k in shards]  # (mapped shards: local files)
+        short = first_cut_short(files, [state.needed_list[k] for k in shards])  # type: ignore[arg-type]
         if short is not None:
             k = shards[short[0]]
             shard = state.shards[k]
@@ -395,16 +501,42 @@ class CorpusWindows(RandomAccessSource):
     def _gather_read(self, state: _Snapshot, starts: np.ndarray, shard: np.ndarray, inside: np.ndarray
                      ) -> np.ndarray:
         """The ``(n, seq + 1)`` tokens of each window with ``access="pread"``: each window inside
-        one shard read as one run, the rare one across shards from pieces."""
+        one shard read as one run, the rare one across shards as a run in each shard it touches,
+        all in one read (for shards in a store: one batched call a shard)."""
         n, seq, item = len(starts), self.seq, self.dtype.itemsize
         windows = np.empty((n, seq + 1), self.dtype)
         inner_shards = shard[inside]
         offsets = state.data_offsets.take(inner_shards) + (starts[inside] - state.offsets.take(inner_shards)) * item
         runs = Runs.of_rows(offsets, (seq + 1) * item, inner_shards, np.flatnonzero(inside))
+        crossing = np.flatnonzero(~inside).tolist()
+        if crossing:
+            runs = self._with_pieces(state, runs, crossing, starts)
         read_runs(state.sources, runs, windows, self.path)
-        for row in np.flatnonzero(~inside).tolist():
-            windows[row] = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
         return windows
+
+    def _with_pieces(self, state: _Snapshot, runs: Runs, rows: list[int], starts: np.ndarray) -> Runs:
+        """``runs`` and the pieces of the windows of ``rows`` (each across shards): one run for each
+        shard a window's T + 1 tokens touch, landing at its place in the window's row."""
+        item, width = self.dtype.itemsize, self.seq + 1
+        offsets, lengths, places, sources = [], [], [], []
+        for row in rows:
+            at, stop = int(starts[row]), int(starts[row]) + width
+            k = int(np.searchsorted(state.offsets, at, side="right")) - 1
+            while at < stop:
+                local = at - int(state.offsets[k])
+                take = min(stop - at, int(state.counts[k]) - local)
+                if take > 0:
+                    offsets.append(int(state.data_offsets[k]) + local * item)
+                    lengths.append(take * item)
+                    places.append((row * width + at - int(starts[row])) * item)
+                    sources.append(k)
+                    at += take
+                k += 1
+        assert runs.sources is not None  # (of_rows was given the windows' shards)
+        return Runs(np.concatenate([runs.offsets, np.array(offsets, np.int64)]),
+                    np.concatenate([runs.lengths, np.array(lengths, np.int64)]),
+                    np.concatenate([runs.starts, np.array(places, np.int64)]),
+                    np.concatenate([runs.sources.astype(np.int64), np.array(sources, np.int64)]))
 
     def _rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
         """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``
@@ -429,7 +561,7 @@ class CorpusWindows(RandomAccessSource):
             touched = shard[inside]  # the shards copied from, each checked once
             distinct = np.flatnonzero(np.bincount(touched)) if len(state.shards) <= 8 * n else np.unique(touched)
             self._check_still_whole(state, distinct.tolist())
-            records = starts + state.shift.take(shard)  # a record index of the views
+            records = starts * self.dtype.itemsize + state.shift.take(shard)  # a record index of the views
             if len(crossing):
                 records[crossing] = records[np.argmax(inside)]  # any record inside: those rows are redone
             inputs = state.inputs[records].view(dtype).reshape(n, seq)
@@ -455,7 +587,11 @@ class CorpusWindows(RandomAccessSource):
                f"manifest_xxh3={digest}"
 
     def _reopen(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (self.path,), {"seq": self.seq, "stride": self.stride, "access": self.access, "segments": self.segments}
+        extra: dict[str, Any] = {"storage": self.storage} if self.storage is not None else {}
+        if self.cache is not None:
+            extra.update(cache_dir=self._cache_args[0], cache_bytes=self._cache_args[1])
+        return (self.path,), {"seq": self.seq, "stride": self.stride, "access": self.access, "segments": self.segments,
+                             **extra}
 
     def _witness(self) -> bytes:
         return self.manifest.to_bytes()

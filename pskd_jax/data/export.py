@@ -153,7 +153,7 @@ def _export(path: str, output: str, layout: Any, forms: list[sd.Form | None] | N
     with Reader(path, layout=layout, access="pread") as reader:
         placement = reader.placement
         if placement is None:
-            reader.samples()  # raises E9001 naming what is missing
+            reader.sample_bytes  # noqa: B018  (raises E9001 naming what is missing)
         assert placement is not None
         count = len(reader)
         if placement.sample_bytes == 0 and count > MAX_EMPTY_SAMPLES:

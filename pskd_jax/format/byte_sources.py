@@ -2,28 +2,38 @@
 
 A source of samples (:class:`~pskd_jax.format.reader.Reader`, ``CorpusWindows``) works out which
 bytes a gather needs, as :class:`Runs` (runs of consecutive records or tokens), and asks its
-:class:`ByteSource` for them. The one byte source today is a local regular file,
-:class:`FileBytes`: read through a memory map (``access="mmap"``) or with positional reads
-(``access="pread"``). A byte source that reads byte ranges (an object store) implements
-:meth:`ByteSource.read_spans` and :meth:`ByteSource.size` and serves ``"pread"``; it has no map.
-See ``docs/format.md`` (Sources of samples).
+:class:`ByteSource` for them. Two kinds of byte source:
+
+- :class:`FileBytes`, a local regular file, read through a memory map (``access="mmap"``) or
+  with positional reads (``access="pread"``);
+- :class:`StoreBytes`, an object of a :class:`~pskd_jax.storage.Store` (``s3://``, ``gs://``,
+  ``memory://``), read by byte ranges: the spans of one read, overlapping or touching ones
+  merged into one range, go to the store in one batched call (many requests in flight), a
+  large span straight into its destination buffer; the spans of several objects (a gather over
+  many shards) are read concurrently, one batched call an object. It has no map.
+
+See ``docs/format.md`` (Sources of samples) and ``docs/storage.md`` (Reading).
 """
 
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import contextlib
 import dataclasses
 import io
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import numpy as np
 
-from pskd_jax._os.files import open_fd
+from pskd_jax._os.digests import BLOCK
+from pskd_jax._os.files import open_fd, read_whole
 from pskd_jax._os.positional import pread_spans, read_into
-from pskd_jax.errors import NotPskdError, PskdError, TruncatedError
+from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
+from pskd_jax.storage import Location, ObjectInfo, StorageOptions, Store, locate, store_for
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -99,6 +109,28 @@ class ByteSource(abc.ABC):
         """A read-only map of the first ``size`` bytes, or None where the bytes can only be read."""
         return None
 
+    can_map = False  # whether :meth:`mapped` gives a map (a local file) or never does (an object)
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def header_stream(self) -> BinaryIO:
+        """A binary stream of the bytes from the start, for reading a header with plain reads."""
+        return io.BufferedReader(_RangedStream(self), HEADER_READ)
+
+    def blocks(self, stop: int, block: int = BLOCK) -> Iterator[memoryview]:
+        """The bytes ``[0, stop)`` in order, a block at a time (for a digest of the whole): each
+        block valid until the next is asked for. E9003 when they end first."""
+        buffer = np.empty(max(1, min(block, stop)), np.uint8)
+        view = buffer.data
+        position = 0
+        while position < stop:
+            n = min(len(buffer), stop - position)
+            self.read_at(view[:n], position)
+            yield view[:n]
+            position += n
+
     # Not abstract on purpose: a source that holds nothing has nothing to let go of.
     def close(self) -> None:  # noqa: B027
         """Lets go of what the source holds."""
@@ -120,6 +152,27 @@ def read_runs(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: 
 def cut_short(where: str, size: int, needed: int, what: str) -> TruncatedError:
     """The error for bytes that were cut short since they were opened (a file rewritten in place)."""
     return TruncatedError(f"{where}: truncated since it was opened: {size} bytes now, {needed} needed for {what}")
+
+
+HEADER_READ = 64 << 10  # a header is read from the first bytes of a source, this many at a time
+
+
+class _RangedStream(io.RawIOBase):
+    """The bytes of a source from its start, as a raw stream (each read one positional read)."""
+
+    def __init__(self, source: ByteSource) -> None:
+        self.source, self.position, self.end = source, 0, source.size()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # (the io module's signature)
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), self.end - self.position))
+        if n:
+            self.source.read_at(view[:n], self.position)
+            self.position += n
+        return n
 
 
 class FileBytes(ByteSource):
@@ -158,6 +211,16 @@ class FileBytes(ByteSource):
             raise TruncatedError(f"{name}: a file was closed")
         pread_spans(fds, spans, offsets, name)  # one preadv a span, through map
 
+    can_map = True
+
+    @property
+    def closed(self) -> bool:
+        return self.fd is None
+
+    def header_stream(self) -> BinaryIO:
+        self.file.seek(0)
+        return self.file
+
     def fileno(self) -> int:
         """The descriptor (E9003 once closed)."""
         if self.fd is None:
@@ -188,6 +251,152 @@ class FileBytes(ByteSource):
         self.fd = None
 
 
+LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buffer (Store.read_into)
+# Runs at most this many bytes apart are read in one request. 0: one request a contiguous run, so
+# that only the bytes a read needs cross the network (the client's own default, 1 MiB, reads most
+# of a shard for a batch of random windows: fewer requests, many more bytes; see docs/storage.md).
+COALESCE = 0
+POOL_THREADS = 16  # the most objects of one read in flight at once
+
+
+def merged_ranges(offsets: Sequence[int], lengths: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """The ranges to request for spans at ``offsets`` of ``lengths`` (empty ones left out): the
+    spans sorted, those that overlap or touch merged into one ``[start, stop)``. Returns the
+    starts, the stops, and for each span the index of the range that holds it.
+
+    >>> merged_ranges([10, 0, 4, 30], [5, 4, 2, 1])
+    ([0, 10, 30], [6, 15, 31], [1, 0, 0, 2])
+    """
+    order = sorted((o, n, j) for j, (o, n) in enumerate(zip(offsets, lengths)) if n > 0)
+    starts: list[int] = []
+    stops: list[int] = []
+    which = [-1] * len(offsets)
+    for offset, length, j in order:
+        if starts and offset <= stops[-1]:
+            stops[-1] = max(stops[-1], offset + length)
+        else:
+            starts.append(offset)
+            stops.append(offset + length)
+        which[j] = len(starts) - 1
+    return starts, stops, which
+
+
+class StoreBytes(ByteSource):
+    """An object of a :class:`~pskd_jax.storage.Store`, read by byte ranges (see the module's
+    documentation). Its size is the one the store gave when it was opened: an object is written
+    whole and never grows, and a read past its end now is E9003. ``info``: what the caller was
+    already told of the object (no request is then made to open it)."""
+
+    def __init__(self, store: Store, key: str, *, info: ObjectInfo | None = None,
+                 error: type[PskdError] = NotPskdError) -> None:
+        self.store, self.key = store, key
+        self.name = store.url(key)
+        found = store.info(key) if info is None else info
+        if found is None:
+            raise error(f"{self.name}: no such object")
+        self.info = found
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def size(self) -> int:
+        if self._closed:
+            raise TruncatedError(f"{self.name}: the object's reader was closed")
+        return self.info.size
+
+    def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        if self._closed:
+            raise TruncatedError(f"{self.name}: the object's reader was closed")
+        small = [(span, offset) for span, offset in zip(spans, offsets) if 0 < len(span) < LARGE_SPAN]
+        for span, offset in zip(spans, offsets):
+            if len(span) >= LARGE_SPAN:
+                self.store.read_into(self.key, int(offset), span)  # in parts, concurrently, in place
+        if not small:
+            return
+        starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
+        found = self.store.read_ranges(self.key, starts, stops, coalesce=COALESCE)
+        for (span, offset), k in zip(small, which):
+            got = memoryview(found[k]).cast("B")
+            skip = int(offset) - starts[k]
+            span[:] = got[skip : skip + len(span)]
+
+    def read_at(self, buffer: memoryview, offset: int) -> None:
+        if len(buffer) >= LARGE_SPAN:
+            if self._closed:
+                raise TruncatedError(f"{self.name}: the object's reader was closed")
+            self.store.read_into(self.key, int(offset), buffer)
+        else:
+            self.read_spans([buffer], [offset])
+
+    @classmethod
+    def read_spans_of(cls, sources: Sequence[ByteSource], which: Sequence[int], spans: Sequence[memoryview],
+                      offsets: Sequence[int], name: str) -> None:
+        """One batched call an object, the objects' calls in flight together; every call is waited
+        for before an error is raised (none may still write into the caller's buffers)."""
+        grouped: dict[int, tuple[list[memoryview], list[int]]] = {}
+        for k, span, offset in zip(which, spans, offsets):
+            mine = grouped.setdefault(k, ([], []))
+            mine[0].append(span)
+            mine[1].append(offset)
+        if len(grouped) <= 1:
+            for k, (mine_spans, mine_offsets) in grouped.items():
+                sources[k].read_spans(mine_spans, mine_offsets)
+            return
+        # A pool of the read's own (its threads gone when it returns: nothing lingers after a
+        # read, nothing to survive a fork); a thread costs little beside a request.
+        with concurrent.futures.ThreadPoolExecutor(min(POOL_THREADS, len(grouped)),
+                                                   thread_name_prefix="pskd-ranges") as pool:
+            futures = [pool.submit(sources[k].read_spans, mine_spans, mine_offsets)
+                       for k, (mine_spans, mine_offsets) in grouped.items()]
+            concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
+
+    def blocks(self, stop: int, block: int = BLOCK) -> Iterator[memoryview]:
+        """The object streamed whole (one request), in chunks of about ``block`` bytes; E9003 when
+        it is not ``stop`` bytes long."""
+        if self._closed:
+            raise TruncatedError(f"{self.name}: the object's reader was closed")
+        if stop != self.info.size:
+            raise UsageError(f"{self.name}: blocks of an object are its whole {self.info.size} bytes, not {stop}")
+        for chunk in self.store.chunks(self.key, block):
+            yield memoryview(chunk).cast("B")
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def open_bytes(place: str | os.PathLike | Location, storage: StorageOptions | None = None,
+               error: type[PskdError] = NotPskdError) -> ByteSource:
+    """The bytes of a ``.psk.d`` file or object: a local path or ``file://`` URL as a
+    :class:`FileBytes`, an object URL (``s3://``, ``gs://``, ``memory://``) as a
+    :class:`StoreBytes` (E9018 for a scheme the toolkit cannot serve, or without the client)."""
+    where = locate(place)
+    if where.is_local:
+        return FileBytes(where.path, error=error)
+    return StoreBytes(store_for(where, storage), where.key, error=error)
+
+
+def read_small(place: str | os.PathLike | Location, error: type[PskdError], *, what: str = "", limit: int,
+               storage: StorageOptions | None = None) -> bytes:
+    """The bytes of a small file or object (a manifest, a layout file), whole: a local one through
+    :func:`~pskd_jax._os.files.read_whole`, an object in one request. ``error`` names it when it is
+    missing, cannot be read, or is larger than ``limit`` (a store that keeps failing is E9018)."""
+    where = locate(place)
+    if where.is_local:
+        return read_whole(where.path, error, what=what, limit=limit)
+    store = store_for(where, storage)
+    try:
+        data, _ = store.get(where.key)
+    except TruncatedError:  # (the store's E9003: no such object)
+        raise error(f"{where.url}: no such object{' (' + what + ')' if what else ''}") from None
+    if len(data) > limit:
+        raise error(f"{where.url}: {len(data)} bytes, more than the {limit} such a file may have")
+    return data
+
+
 def first_cut_short(sources: Sequence[FileBytes], needed: Sequence[int]) -> tuple[int, int] | None:
     """``(j, size now)`` of the first file shorter than ``needed[j]``, None when none is: one
     ``fstat`` a file, what a copy out of their maps checks first."""
@@ -208,4 +417,5 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["ByteSource", "FileBytes", "Runs", "cut_short", "first_cut_short", "read_runs", "release_map"]
+__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short",
+           "first_cut_short", "merged_ranges", "open_bytes", "read_runs", "read_small", "release_map"]

@@ -20,17 +20,18 @@ from typing import Any
 import xxhash
 
 from pskd_jax._os.files import open_regular
-from pskd_jax._os.jsonfile import read_strict
+from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
 from pskd_jax._os.names import layout_path_for, older_layout_paths
-from pskd_jax._os.positional import read_into
-from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError
+from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.byte_sources import open_bytes, read_small
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import Header, read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nested_rebuild, path_keys
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.tree import build_described, check_description, described_paths
+from pskd_jax.storage import is_object_url, locate, resolve
 
 LAYOUT_FORMAT = "pskd-layout"
 
@@ -71,15 +72,25 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     proves that it belongs to that data file (:func:`check_belongs`, given ``xxh3_128``: the data
     file's whole digest, when the caller has it)."""
     path = os.fspath(path)
-    content = read_strict(path, NotClosedError, what="the layout file")
-    try:
-        layout_file = _parse(content, path)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
-        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
-        raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
+    raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
+    layout_file = _parsed(loads_strict(raw, path, NotClosedError), path)
     if data is not None:
         check_belongs(layout_file, data, xxh3_128=xxh3_128)
     return layout_file
+
+
+def layout_from_bytes(raw: bytes, path: str) -> LayoutFile:
+    """A layout file read from its bytes (an object of a store), ``path`` naming it (E9001 naming
+    it when it is not one)."""
+    return _parsed(loads_strict(raw, path, NotClosedError, kind="JSON"), path)
+
+
+def _parsed(content: Any, path: str) -> LayoutFile:
+    try:
+        return _parse(content, path)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
+        # (OverflowError: int() of an infinite number, which the JSON decoder makes of 1e999)
+        raise NotClosedError(f"{path}: not a layout file ({str(e)[:300]})") from None
 
 
 def _parse(content: Any, path: str) -> LayoutFile:
@@ -293,12 +304,16 @@ def _is_hex(value: Any, digits: int) -> bool:
 
 
 def _data_header(data: str) -> tuple[Header, bytes, int]:
-    """A data file's header, its bytes and the file's size (E9002 for a FIFO or device: never blocks)."""
-    with open_regular(data, NotPskdError) as f:
-        size = os.fstat(f.fileno()).st_size
-        header = read_header(f, data, size)
+    """A data file's (or object's) header, its bytes and the size (E9002 for a FIFO or device:
+    never blocks)."""
+    source = open_bytes(data)
+    try:
+        size = source.size()
+        header = read_header(source.header_stream(), data, size)
         header_bytes = bytearray(header.data_offset)
-        read_into(f.fileno(), memoryview(header_bytes), 0, data)
+        source.read_at(memoryview(header_bytes), 0)
+    finally:
+        source.close()
     return header, bytes(header_bytes), size
 
 
@@ -313,6 +328,13 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128:
     that records the whole file's digest must then record that one."""
     data = os.fspath(data)
     header, header_bytes, size = _data_header(data)
+    check_header_belongs(layout_file, data, header, header_bytes, size, xxh3_128=xxh3_128)
+
+
+def check_header_belongs(layout_file: LayoutFile, data: str, header: Header, header_bytes: bytes, size: int, *,
+                         xxh3_128: str | None = None) -> None:
+    """:func:`check_belongs` of a data file whose header (parsed and as bytes) and size the caller
+    read already (an object of a store, named ``data``)."""
     name = layout_file.path or "the layout"
     problem = None
     if layout_file.identity is not None:
@@ -364,8 +386,14 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     where none stands there, a layout file under the name an earlier version gave it
     (:func:`~pskd_jax._os.names.older_layout_paths`) is read when it proves to belong to the
     checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
+    locate(checkpoint)  # (E9018 naming the data's own URL when the toolkit cannot serve it)
     candidate = layout_path_for(checkpoint)
-    if os.path.exists(candidate):
+    if is_object_url(candidate):  # a layout object beside the object (older names are not looked for)
+        store, where = resolve(candidate)
+        if store.info(where.key) is None:
+            return None
+        return read_layout_file(candidate, data=checkpoint)
+    if os.path.exists(locate(candidate).path):
         if not _data_header(os.fspath(checkpoint))[0].is_params:
             # A closed type has no layout file: a file there that is none (a user's notes) is
             # passed over; a layout file there is another save's, and refused naming both.
@@ -447,8 +475,10 @@ __all__ = [
     "LAYOUT_VERSION",
     "LayoutFile",
     "check_belongs",
+    "check_header_belongs",
     "find_layout_file",
     "header_digest",
     "is_own_layout",
+    "layout_from_bytes",
     "read_layout_file",
 ]

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from pskd_jax._os.checks import first_true, not_below
 from pskd_jax._os.digests import sampled_digest
@@ -29,7 +30,7 @@ from pskd_jax.errors import (
 )
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.byte_sources import FileBytes, Runs, cut_short, read_runs
+from pskd_jax.format.byte_sources import ByteSource, FileBytes, Runs, StoreBytes, cut_short, open_bytes, read_runs
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
@@ -37,6 +38,7 @@ from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout_f
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.source import RandomAccessSource, checked_access, checked_index
+from pskd_jax.storage import StorageOptions, locate
 
 
 def template_mismatch(template_paths: list[str], file_paths: list[str], *, listed: int = 20) -> str | None:
@@ -65,7 +67,13 @@ MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are ga
 
 class Reader(RandomAccessSource):
     """Random access to the samples of a ``.psk.d`` file, through a read-only memory map
-    (``access="mmap"``, the default) or positional reads (``access="pread"``).
+    (``access="mmap"``, the default for a local file) or positional reads (``access="pread"``).
+
+    ``path`` is a local path or a URL (``file://``, ``s3://``, ``gs://``, ``memory://``; reached
+    as ``storage`` says, default the environment's: see ``docs/storage.md``). An object in a
+    store is read by byte ranges (``access="pread"``, its default); ``access="mmap"``, and the
+    views of a map (:meth:`leaves`, :meth:`samples`, :meth:`raw_data`), need a local file and
+    refuse an object (E9012).
 
     ``layout`` supplies the leaves of a ``params`` file: a :class:`Layout` or a template pytree
     (arrays or ``jax.ShapeDtypeStruct``s in declaration order); closed types need none. Indices
@@ -82,11 +90,19 @@ class Reader(RandomAccessSource):
     2 (array([4, 5, 6, 7], dtype=uint8), array(1.5)) [1.5 0.5 1.5]
     """
 
-    def __init__(self, path: str | os.PathLike, *, layout: Layout | Any | None = None, access: str = "mmap"):
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike, *, layout: Layout | Any | None = None, access: str | None = None,
+                 storage: StorageOptions | None = None):
+        where = locate(path)  # (E9018 for a URL the toolkit cannot serve: never a local path)
+        self.path = where.url if not where.is_local else where.path
+        self.storage = storage
+        if access is None:
+            access = "mmap" if where.is_local else "pread"
         self.access = checked_access(access, self.path)
+        if access == "mmap" and not where.is_local:
+            raise UsageError(f"{self.path}: access='mmap' maps a local file; an object in a store is read by byte "
+                             "ranges (access='pread', the default for a URL)")
         # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
-        self._bytes = FileBytes(self.path)
+        self._bytes = open_bytes(where, storage)
         self._views: list[np.ndarray] | None = None  # made when first needed (see _leaf_views)
         self._records: np.ndarray | None = None  # made when first needed (see _record_array)
         try:
@@ -126,11 +142,9 @@ class Reader(RandomAccessSource):
     def _read_header(self) -> tuple[Header, int]:
         """The header, read with plain reads of the descriptor (never through the map), and the
         file's size taken after it."""
-        file = self._bytes.file
-        size = os.fstat(file.fileno()).st_size
-        file.seek(0)
-        header = read_header(file, self.path, size)
-        return header, os.fstat(file.fileno()).st_size
+        size = self._bytes.size()
+        header = read_header(self._bytes.header_stream(), self.path, size)
+        return header, self._bytes.size()
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -229,15 +243,19 @@ class Reader(RandomAccessSource):
                                  "(Reader(path, layout=template) or reader.with_layout(...))")
         return self.placement
 
-    def _require_open(self) -> FileBytes:
-        if self._bytes.fd is None:
+    def _require_open(self) -> ByteSource:
+        if self._bytes.closed:
             raise UsageError(f"{self.path}: the reader is closed")
         return self._bytes
 
     def _mapped(self) -> mmap.mmap | None:
         """The map of the file, made now if this reader had none yet (``access="pread"`` maps only
-        for the views asked of it); None for an empty file or a closed reader."""
-        return self._bytes.mapped(self.file_size) if self._bytes.fd is not None else None
+        for the views asked of it); None for an empty file or a closed reader. E9012 for an object
+        in a store, which has no map."""
+        if not self._bytes.can_map:
+            raise UsageError(f"{self.path}: views of the samples are views of a local file's memory map; an object in "
+                             "a store is read with reader[k], gather() or read_data()")
+        return self._bytes.mapped(self.file_size) if not self._bytes.closed else None
 
     def _map_bytes(self) -> np.ndarray:
         """The map as bytes through ``np.frombuffer``, which holds a buffer export: while any view
@@ -295,7 +313,7 @@ class Reader(RandomAccessSource):
         return self.header.count
 
     def _check_readable(self) -> None:
-        if self.placement is None or self._bytes.fd is None:  # one test on the way of every read
+        if self.placement is None or self._bytes.closed:  # one test on the way of every read
             self._require_layout()
             self._require_open()
 
@@ -485,7 +503,7 @@ class Reader(RandomAccessSource):
             start, end = self.header.data_offset, self.file_size
             spans = [(0, start), (start, min(4096, end - start)), (max(start, end - 4096), min(4096, end - start))]
             try:
-                sampled = sampled_digest(self.path, spans)
+                sampled = self._sampled(spans)
             except PskdError:  # gone or unreadable since opened: still a repr, and never equal to a readable one
                 sampled = "unreadable"
             cached = (key, sampled)
@@ -493,15 +511,31 @@ class Reader(RandomAccessSource):
         return f"type={self.header.type_text!r}, count={self.header.count}, bytes={self.file_size}, " \
                f"sampled_xxh3={cached[1]}"
 
+    def _sampled(self, spans: list[tuple[int, int]]) -> str:
+        """:func:`sampled_digest` of the file, or of an object by the same rule (its bytes read by
+        ranges), so that a local copy and the object it came from digest alike."""
+        if self._bytes.can_map:
+            return sampled_digest(self.path, spans)
+        digest = xxhash.xxh3_128()
+        pieces = [np.empty(max(0, min(size, self.file_size - offset)), np.uint8) for offset, size in spans]
+        self._bytes.read_spans([p.data for p in pieces], [offset for offset, _ in spans])
+        for (offset, _), piece in zip(spans, pieces):
+            digest.update(offset.to_bytes(8, "little"))
+            digest.update(piece.data)
+        return digest.hexdigest()
+
     def _reopen(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         # A layout built from a template rebuilds through a closure, which ``pickle`` refuses and
         # ``cloudpickle`` (what grain sends workers with) accepts.
-        return (self.path,), {"layout": self.layout, "access": self.access}
+        extra = {"storage": self.storage} if self.storage is not None else {}
+        return (self.path,), {"layout": self.layout, "access": self.access, **extra}
 
-    def _witness(self) -> tuple[Header, int]:
+    def _witness(self) -> tuple[Any, ...]:
+        if isinstance(self._bytes, StoreBytes):  # an object replaced under its key has another tag
+            return self.header, self.file_size, self._bytes.info.tag
         return self.header, self.file_size
 
-    def _changed(self, then: tuple[Header, int]) -> PskdError:
+    def _changed(self, then: tuple[Any, ...]) -> PskdError:
         return MismatchError(f"{self.path}: the file changed since the reader was pickled ({then[0].count} samples, "
                              f"{then[1]} bytes then; {self.header.count} samples, {self.file_size} bytes now)")
 
@@ -515,9 +549,18 @@ class Reader(RandomAccessSource):
         the views are extended to the new count. Views taken before stay valid (over the old map).
         E9002 naming the file when its path now names another file (replaced, removed) or its
         header now says something else than the count; E9003 when it holds fewer samples or bytes
-        than before, or than its new count needs.
+        than before, or than its new count needs. An object in a store never grows (it is written
+        whole): its refresh looks at it again, and E9002 says when it was replaced or removed.
         """
-        fd = self._require_open().fileno()
+        source = self._require_open()
+        if isinstance(source, StoreBytes):
+            found = source.store.info(source.key)
+            if found is None or found.tag != source.info.tag:
+                raise NotPskdError(f"{self.path}: {'removed' if found is None else 'replaced by another object'} "
+                                   "since the reader opened it: open a new Reader")
+            return self.header.count
+        assert isinstance(source, FileBytes)
+        fd = source.fileno()
         try:
             held, named = os.fstat(fd), os.stat(self.path)
         except OSError as e:
@@ -548,8 +591,8 @@ class Reader(RandomAccessSource):
                 self._check_size(self.placement.sample_bytes)
                 self._check_addressable(self.placement)
                 self._check_params_size(self.placement.sample_bytes)
-            if self.access == "mmap" or self._bytes.map is not None:
-                self._bytes.mapped(size)  # the map before closes now, or with the last view taken of it
+            if self.access == "mmap" or source.map is not None:
+                source.mapped(size)  # the map before closes now, or with the last view taken of it
         except BaseException:
             self.header, self.file_size = old
             raise

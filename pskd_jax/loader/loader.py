@@ -86,7 +86,7 @@ class Loader:
         stride: int | None = None,
         segments: bool = False,
         base_dir: str | os.PathLike[str] | None = None,
-        access: str = "mmap",
+        access: str | None = None,
         verify: bool = False,
         sharding: jax.sharding.Sharding | None = None,
         state: IteratorState | None = None,

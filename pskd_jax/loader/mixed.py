@@ -157,8 +157,7 @@ class _Joint:
 
 def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | None:
     """The joint tables of ``windows`` (corpora alike, of one access mode), and with
-    ``access="mmap"`` the view over their maps; None when the maps are not a whole number of
-    tokens apart or one of them has no window to map."""
+    ``access="mmap"`` the view over their maps; None when one of them has no window to map."""
     first = windows[0]
     if any((w.dtype, w.seq, w._bound, w.segments, w.boundary) != (first.dtype, first.seq, first._bound,
                                                                    first.segments, first.boundary)
@@ -173,16 +172,18 @@ def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | No
     if first.access == "mmap":
         if any(not len(state.inputs) for state in states):
             return None
+        # Each source's views step one byte at a time from its lowest mapped token (record r is
+        # the T tokens at that address plus r bytes), so one view from the lowest of them serves
+        # every source, a source's records offset by the bytes between their bases.
         bases = [state.inputs.__array_interface__["data"][0] for state in states]
         low = min(bases)
-        if any((base - low) % item for base in bases):
-            return None
-        offsets = [(base - low) // item for base in bases]
+        offsets = [base - low for base in bases]
         span = max(offset + len(state.inputs) for offset, state in zip(offsets, states))
         lowest = states[bases.index(low)]
-        inputs = as_strided(lowest.inputs, shape=(span,), strides=(item,), writeable=False)
-        targets = as_strided(lowest.targets, shape=(span,), strides=(item,), writeable=False)
-    shift = np.concatenate([state.shift + offset - g for state, offset, g in zip(states, offsets, start)])
+        inputs = as_strided(lowest.inputs, shape=(span,), strides=(1,), writeable=False)
+        targets = as_strided(lowest.targets, shape=(span,), strides=(1,), writeable=False)
+    # joint stream position P in shard k of source s is record P * item + shift[k] of the views
+    shift = np.concatenate([state.shift + offset - g * item for state, offset, g in zip(states, offsets, start)])
     return _Joint(states, inputs, targets, start, np.array([state.length for state in states], dtype=np.int64),
                   np.array([w.stride for w in windows], dtype=np.int64), shard_starts[1:], inside_end, shift,
                   [f for state in states for f in state.sources], [n for state in states for n in state.needed_list],
@@ -196,10 +197,10 @@ def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indic
 
     Each ``CorpusWindows(access="mmap")`` serves its windows as records of a view whose index is
     an address (see its ``_address_views``): record r is the T tokens at the view's base address
-    plus r tokens. The corpora of a mixture are mapped in one process, so one view from the lowest
+    plus r bytes. The corpora of a mixture are mapped in one process, so one view from the lowest
     of their bases serves them all (:class:`_Joint`). It applies when every source is such windows,
-    alike (token dtype, T, vocabulary, segments and boundary), their bases a whole number of
-    tokens apart, and every window of the batch lies in one shard; anything else (a window across
+    alike (token dtype, T, vocabulary, segments and boundary), and every window of the batch lies
+    in one shard; anything else (a window across
     two shards, an index out of range, a shard cut short, a token at or above the vocabulary size)
     goes to the sources' own reads, which give or refuse it as they do alone."""
     if indices.min() < 0 or not (indices < joint.length.take(which)).all():
@@ -226,9 +227,9 @@ def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indic
         touched = np.flatnonzero(np.bincount(shard)).tolist()
         if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
             return None
-        starts += joint.shift.take(shard)
-        inputs = joint.inputs[starts].view(dtype).reshape(n, seq)
-        targets = joint.targets[starts].view(dtype).reshape(n, seq)
+        records = starts * dtype.itemsize + joint.shift.take(shard)  # a record index of the views
+        inputs = joint.inputs[records].view(dtype).reshape(n, seq)
+        targets = joint.targets[records].view(dtype).reshape(n, seq)
         if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
             return None
     leaves = [inputs, targets]

@@ -39,12 +39,13 @@ __all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "open
 @dataclasses.dataclass(frozen=True)
 class WindowOptions:
     """How the sources the loader opens read: windows of a corpus (``seq``, ``stride``,
-    ``segments``), and the access mode and verification of every source."""
+    ``segments``), and the access mode (None: each source's own default, a map for a local file
+    and byte ranges for an object) and verification of every source."""
 
     seq: int | None = None
     stride: int | None = None
     segments: bool = False
-    access: str = "mmap"
+    access: str | None = None
     verify: bool = False
 
 

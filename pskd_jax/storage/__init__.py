@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 
+from pskd_jax.errors import StorageError
 from pskd_jax.storage.base import CREATE, OVERWRITE, Conflict, ObjectInfo, Store, Version, read_all
 from pskd_jax.storage.config import DEFAULT_OPTIONS, EXTRA, StorageOptions, redact
 from pskd_jax.storage.local import LOCAL, LocalStore
@@ -36,7 +37,12 @@ def store_for(where: Location, options: StorageOptions | None = None) -> Store:
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None or getattr(store, "options", None) is not options:
-            store = _STORES[key] = ObjectStore(where.scheme, where.bucket, options)
+            try:
+                store = _STORES[key] = ObjectStore(where.scheme, where.bucket, options)
+            except StorageError as e:  # (no client installed): the message names what was asked for
+                if where.url in e.message:
+                    raise
+                raise StorageError(f"{where.url}: {e.message}") from None
         return store
 
 

@@ -76,14 +76,35 @@ class Store(abc.ABC):
         """The whole object and what it was (its tag is the version read); E9003 when missing."""
 
     @abc.abstractmethod
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         """The bytes of each range ``[start, stop)``, many requests in flight; E9003 when the object
-        is missing or ends before a range does."""
+        is missing or ends before a range does. ``coalesce``: ranges at most this many bytes apart
+        are read in one request (None: the client's default, 1 MiB; a local store ignores it)."""
 
     @abc.abstractmethod
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         """Fills ``out`` with the object's bytes from ``offset`` on, in pieces read concurrently and
         copied straight into ``out``; E9003 when the object ends first."""
+
+    def head(self, key: str, size: int) -> tuple[bytes, ObjectInfo] | None:
+        """The first ``size`` bytes of the object (fewer when it is shorter) and what it is, None
+        when there is none: a header and the object's size and version tag in one request where
+        the store allows it."""
+        info = self.info(key)
+        if info is None:
+            return None
+        first = min(size, info.size)
+        got = self.read_ranges(key, [0], [first])[0] if first else b""
+        return bytes(memoryview(got).cast("B")), info
+
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        """Fills each buffer of ``spans`` with the object's bytes from its offset in ``offsets``
+        (a restore's leaves and shard runs, each straight into its destination); E9003 when the
+        object ends first. Every span is filled, or the call raises."""
+        stops = [int(offset) + len(span) for span, offset in zip(spans, offsets)]
+        for span, got in zip(spans, self.read_ranges(key, offsets, stops)):
+            span[:] = memoryview(got).cast("B")
 
     @abc.abstractmethod
     def chunks(self, key: str, chunk_bytes: int = 8 << 20) -> Iterator[Buffer]:

@@ -68,7 +68,8 @@ class LocalStore(Store):
             os.close(fd)
         return bytes(data), ObjectInfo(key, found.st_size, _tag(found))
 
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         buffers = [bytearray(int(b) - int(a)) for a, b in zip(starts, stops)]
         if buffers:
             fd = open_fd(key)
@@ -77,6 +78,14 @@ class LocalStore(Store):
             finally:
                 os.close(fd)
         return buffers
+
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        if spans:
+            fd = open_fd(key)
+            try:
+                pread_spans(fd, [memoryview(span).cast("B") for span in spans], [int(o) for o in offsets], key)
+            finally:
+                os.close(fd)
 
     def read_into(self, key: str, offset: int, out: memoryview) -> None:
         fd = open_fd(key)

@@ -104,12 +104,32 @@ class ObjectStore(Store):
             raise TruncatedError(f"{self.url(key)}: read {len(data)} bytes of an object of {info.size}")
         return data, info
 
-    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int]) -> list[Buffer]:
+    def head(self, key: str, size: int) -> tuple[bytes, ObjectInfo] | None:
+        """One ranged GET, whose answer also says the object's size and tag (an empty object,
+        which has no byte range, is looked at instead)."""
+        started = time.monotonic()
+        try:
+            result = self._obstore.get(self._client, key, options={"range": (0, max(1, size))})
+            data = bytes(result.bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            if "range" in str(e).lower():
+                return super().head(key, size)
+            raise self._failed(key, "read it", e, started) from None
+        info = self._info(key, result.meta)
+        if len(data) != min(max(1, size), info.size):
+            raise TruncatedError(f"{self.url(key)}: read {len(data)} bytes of the first {min(size, info.size)}")
+        return data[:size], info
+
+    def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
+                    coalesce: int | None = None) -> list[Buffer]:
         if len(starts) == 0:
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
         what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
-        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops)
+        merge = {} if coalesce is None else {"coalesce": int(coalesce)}
+        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops, **merge)
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "
@@ -135,6 +155,40 @@ class ObjectStore(Store):
         # Every part is waited for before an error is raised: no part may still be writing into
         # the caller's buffer once this returns.
         futures = [self._executor().submit(fill, piece) for piece in pieces]
+        concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()
+
+    def read_spans(self, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        """The spans cut into pieces of at most ``part_bytes``, grouped into requests of about
+        that many bytes (the client merges neighbouring ranges of one call), ``concurrency`` of
+        them in flight, each piece copied into its span as it arrives."""
+        part = self.options.part_bytes
+        pieces: list[tuple[memoryview, int]] = []
+        for span, offset in zip(spans, offsets):
+            span = memoryview(span).cast("B")
+            pieces.extend((span[s : s + part], int(offset) + s) for s in range(0, len(span), part))
+        batches: list[list[tuple[memoryview, int]]] = []
+        size = part
+        for piece in pieces:
+            if size + len(piece[0]) > part or len(batches[-1]) >= 256:
+                batches.append([])
+                size = 0
+            batches[-1].append(piece)
+            size += len(piece[0])
+
+        def fill(batch: list[tuple[memoryview, int]]) -> None:
+            found = self.read_ranges(key, [o for _, o in batch], [o + len(v) for v, o in batch])
+            for (view, _), got in zip(batch, found):
+                np.copyto(np.frombuffer(view, np.uint8), np.frombuffer(got, np.uint8))
+
+        if len(batches) <= 1:
+            for batch in batches:
+                fill(batch)
+            return
+        # Every batch is waited for before an error is raised: none may still be writing into the
+        # caller's buffers once this returns.
+        futures = [self._executor().submit(fill, batch) for batch in batches]
         concurrent.futures.wait(futures)
         for future in futures:
             future.result()

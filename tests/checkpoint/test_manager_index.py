@@ -506,7 +506,7 @@ def test_a_save_cut_short_is_claimed_then_removed(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, step_layout(1), step_file(1)]
 
 
-def test_a_resave_cut_short_drops_the_step_whose_file_changed(tmp_path, monkeypatch):
+def test_a_resave_cut_short_keeps_the_step_and_reports_it(tmp_path, monkeypatch):
     saved(tmp_path, [1, 2])
     real = cut_after_writing(monkeypatch)
     manager = CheckpointManager(tmp_path)
@@ -515,9 +515,12 @@ def test_a_resave_cut_short_drops_the_step_whose_file_changed(tmp_path, monkeypa
     manager.close()
     monkeypatch.setattr(manager_module, "save", real)
     with CheckpointManager(tmp_path) as reopened:
-        assert reopened.all_steps() == [1]
-        reopened.verify()
-    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, step_layout(1), step_file(1)]
+        assert reopened.all_steps() == [1, 2]  # a listed step is never removed by recovery
+        with pytest.raises(PskdError) as damaged:
+            reopened.verify()
+        assert damaged.value.code == "E9013" and step_file(2) in damaged.value.message
+        assert index_of(tmp_path)["leftovers"] == []
+    assert sorted(os.listdir(tmp_path)) == [LOCK, INDEX, step_layout(1), step_file(1), step_layout(2), step_file(2)]
 
 
 def test_a_resave_refused_before_writing_keeps_the_step(tmp_path):

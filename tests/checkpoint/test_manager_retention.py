@@ -94,10 +94,10 @@ def test_steps_without_a_score_are_kept_by_the_other_rules_only(tmp_path):
     with CheckpointManager(tmp_path, retention=Retention(keep=2, best_fn=best, best_mode="min", keep_best=1)) \
             as manager:
         manager.save(1, params(1), metrics={"loss": 0.1})
-        manager.save(2, params(2), metrics={"loss": float("nan")})  # a diverged run: saved, not ranked
+        manager.save(2, params(2), metrics={"loss": None})  # a diverged run's best_fn says: no score
         manager.save(3, params(3))  # no metrics, no extra
         manager.save(4, params(4), metrics={})
-        manager.save(5, params(5), metrics={"loss": float("inf")})
+        manager.save(5, params(5), metrics={"loss": None})
         assert manager.all_steps() == [1, 4, 5]
         assert [manager.score(s) for s in (1, 4, 5)] == [0.1, None, None]
         assert manager.best_step() == 1
@@ -112,14 +112,14 @@ def test_equal_scores_prefer_the_newer_step(tmp_path):
         assert manager.all_steps() == [3, 4] and manager.best_step() == 3
 
 
-@pytest.mark.parametrize("best_fn, why", [
-    (lambda m: m["missing"], "KeyError"),
-    (lambda m: "0.5", "returned '0.5'"),
-    (lambda m: True, "returned True"),
-    (lambda m: [1.0], "returned [1.0]"),
-    (lambda m: 1j, "returned 1j"),
+@pytest.mark.parametrize("best_fn, code, why", [
+    (lambda m: m["missing"], "E9012", "KeyError"),  # best_fn failed
+    (lambda m: "0.5", "E9014", "returned '0.5'"),  # a value the index cannot record as a score
+    (lambda m: True, "E9014", "returned True"),
+    (lambda m: [1.0], "E9014", "returned [1.0]"),
+    (lambda m: 1j, "E9014", "returned 1j"),
 ])
-def test_a_best_fn_that_fails_is_e9012_naming_the_step_and_nothing_is_written(tmp_path, best_fn, why):
+def test_a_best_fn_that_fails_is_refused_naming_the_step_and_nothing_is_written(tmp_path, best_fn, code, why):
     with CheckpointManager(tmp_path, retention=Retention(best_fn=best_fn, best_mode="min", keep_best=1)) as manager:
         manager.save(1, params(1))  # no metrics, no extra: best_fn is not asked
         before = (tmp_path / INDEX).read_bytes()
@@ -127,7 +127,7 @@ def test_a_best_fn_that_fails_is_e9012_naming_the_step_and_nothing_is_written(tm
                         lambda: manager.save_async(2, params(2), metrics={"loss": 1})):
             with pytest.raises(PskdError) as e:
                 attempt()
-            assert e.value.code == "E9012" and "step 2" in e.value.message and why in e.value.message
+            assert e.value.code == code and "step 2" in e.value.message and why in e.value.message
         assert (tmp_path / INDEX).read_bytes() == before and files_of(tmp_path) == [1]
 
 

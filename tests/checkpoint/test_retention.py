@@ -63,12 +63,13 @@ def test_a_score_is_a_finite_real_or_none():
     policy = Retention(best_fn=lambda m: m["loss"], best_mode="min")
     assert policy.score(3, {"loss": np.float32(0.25)}) == 0.25
     assert policy.score(3, {"loss": np.array(0.5)}) == 0.5
-    assert policy.score(3, {"loss": float("nan")}) is None and policy.score(3, {"loss": float("inf")}) is None
     assert policy.score(3, None) is None and Retention().score(3, {"loss": 1.0}) is None
-    for metrics, why in (({}, "KeyError"), ({"loss": "0.5"}, "returned '0.5'"), ({"loss": True}, "returned True")):
+    for metrics, code, why in (({}, "E9012", "KeyError"), ({"loss": "0.5"}, "E9014", "returned '0.5'"),
+                               ({"loss": True}, "E9014", "returned True"), ({"loss": float("nan")}, "E9014", "nan"),
+                               ({"loss": float("inf")}, "E9014", "inf"), ({"loss": 10**400}, "E9014", "finite")):
         with pytest.raises(PskdError) as e:
             policy.score(3, metrics)
-        assert e.value.code == "E9012" and "step 3" in e.value.message and why in e.value.message
+        assert e.value.code == code and "step 3" in e.value.message and why in e.value.message
 
 
 @pytest.mark.parametrize("options, fragment", [

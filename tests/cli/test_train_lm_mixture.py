@@ -23,6 +23,7 @@ KILLED = ROOT / "tests" / "workers" / "train_lm_killed.py"
 def test_segments_keep_attention_inside_a_document_and_change_nothing_without_them():
     jax = pytest.importorskip("jax")
     from pskd_jax.apps import charlm
+
     from pskd_jax.corpus.segments import segment_ids_and_positions
 
     config = charlm.ModelConfig(vocab=9, seq=8, width=8, layers=1, heads=2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import re
 import struct
 import threading
 
@@ -97,17 +98,44 @@ def test_a_small_vocabulary_in_u8(tmp_path):
     expect_verify(m, r"E9017: .*shard 1 s1.psk.d: token 0 is 200, not below the vocabulary size 3")
 
 
-def test_a_version_2_header_is_refused_by_verify_and_windows(tmp_path):
-    """A version 2 header with the one idx leaf's encoding byte: a container a reader reads, but
-    not a shard (its tokens start five bytes later than every other shard's)."""
-    m = corpus_of(tmp_path / "c", [[1, 2, B], [3, B]])
-    shard = tmp_path / "c" / "s1.psk.d"
+def as_version_2(shard: pathlib.Path, tokenizer: Tokenizer, encodings: bytes = b"\x00") -> None:
+    """Rewrites a shard's version 1 header as version 2, listing ``encodings`` (one byte a leaf)."""
     raw = shard.read_bytes()
-    header = len(Tokenizer.bytes().header(0))
-    shard.write_bytes(raw[:4] + struct.pack("<H", 2) + raw[6:header] + struct.pack("<I", 1) + b"\x00" + raw[header:])
+    header = len(tokenizer.header(0))
+    shard.write_bytes(raw[:4] + struct.pack("<H", 2) + raw[6:header] + struct.pack("<I", len(encodings))
+                      + encodings + raw[header:])
+
+
+def test_a_version_2_header_is_read_by_verify_and_windows(tmp_path):
+    """A version 2 header whose one idx leaf carries encoding byte 0 is a shard like any: every
+    reader reads both versions. Its tokens start five bytes later, so with the bytes tokenizer's
+    u16 tokens the shards' tokens are not aligned alike in their maps, which the windows serve."""
+    tokenizer = Tokenizer.bytes()
+    pieces = [[1, 2, B, 7, 8, 9, B], [3, B, 4, 5, 6, B], [10, 11, B]]
+    plain = corpus_of(tmp_path / "plain", pieces)
+    m = corpus_of(tmp_path / "c", pieces)
+    as_version_2(tmp_path / "c" / "s1.psk.d", tokenizer)
     rewrite(m, 1)
-    pattern = (r"E9017: .*shard 1 s1.psk.d: a version 2 header; "
-               r"a shard of type 'idx\[257\]\[\]' is written with version 1")
+    for workers in (1, 3):
+        corpus.verify_corpus(m, workers=workers)
+    for access in ("mmap", "pread"):
+        with CorpusWindows(m, seq=3, stride=1, access=access) as windows, \
+                CorpusWindows(plain, seq=3, stride=1) as expected:
+            everything = np.arange(len(expected))
+            for got, want in zip(windows.gather(everything), expected.gather(everything)):
+                np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(windows.stream(0, windows.total_tokens),
+                                          expected.stream(0, expected.total_tokens))
+
+
+@pytest.mark.parametrize(("encodings", "words"), [(b"\x01", "1 leaf encodings (f32)"),
+                                                   (b"\x00\x00", "2 leaf encodings (f64 f64)"),
+                                                   (b"", "0 leaf encodings (none)")])
+def test_a_version_2_header_of_other_leaves_is_refused(tmp_path, encodings, words):
+    m = corpus_of(tmp_path / "c", [[1, 2, B], [3, B]])
+    as_version_2(tmp_path / "c" / "s1.psk.d", Tokenizer.bytes(), encodings)
+    rewrite(m, 1)
+    pattern = rf"E9017: .*shard 1 s1.psk.d: a version 2 header listing {re.escape(words)}"
     expect_verify(m, pattern)
     for access in ("mmap", "pread"):
         with pytest.raises(PskdError, match=pattern):

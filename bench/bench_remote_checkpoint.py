@@ -1,0 +1,143 @@
+"""Checkpoints in a bucket: save and restore against the same client's raw put and raw ranged GET
+of the same bytes, at the same concurrency and part size, through a real S3-protocol server on the
+loopback interface (moto's, the ``test`` extra), measured side by side in one run (issue 18).
+
+The tree: 8 bf16 and 8 f32 arrays of ``--gib`` GiB in all (default 1/32 GiB, so that ``make bench``
+stays under a minute; the figure is taken at ``--gib 1``). The cases, interleaved round after
+round (after one warm-up each), report their median and min–max seconds:
+
+- ``save``: ``checkpoint.save("s3://…", tree)`` (one multipart upload of the data, then its layout
+  object), against ``raw put``: the client's ``put`` of the saved object's bytes, held in memory,
+  with the same part size and concurrency;
+- ``restore``: ``checkpoint.restore("s3://…", target)`` into numpy arrays (ranged reads straight
+  into each leaf), and ``restore verified`` (the xxh3_128 digest of the whole object checked),
+  against ``raw get``: the same part-sized ranged GETs of the whole object by the client, the same
+  number in flight, each copied into one preallocated buffer.
+
+    python bench/bench_remote_checkpoint.py [--gib 1] [--rounds 5] [--concurrency 16] [--part-mib 8]
+
+The server runs in this process (a thread), so both sides share its cost; the ratios, not the
+absolute times, are the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import os
+import pathlib
+import statistics
+import sys
+import urllib.request
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from interleaved import interleaved_times  # noqa: E402
+
+import pskd_jax.storage as storage  # noqa: E402
+from pskd_jax import checkpoint as ck  # noqa: E402
+from pskd_jax.storage.config import client_store  # noqa: E402
+
+BUCKET = "pskd-bench"
+
+
+def make_tree(gib: float) -> dict:
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    per_leaf = int(gib * (1 << 30)) // 16
+    tree = {}
+    for i in range(8):
+        tree[f"bf16_{i}"] = (rng.random(per_leaf // 2, dtype=np.float32) - 0.5).astype(ml_dtypes.bfloat16)
+        tree[f"f32_{i}"] = rng.random(per_leaf // 4, dtype=np.float32) - 0.5
+    return tree
+
+
+def start_server():
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.update({"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                       "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "NO_PROXY": "127.0.0.1"})
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        os.environ.pop(name, None)
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{BUCKET}", method="PUT"), timeout=60):
+        pass
+    return server
+
+
+def shown(times: list[float]) -> str:
+    return f"{statistics.median(times):.3f} s ({min(times):.3f}–{max(times):.3f})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gib", type=float, default=1 / 32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=storage.DEFAULT_OPTIONS.concurrency)
+    parser.add_argument("--part-mib", type=float, default=storage.DEFAULT_OPTIONS.part_bytes / (1 << 20))
+    args = parser.parse_args()
+    options = storage.StorageOptions(concurrency=args.concurrency, part_bytes=int(args.part_mib * (1 << 20)))
+    storage.DEFAULT_OPTIONS = options  # (the options the toolkit's own stores are made with)
+    server = start_server()
+    try:
+        tree = make_tree(args.gib)
+        url = f"s3://{BUCKET}/ckpt/step.psk.d"
+        result = ck.save(url, tree, ck.SaveOptions(digest="xxh3_128"))
+        client = client_store("s3", BUCKET, options)
+        import obstore
+
+        data = bytes(obstore.get(client, "ckpt/step.psk.d").bytes())
+        size = len(data)
+        target = {name: np.zeros_like(value) for name, value in tree.items()}
+        buffer = np.empty(size, np.uint8)
+        part = options.part_bytes
+        pool = concurrent.futures.ThreadPoolExecutor(options.concurrency)
+
+        def raw_put() -> None:
+            obstore.put(client, "raw/step.psk.d", data, chunk_size=max(part, 5 << 20),
+                        max_concurrency=options.concurrency)
+
+        def fetch(start: int) -> None:
+            stop = min(size, start + part)
+            got = obstore.get_range(client, "ckpt/step.psk.d", start=start, end=stop)
+            np.copyto(buffer[start:stop], np.frombuffer(got, np.uint8))
+
+        def raw_get() -> None:
+            list(pool.map(fetch, range(0, size, part)))
+
+        runs = {
+            "save": lambda: ck.save(url, tree),
+            "raw put": raw_put,
+            "restore": lambda: ck.restore(url, target),
+            "restore verified": lambda: ck.restore(url, target, digests=result.digests),
+            "raw get": raw_get,
+        }
+        times = interleaved_times(runs, args.rounds)
+        back = ck.restore(url, target, digests=result.digests)
+        assert all(np.array_equal(back[k].view(np.uint8), tree[k].view(np.uint8)) for k in tree)
+        print(f"{size / (1 << 20):.1f} MiB object (8 bf16 + 8 f32 leaves), {options.concurrency} requests in flight, "
+              f"parts of {part / (1 << 20):g} MiB, {args.rounds} rounds, loopback moto server")
+        for name, values in times.items():
+            print(f"  {name:18s} {shown(values)}  {size / statistics.median(values) / (1 << 20):7.1f} MiB/s")
+        median = {name: statistics.median(values) for name, values in times.items()}
+        print(f"save / raw put             {median['save'] / median['raw put']:.2f}  (goal ≤ 1.2)")
+        print(f"restore / raw get          {median['restore'] / median['raw get']:.2f}  (goal ≤ 1.2)")
+        print(f"restore verified / raw get {median['restore verified'] / median['raw get']:.2f}")
+        pool.shutdown()
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

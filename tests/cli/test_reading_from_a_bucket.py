@@ -1,0 +1,109 @@
+"""The reading commands on objects of the loopback S3 server, run as a user runs them (a fresh
+``pskd`` process reaching the server through the standard AWS variables): ``corpus verify`` and
+``corpus info`` of ``s3://…/shards.json`` (or its prefix), ``info``, ``export`` and ``diff`` of
+``.psk.d`` objects (a checkpoint's layout object found beside it). Each prints what it prints for
+the same local files; failures are E9xxx naming the URL, without a credential."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pskd_jax import checkpoint, corpus
+from pskd_jax.corpus import BuildOptions
+from pskd_jax.format import write
+from pskd_jax.storage import resolve
+from tests.helpers import pskd
+from tests.helpers import pskd_fails as fails
+from tests.helpers import pskd_ok as ok
+from tests.objectstore import KEYS
+
+from ..corpus.helpers import make_inputs
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+
+def upload(local, url: str) -> None:
+    store, where = resolve(url)
+    with open(local, "rb") as f:
+        store.put(where.key, f.read())
+
+
+@pytest.fixture
+def corpora(tmp_path, s3_bucket):
+    (tmp_path / "in").mkdir()
+    inputs = [str(p) for p in make_inputs(tmp_path / "in")]
+    corpus.build_corpus(inputs, tmp_path / "local", BuildOptions(durable=False))
+    corpus.build_corpus(inputs, s3_bucket.url + "/c", BuildOptions(durable=False))
+    return str(tmp_path / "local"), s3_bucket.url + "/c"
+
+
+def test_corpus_verify_and_info_of_a_bucket(corpora, s3_bucket, tmp_path):
+    local, remote = corpora
+    for given in (remote + "/shards.json", remote, remote + "/"):
+        (line,) = ok("corpus", "verify", given, env=s3_bucket.env)
+        assert line.startswith(f"pskd: ok {remote}/shards.json: 5 shards, ")
+    here = ok("corpus", "info", local, "--shards", cwd=tmp_path)
+    there = ok("corpus", "info", remote + "/shards.json", "--shards", env=s3_bucket.env)
+    assert there[0] == f"corpus     {remote}/shards.json" and there[1:] == here[1:]
+
+    manifest = corpus.verify_corpus(remote + "/shards.json").manifest
+    store, where = resolve(remote + "/shards.json")
+    key = where.parent().child(manifest.shards[3].path).key
+    data = bytearray(store.get(key)[0])
+    data[-1] ^= 1
+    store.put(key, bytes(data))
+    message = fails("E9017", "corpus", "verify", remote, "--workers", "2", env=s3_bucket.env)
+    assert f"{remote}/shards.json: shard 3 {manifest.shards[3].path}: sha256 " in message
+
+
+def test_info_export_and_diff_of_objects(s3_bucket, tmp_path):
+    rng = np.random.default_rng(5)
+    a, b = str(tmp_path / "a.psk.d"), str(tmp_path / "b.psk.d")
+    kind = "(idx[100][seq: 4], ℝ[3])"
+    write(a, kind, (rng.integers(0, 100, (6, 4)), rng.standard_normal((6, 3))))
+    write(b, kind, (rng.integers(0, 100, (6, 4)), rng.standard_normal((6, 3))))
+    for path in (a, b):
+        upload(path, f"{s3_bucket.url}/d/{path.rsplit('/', 1)[1]}")
+    url_a, url_b = f"{s3_bucket.url}/d/a.psk.d", f"{s3_bucket.url}/d/b.psk.d"
+    env = s3_bucket.env
+    assert ok("info", url_a, "--samples", "3", env=env) == ok("info", a, "--samples", "3")
+    assert ok("diff", url_a, url_b, env=env) == ok("diff", a, b)
+    assert ok("diff", url_a, b, env=env) == ok("diff", a, b)  # an object against a local file
+    (line,) = ok("export", url_a, "-o", tmp_path / "there.json", env=env)
+    assert line == f"pskd: wrote {tmp_path / 'there.json'} (6 samples as JSON)"
+    ok("export", a, "-o", tmp_path / "here.json")
+    assert json.loads((tmp_path / "there.json").read_text()) == json.loads((tmp_path / "here.json").read_text())
+
+
+def test_info_of_a_checkpoint_object_with_its_layout_beside_it(s3_bucket, tmp_path):
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.array(7, np.int64)}
+    local = str(tmp_path / "p.psk.d")
+    checkpoint.save(local, tree)
+    upload(local, f"{s3_bucket.url}/ck/p.psk.d")
+    upload(str(tmp_path / "p.layout.json"), f"{s3_bucket.url}/ck/p.layout.json")
+    there = ok("info", f"{s3_bucket.url}/ck/p.psk.d", "--values", env=s3_bucket.env)
+    here = ok("info", local, "--values")
+    shown = [line for line in there if line.startswith("layout  ")]
+    assert shown == [f"layout  {s3_bucket.url}/ck/p.layout.json"]  # the layout object beside it
+    assert [line for line in there if line not in shown] == [line for line in here if not line.startswith("layout  ")]
+    assert any(line.startswith("leaves  2") for line in there)
+    out = tmp_path / "ck.json"
+    ok("export", f"{s3_bucket.url}/ck/p.psk.d", "-o", out, env=s3_bucket.env)
+    assert json.loads(out.read_text())["samples"][0]["w"] == tree["w"].tolist()
+
+
+def test_failures_name_the_url_and_no_credential(s3_bucket, tmp_path):
+    env = s3_bucket.env
+    missing = f"{s3_bucket.url}/none.psk.d"
+    message = fails("E9002", "info", missing, env=env)
+    assert missing in message
+    message = fails("E9003", "corpus", "verify", f"{s3_bucket.url}/none/shards.json", env=env)
+    assert "none/shards.json" in message
+    message = fails("E9002", "info", "s3://pskd-no-such-bucket-here/x.psk.d", env=env)  # (a HEAD's 404)
+    assert KEYS["AWS_SECRET_ACCESS_KEY"] not in message and KEYS["AWS_ACCESS_KEY_ID"] not in message
+    result = pskd("info", "ftp://host/x.psk.d", cwd=tmp_path, env=env)
+    assert result.returncode == 1 and result.stderr.startswith("pskd: E9018: ftp://host/x.psk.d")
+    assert list(tmp_path.iterdir()) == []
