@@ -702,8 +702,9 @@ def manifests(c: Collection) -> None:
     v2 = s0[:4] + (2).to_bytes(2, "little") + s0[6 : len(t.header(0))] + (1).to_bytes(4, "little") + b"\x00" \
         + s0[len(t.header(0)) :]
     add("shard-version-2", corpus([_entry("shard-00000.psk.d", v2, 2, t, tokens=9), dict(e1)],
-                                  {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), "E9017",
-        "a shard with a version 2 header (readable as a container, not as a shard), its sha256 recorded")
+                                  {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), None,
+        "a shard with a valid version 2 header, its sha256 recorded: read as a shard (every reader reads both "
+        "versions)")
     add("valid-in-progress", corpus(in_progress={"planned_shards": 5}), None,
         "the manifest of a build in progress: 2 of 5 shards finished and listed")
     add("in-progress-fewer-planned", corpus(in_progress={"planned_shards": 1}), "E9016",
