@@ -172,3 +172,24 @@ def test_a_layouts_recorded_name_is_read_from_its_first_bytes(tmp_path):
     (tmp_path / "odd.layout.json").write_text('{"format": "pskd-layout", "data": {"name": "odd.psk.d"}}')
     assert layout_file._recorded_name(str(tmp_path / "odd.layout.json")) is None  # (not as the toolkit writes)
     assert not is_own_layout(tmp_path / "odd.layout.json", tmp_path / "odd.psk.d")
+
+
+def test_a_save_to_a_store_replaces_only_its_own_layout():
+    import uuid
+
+    from pskd_jax.storage import resolve
+
+    base = f"memory://sidecars-{uuid.uuid4().hex[:12]}"
+    store, where = resolve(f"{base}/m.psk.d")
+    save(f"{base}/m.psk.d", _tree(1.0))
+    layout_key = names.layout_path_for(where.key)
+    assert json.loads(store.get(layout_key)[0])["data"]["name"] == "m.psk.d"
+    save(f"{base}/m.psk.d", _tree(2.0))  # its own: replaced
+    assert restore(f"{base}/m.psk.d", as_numpy=True)["w"][0] == 2.0
+    store.put(layout_key, b"my notes\n")
+    data = store.get(where.key)[0]
+    with pytest.raises(UsageError, match="another object stands there"):
+        save(f"{base}/m.psk.d", _tree(3.0))
+    assert store.get(layout_key)[0] == b"my notes\n" and store.get(where.key)[0] == data  # (nothing was put)
+    save(f"{base}/m.psk.d", np.ones(2, np.float32))  # a closed type: the notes are left alone
+    assert store.get(layout_key)[0] == b"my notes\n"
