@@ -129,10 +129,9 @@ def test_closed_save_removes_only_a_layout_object(any_place):
     assert store.get(beside)[0] == b"my own notes"  # not a layout file: not the toolkit's
 
 
-def test_object_replaced_while_read_is_refused(any_place, monkeypatch):
-    url = _place(any_place, "r.psk.d")
-    if locate(url).is_local:
-        pytest.skip("a local restore reads one open file: a replace does not reach it")
+def test_object_replaced_while_read_is_refused(object_place, monkeypatch):
+    # (a local restore reads one open file: a replace does not reach it)
+    url = _place(object_place, "r.psk.d")
     ck.save(url, {"w": np.arange(64, dtype=np.float32)})
     store, where = resolve(url)
     original = type(store).read_spans
