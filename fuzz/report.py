@@ -86,6 +86,8 @@ def record_fuzzing(record: dict, workdir: str) -> None:
             ran_on = datetime.date.fromtimestamp(os.path.getmtime(path)).isoformat()
             runs[name] = {"target": name, "minutes": summary["minutes"], "executions": summary["executions"],
                           "findings": summary["findings"], **this_run(), "date": ran_on}
+            if "engine" in summary:
+                runs[name]["engine"] = summary["engine"]
     record["fuzz"] = [runs[name] for name in sorted(runs)]
 
 
@@ -110,17 +112,18 @@ def report(record: dict) -> str:
              "within 64 × the input's size + 16 MiB, an accepted `diff` pair must give the values its case "
              "records, the command must exit 0 without a warning on an accepted input, or 1 with one "
              "`pskd: E9xxx:` line, no traceback, and leave no output behind.",
-           "", "**Fuzzing** (`fuzz/`, atheris coverage-guided; one command per target: "
-           "`python fuzz/run.py TARGET --minutes M`):", "",
-           "| target | minutes | inputs run | findings in the last run | regressions kept | run on, at commit |",
-           "| --- | --- | --- | --- | --- | --- |"]
+           "", "**Fuzzing** (`fuzz/`, atheris coverage-guided where it is installed, else the runner's own "
+           "mutation engine; one command per target: `python fuzz/run.py TARGET --minutes M`):", "",
+           "| target | engine | minutes | inputs run | findings in the last run | regressions kept "
+           "| run on, at commit |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     regressions = sorted(os.listdir(os.path.join(HERE, "regressions")))
     for run in record.get("fuzz", []):
         name = run["target"]
         found = ", ".join(run["findings"]) or "none"
         kept = ", ".join(r for r in regressions if r.startswith(name + "-")) or "—"
-        out.append(f"| `{name}` | {run['minutes']:.1f} | {run['executions']:,} | {found} | {kept} | "
-                   f"{run['date']}, {run['commit']} |")
+        out.append(f"| `{name}` | {run.get('engine', 'not recorded')} | {run['minutes']:.1f} | {run['executions']:,} | "
+                   f"{found} | {kept} | {run['date']}, {run['commit']} |")
     waiting = sorted(os.listdir(os.path.join(HERE, "open"))) if os.path.isdir(os.path.join(HERE, "open")) else []
     out += ["", f"Every input a fuzzer found a bug with is kept: fixed ones in `fuzz/regressions/` "
                 f"({len(regressions)} files, replayed by `tests/robustness/test_fuzz_regressions.py`), ones "
@@ -173,6 +176,22 @@ def report(record: dict) -> str:
             "child processes); the toolkit's writers never rewrite a "
             "file in place; `Reader.refresh()` takes in samples another process appends "
             "(`tests/format/test_refresh.py`).", "",
+            "**Layout files and what a save replaces** (the collection's `checkpoint` and `into` cases, "
+            "`tests/robustness/test_sidecar_names.py`): a layout file's name follows from its data file's whole "
+            "name (`STEM.psk.d` → `STEM.layout.json`, any other `NAME` → `NAME.pskd-layout.json`: no two data "
+            "files share one), and records its data file's name; a save replaces or removes only the toolkit's "
+            "own layout of that very file — a user's notes, a data file named like a layout, another "
+            "checkpoint's layout or a directory there refuse the save (E9012) before anything is written, and "
+            "the `into` cases run on a copy that a refused save must leave exactly as it was; an older "
+            "`NAME.layout.json` is read when it proves to belong.", "",
+            "**Keys and values on the way** (`checkpoint` cases, the `keys` fuzz target, "
+            "`tests/format/test_key_text.py`, `test_tree_walks.py`, `test_values_on_the_way.py`): dict keys "
+            "that print alike (`1` and `'1'`, `True` and `'True'`, `None`, `1.5`, tuples, bytes, text that is "
+            "not UTF-8) restore as saved or are refused at save (E9005); `export` refuses keys JSON would "
+            "write alike (E9005 naming both); safetensors and back keeps keys, key types and containers; every "
+            "dataclass field is saved (`init=False` ones too); zero-size typed key arrays save; a `Fraction`, "
+            "`Decimal`, long double or object array beyond f64's range is E9004 at save; a `Reader` given its "
+            "layout file shows what restore gives.", "",
             "**Work in proportion to the bytes present** (`tests/robustness/test_bounded_work.py`, peak "
             "allocations measured): 2^40 samples of an empty type (export refuses more than 2^24, info shows "
             "two), a sample of 1.6 GB (info reads the 64 elements it shows; export streams a sample in "

@@ -37,6 +37,10 @@ Targets (``TARGETS``):
   or refused with the directory left unchanged.
 - ``non_regular``: the first byte picks a non-regular file (FIFO, directory, device link, loop),
   the second one of the toolkit's readers, which must refuse it at once (E9002), never block.
+- ``keys``: the bytes choose the dict keys of a tree (kinds that print alike, ``1`` and ``'1'``,
+  ``True`` and ``'True'``, text that is not UTF-8, nested dicts): a save refuses it (E9005) or
+  restore gives back the same keys, types and values; export holds every leaf or refuses (E9005);
+  safetensors and back keeps string and int keys.
 - ``diff``: two ``.psk.d`` files (byte 0: bit 0 makes b a copy of a, bit 1 makes ``diff`` read in
   blocks of 64 bytes and chunks of 3 elements; then a's length in two bytes, a, b). An accepted
   pair must give the distance an exact reference computes (fractions, NaN and ±Inf by diff's
@@ -301,13 +305,16 @@ def t_layout(s: Scratch, data: bytes) -> None:
         pass
     # The same bytes as the layout file beside a copy of the checkpoint: it must prove that it
     # belongs to the data (or be refused) before restore, info or a template reader uses it.
-    beside = s.path("b.psk.d")
+    beside = s.path("layout-beside.psk.d")  # (a name of its own: diff's b.psk.d is another file)
     if not os.path.exists(beside):
         shutil.copyfile(s.checkpoint, beside)
     _write(layout_path_for(beside), data)
     try:
         checkpoint.restore(beside, as_numpy=True)
-        inspection.info_lines(beside, layout=checkpoint.find_layout_file(beside).layout)
+        found = checkpoint.find_layout_file(beside)
+        if found is None:
+            raise Finding("a restore of a params checkpoint went through without the layout file beside it")
+        inspection.info_lines(beside, layout=found.layout)
     except PskdError:
         pass
 
@@ -760,6 +767,93 @@ def t_non_regular(s: Scratch, data: bytes) -> None:
         raise Finding(f"{kind} as {name}: read as if it were a file")
 
 
+def _fuzz_keys(data: bytes, position: int, depth: int) -> tuple[dict, int]:
+    """A dict of a few leaves and subdicts whose keys ``data`` chooses (kinds that print alike
+    among them: ``1`` and ``'1'``, ``True`` and ``'True'``, ``None``, floats, tuples, bytes, text
+    that is not UTF-8); returns it and where its bytes end."""
+    tree: dict = {}
+    count = data[position] % 5 if position < len(data) else 0
+    position += 1
+    for k in range(count):
+        if position >= len(data):
+            break
+        kind, position = data[position] % 9, position + 1
+        chunk, position = data[position : position + 4], position + 4
+        number = int.from_bytes(chunk.ljust(4, b"\0"), "little", signed=True) % 7 - 3
+        key = [chunk.decode("utf-8", "surrogateescape"), number, bool(number % 2), None, number / 2,
+               (number, "a"), chunk, str(number), repr(number / 2)][kind]
+        if depth < 3 and position < len(data) and data[position] % 4 == 0:
+            tree[key], position = _fuzz_keys(data, position + 1, depth + 1)
+        else:
+            tree[key] = np.full((1,), float(k))
+    return tree, position
+
+
+def _typed_keys(tree) -> object:
+    if isinstance(tree, dict):
+        return [(type(k).__name__, repr(k), _typed_keys(v)) for k, v in tree.items()]
+    if isinstance(tree, (list, tuple)):
+        return [_typed_keys(v) for v in tree]
+    return float(np.asarray(tree).reshape(-1)[0])
+
+
+def t_keys(s: Scratch, data: bytes) -> None:
+    """The bytes choose a tree's dict keys (:func:`_fuzz_keys`): a save refuses it (E9005) or
+    restore gives back the same keys, types and values; ``info`` lists it; ``export`` writes JSON
+    holding every leaf or refuses (E9005); safetensors and back keeps the keys and containers or
+    refuses."""
+    tree, _ = _fuzz_keys(data, 0, 0)
+    path = s.path("keys.psk.d")
+    try:
+        checkpoint.save(path, tree, SaveOptions(durable=False))
+    except PskdError as e:
+        if e.code != "E9005":
+            raise Finding(f"a save of keys {_typed_keys(tree)} refused with {e}") from None
+        return
+    back = checkpoint.restore(path, as_numpy=True)
+    if _typed_keys(back) != _typed_keys(tree):
+        raise Finding(f"keys {_typed_keys(tree)} came back as {_typed_keys(back)}")
+    found = checkpoint.find_layout_file(path)
+    inspection.info_lines(path, layout=found, values=True)
+    leaves = len(_tree_leaves(back))
+    try:
+        inspection.export_json(path, s.path("keys.json"), layout=found)
+    except PskdError as e:
+        if e.code != "E9005":
+            raise
+    else:
+        with open(s.path("keys.json"), "rb") as f:
+            written = json.loads(f.read().decode("utf-8"))["samples"][0]
+        if len(_json_scalars(written)) != leaves:
+            raise Finding(f"export of {_typed_keys(tree)} wrote {written}: {leaves} leaves saved")
+    if not leaves:
+        return
+    try:
+        convert.pskd_to_safetensors(path, s.path("keys.safetensors"))
+        convert.safetensors_to_pskd(s.path("keys.safetensors"), s.path("keys-back.psk.d"), SaveOptions(durable=False))
+    except PskdError:
+        return
+    again = checkpoint.restore(s.path("keys-back.psk.d"), as_numpy=True)
+    if _typed_keys(again) != _typed_keys(back):
+        raise Finding(f"safetensors and back turned keys {_typed_keys(back)} into {_typed_keys(again)}")
+
+
+def _tree_leaves(tree) -> list:
+    if isinstance(tree, dict):
+        return [leaf for value in tree.values() for leaf in _tree_leaves(value)]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for value in tree for leaf in _tree_leaves(value)]
+    return [] if tree is None else [tree]
+
+
+def _json_scalars(value) -> list:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _json_scalars(v)]
+    if isinstance(value, list) and value and isinstance(value[0], (list, dict)):
+        return [x for v in value for x in _json_scalars(v)]
+    return [value]
+
+
 TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "container": t_container,
     "sample_type": t_sample_type,
@@ -774,6 +868,7 @@ TARGETS: dict[str, Callable[[Scratch, bytes], None]] = {
     "export": t_export,
     "output_path": t_output_path,
     "non_regular": t_non_regular,
+    "keys": t_keys,
 }
 
 # Which kinds of the hostile collection seed which target (and how a file becomes an input).
@@ -792,6 +887,7 @@ HOSTILE_KINDS = {
     "output_path": (),
     "non_regular": (),
     "diff": (("diff", "diff"), ("container", "copy")),
+    "keys": (),
 }
 
 
@@ -873,6 +969,10 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [bytes([k, r]) for k in range(len(SPECIAL_INPUTS)) for r in range(14)]
     if target == "diff":
         return _diff_seeds(scratch)
+    if target == "keys":  # (1 and '1', True and 'True', None and 'None', a surrogate, a nested dict)
+        return [bytes([4, 1, 1, 0, 0, 0, 1, 7, 1, 0, 0, 0, 1, 2, 0, 0, 0, 0, 1]),
+                bytes([3, 2, 2, 0, 0, 0, 1, 0, 97, 0, 0, 1, 3, 0, 0, 0, 0, 1]),
+                bytes([2, 0, 0xFF, 0x41, 0, 0, 1, 5, 1, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 1])]
     raise KeyError(target)
 
 

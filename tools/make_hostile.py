@@ -23,6 +23,11 @@ meets it (``tests/robustness/test_hostile.py`` runs each through the API and thr
 | export      | ``export_json(FILE, OUT.json)``                 | ``pskd export FILE -o OUT.json``        |
 | output      | ``export_json(SMALL, DIR/out.json)``            | ``pskd export SMALL -o DIR/out.json``   |
 | diff        | ``diff(DIR/a.psk.d, DIR/b.psk.d)``              | ``pskd diff DIR/a.psk.d DIR/b.psk.d``   |
+| checkpoint  | ``restore``, ``info_lines``, a ``Reader`` given | ``pskd export DIR/DATA -o OUT.json``    |
+|             | ``find_layout_file``, then ``export_json`` or   | (``pskd convert DIR/DATA -o             |
+|             | ``pskd_to_safetensors`` and back                | OUT.safetensors``)                      |
+| into        | ``safetensors_to_pskd(DIR/in.safetensors,       | ``pskd convert DIR/in.safetensors -o    |
+|             | DIR/out.psk.d)``, then ``restore``              | DIR/out.psk.d``                         |
 
 ``ROOT`` is this collection's directory: pipeline cases stream files of ``_fixtures/`` and
 ``container/``. ``code`` is the ``E9xxx`` the toolkit must answer with, or ``null`` for an input
@@ -46,6 +51,16 @@ An ``output`` case is a directory whose ``out.json`` (a link to a device, a desc
 directory, itself) is the output path a command is given: it is run on a copy of the directory
 (links copied as links), which must be left exactly as it was. Links to ``/dev/zero`` in the other
 kinds are inputs that are not regular files: refused at once (E9002), never read.
+
+A ``checkpoint`` case is a directory: a data file (``args.data``, by default ``m.psk.d``) and the
+files beside it. Through the API it is restored, listed by ``info_lines`` and read by a ``Reader``
+given ``find_layout_file``'s answer (whose integer and bool leaves must show what restore gives),
+then exported (``args.command`` ``export``, the default) or converted to safetensors and back
+(``convert``: the keys must come back as they were); ``args.paths`` lists key paths its layout
+must hold. An ``into`` case is a directory holding ``in.safetensors`` and whatever stands where
+``out.psk.d`` and its layout go; it is run on a copy, which a refused save must leave exactly as
+it was (and an accepted one must leave ``args.kept`` as they were); ``args.keys`` are the keys
+the restored tree must have.
 
 The fixtures that layout, pipeline and jsonl cases point at (a real ``params`` checkpoint, a small
 data file, a character vocabulary, a symbolic link to ``/etc/passwd``) are written here too,
@@ -119,7 +134,8 @@ class Collection:
         if extension is None:
             extension = {"container": ".psk.d", "pipeline": ".pipeline", "vocab": ".json", "tokens": ".tok",
                          "pack": ".txt", "layout": ".layout.json", "index": "", "safetensors": ".safetensors",
-                         "manifest": "", "jsonl": ".jsonl", "export": ".psk.d", "output": "", "diff": ""}[kind]
+                         "manifest": "", "jsonl": ".jsonl", "export": ".psk.d", "output": "", "diff": "",
+                         "checkpoint": "", "into": ""}[kind]
         relative = f"{kind}/{name}{extension}"
         path = os.path.join(self.directory, relative)
         if isinstance(content, dict):
@@ -686,8 +702,9 @@ def manifests(c: Collection) -> None:
     v2 = s0[:4] + (2).to_bytes(2, "little") + s0[6 : len(t.header(0))] + (1).to_bytes(4, "little") + b"\x00" \
         + s0[len(t.header(0)) :]
     add("shard-version-2", corpus([_entry("shard-00000.psk.d", v2, 2, t, tokens=9), dict(e1)],
-                                  {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), "E9017",
-        "a shard with a version 2 header (readable as a container, not as a shard), its sha256 recorded")
+                                  {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), None,
+        "a shard with a valid version 2 header, its sha256 recorded: read as a shard (every reader reads both "
+        "versions)")
     add("valid-in-progress", corpus(in_progress={"planned_shards": 5}), None,
         "the manifest of a build in progress: 2 of 5 shards finished and listed")
     add("in-progress-fewer-planned", corpus(in_progress={"planned_shards": 1}), "E9016",
@@ -963,6 +980,160 @@ def diffs(c: Collection) -> None:
     add("b-not-pskd", pair(reals("ℝ[]", [1.0]), b"not a psk.d file at all"), "E9002", "b is not a .psk.d file")
 
 
+# Checkpoints beside other files (issue 20): sidecar names, keys that print alike, values on the way.
+
+
+def _saved(tree, name: str = "m.psk.d", **options) -> tuple[bytes, bytes | None]:
+    """The data file and layout file (None: none) a save of ``tree`` as ``name`` writes."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, name)
+        checkpoint.save(path, tree, SaveOptions(durable=False, **options))
+        with open(path, "rb") as f:
+            data = f.read()
+        beside = layout_path_for(path)
+        layout = None
+        if os.path.exists(beside):
+            with open(beside, "rb") as f:
+                layout = f.read()
+    return data, layout
+
+
+def _edited_layout(layout: bytes, change) -> bytes:
+    content = json.loads(layout)
+    change(content)
+    return (json.dumps(content, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _init_false_tree():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Model:
+        w: np.ndarray
+        steps: np.ndarray = dataclasses.field(init=False, default=None)
+
+    model = Model(np.arange(3, dtype=np.float32))
+    model.steps = np.int64(41)
+    return model
+
+
+def checkpoints_beside(c: Collection) -> None:
+    """A checkpoint directory's files as a user may leave them: a data file and the files beside it
+    (old-name layouts, another file's layout, notes), keys that print alike, values a reader of
+    the layout file must show as restore gives them (see the generator's ``checkpoint`` kind)."""
+    def add(name, files, code, what, **args):
+        c.add("checkpoint", name, files, code, what, **args)
+
+    tree_a = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.int8(-3)}
+    tree_b = {"v": np.ones(4)}
+    a, a_layout = _saved(tree_a)
+    b, b_layout = _saved(tree_b)
+    plain_a, plain_a_layout = _saved(tree_a, "m")
+    add("old-name-layout", {"m": plain_a, "m.layout.json": plain_a_layout}, None,
+        "a checkpoint m with its layout under the name an earlier version gave it (m.layout.json): read, "
+        "as it proves to belong", data="m")
+    add("old-name-layout-of-another", {"m": plain_a, "m.layout.json": b_layout}, "E9001",
+        "a checkpoint m and, as m.layout.json, another checkpoint's layout: passed over (m has no layout)", data="m")
+    add("m-and-m-psk-d", {"m": plain_a, "m.pskd-layout.json": plain_a_layout, "m.psk.d": b,
+                          "m.layout.json": b_layout}, None,
+        "checkpoints m and m.psk.d side by side, each with a layout of its own")
+    add("m-and-m-psk-d-plain", {"m": plain_a, "m.pskd-layout.json": plain_a_layout, "m.psk.d": b,
+                                "m.layout.json": b_layout}, None,
+        "checkpoints m and m.psk.d side by side: m read through m.pskd-layout.json", data="m")
+    add("layout-of-another", {"m.psk.d": a, "m.layout.json": b_layout}, "E9005",
+        "the layout of another checkpoint beside m.psk.d")
+    closed, _ = _saved(np.arange(3, dtype=np.float32))
+    add("notes-beside-closed", {"m.psk.d": closed, "m.layout.json": b"my notes\n"}, None,
+        "a closed-type checkpoint with a user's notes at m.layout.json (never read, never removed)")
+    for pair, label in (((1, "1"), "1-and-str-1"), ((True, "True"), "true-and-str-true"),
+                        ((None, "None"), "none-and-str-none"), ((1.5, "1.5"), "1-5-and-str-1-5")):
+        data, layout = _saved({"k": {pair[0]: np.ones(2), pair[1]: np.zeros(2)}})
+        add(f"keys-{label}", {"m.psk.d": data, "m.layout.json": layout}, "E9005",
+            f"keys {pair[0]!r} and {pair[1]!r}: restored as two keys; export refuses (JSON writes both as "
+            f"{str(pair[0])!r}) rather than drop one")
+    surrogate = b"name-\xff".decode("utf-8", "surrogateescape")
+    data, layout = _saved({surrogate: np.ones(2), "w": np.zeros(1)})
+    add("key-not-utf8", {"m.psk.d": data, "m.layout.json": layout}, None,
+        "a key that is not UTF-8 text (a surrogate-escaped file name): shown escaped")
+    data, layout = _saved({"m": _init_false_tree()})
+    add("dataclass-init-false", {"m.psk.d": data, "m.layout.json": layout}, None,
+        "a dataclass with an init=False field: the field is saved", paths=["['m'].w", "['m'].steps"])
+    data, layout = _saved({"k": np.zeros((0, 2), np.uint32), "w": np.ones(1)})
+
+    def as_keys(content):
+        leaf = content["leaves"][0]
+        leaf.update(dtype="key<threefry2x32>", kind="key", impl="threefry2x32")
+    add("keys-zero-size", {"m.psk.d": data, "m.layout.json": _edited_layout(layout, as_keys)}, None,
+        "a zero-size array of typed PRNG keys (no division by its size)")
+    data, layout = _saved({"a": np.array([-3, 5, -128], np.int8), "n": -7, "u": np.array([True, False])})
+    add("int8-minus-3", {"m.psk.d": data, "m.layout.json": layout}, None,
+        "an int8 -3: a reader given the layout file shows -3, as restore does (not its stored 253)")
+    for name, tree, code, what in (
+            ("python-int-2-64-minus-1", {"n": 2**64 - 1}, None, "a Python int 2^64 - 1: safetensors' U64 holds it"),
+            ("python-int-2-64", {"n": 2**64}, "E9004", "a Python int 2^64: beyond what safetensors holds"),
+            ("empty-tree", {}, "E9005", "a tree of no leaves: refused on the way out, as on the way back"),
+            ("string-keys-0-1", {"0": np.ones(1), "1": np.zeros(1)}, None,
+             "string keys '0' and '1': come back strings (pskd.keys records their types)")):
+        data, layout = _saved(tree)
+        files = {"m.psk.d": data}
+        if layout is not None:
+            files["m.layout.json"] = layout
+        add(f"convert-{name}", files, code, what + " (psk.d → safetensors → psk.d)", command="convert")
+
+
+def saves_beside(c: Collection) -> None:
+    """``pskd convert IN.safetensors -o out.psk.d`` into a directory where files already stand:
+    only the toolkit's own layout of out.psk.d is replaced; anything else refuses the save before
+    anything is written (see the generator's ``into`` kind)."""
+    source = _safetensors_bytes({"w": np.arange(3, dtype=np.float32)})
+
+    def add(name, files, code, what, **args):
+        c.add("into", name, {"in.safetensors": source, **files}, code, what, **args)
+
+    a, a_layout = _saved({"x": np.ones(2)})
+    b, b_layout = _saved({"y": np.zeros(5)})
+    plain, plain_layout = _saved({"x": np.ones(2)}, "out")
+    add("notes-at-layout", {"out.layout.json": b"my notes about out\n"}, "E9012",
+        "a user's notes where out.psk.d's layout goes: kept, the save refused")
+    add("directory-at-destination", {"out.psk.d/kept.txt": b"x"}, "E9012",
+        "a directory at the destination: refused before any layout is written")
+    add("directory-at-layout", {"out.layout.json/kept.txt": b"x"}, "E9012",
+        "a directory where the layout goes")
+    add("data-named-like-layout", {"out.layout.json": a}, "E9012",
+        "a checkpoint named out.layout.json: never overwritten by out.psk.d's layout")
+    add("another-checkpoints-layout", {"out.psk.d": a, "out.layout.json": b_layout}, "E9012",
+        "another checkpoint's layout where out.psk.d's goes: kept")
+    add("own-layout", {"out.psk.d": a, "out.layout.json": a_layout}, None,
+        "out.psk.d's own layout: replaced with the new one", kept=["in.safetensors"])
+    add("layout-of-a-save-cut-short", {"out.psk.d": a, "out.layout.json": _edited_layout(
+        b_layout, lambda d: d["data"].update(name="out.psk.d"))}, None,
+        "a layout recording out.psk.d as its data file, of another save (one cut short): the toolkit's own",
+        kept=["in.safetensors"])
+    add("plain-neighbour-old-layout", {"out": plain, "out.layout.json": plain_layout}, "E9012",
+        "a checkpoint out with its layout under the old name out.layout.json: a save of out.psk.d keeps it")
+    add("plain-neighbour", {"out": plain, "out.pskd-layout.json": plain_layout}, None,
+        "a checkpoint out with its layout out.pskd-layout.json: out.psk.d gets a layout of its own",
+        kept=["in.safetensors", "out", "out.pskd-layout.json"])
+    keyed = _safetensors_bytes({"0": np.ones(1, np.float32), "1": np.zeros(1, np.float32)},
+                               {"pskd.keys": json.dumps({"0": ["0"], "1": ["1"]})})
+    c.add("into", "string-keys", {"in.safetensors": keyed}, None,
+          "names 0 and 1 recorded as string keys: restored as the strings '0' and '1'", keys=["0", "1"])
+
+
+def _safetensors_bytes(tensors: dict, metadata: dict | None = None) -> bytes:
+    """A safetensors file written by hand (the optional package is not needed to make the cases)."""
+    entries: dict = {"__metadata__": metadata} if metadata else {}
+    offset, data = 0, b""
+    for name, array in tensors.items():
+        raw = np.ascontiguousarray(array).tobytes()
+        entries[name] = {"dtype": {"float32": "F32", "float64": "F64"}[str(array.dtype)], "shape": list(array.shape),
+                         "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        data += raw
+    text = json.dumps(entries).encode("utf-8")
+    return U64.pack(len(text)) + text + data
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -997,7 +1168,7 @@ def generate(directory: str, *, include_open: bool = False) -> list[dict]:
     c = Collection(directory, include_open=include_open)
     for make in (containers, pipelines, vocabularies, token_texts, pack_inputs, layouts, indexes,
                  manager_indexes, safetensors_files, manifests, jsonl_inputs, changing_and_special_files, exports,
-                 outputs, diffs):
+                 outputs, diffs, checkpoints_beside, saves_beside):
         make(c)
     manifest = {
         "generator": "tools/make_hostile.py",

@@ -12,6 +12,7 @@ import re
 
 PSKD_SUFFIX = ".psk.d"
 LAYOUT_SUFFIX = ".layout.json"
+OTHER_LAYOUT_SUFFIX = ".pskd-layout.json"  # the layout of a data file whose name is not *.psk.d
 
 STANDARD_STREAM = "-"  # an output (or input) path naming the standard output (input), never a file
 
@@ -69,14 +70,51 @@ def leftover(name: str) -> tuple[str, str] | None:
 
 
 def layout_path_for(path: str | os.PathLike) -> str:
-    """``dir/STEM.psk.d`` → ``dir/STEM.layout.json`` (any other name gets ``.layout.json`` added).
+    """The layout file of the data file ``path``, from its whole name, no two data files sharing
+    one: ``dir/STEM.psk.d`` → ``dir/STEM.layout.json``; any other name gets
+    :data:`OTHER_LAYOUT_SUFFIX` added (never ``.layout.json``, which a ``.psk.d`` name's layout ends
+    with: ``m`` and ``m.psk.d`` have layouts of their own).
 
-    >>> layout_path_for("ckpt/step-00000010.psk.d"), layout_path_for("model.bin")
-    ('ckpt/step-00000010.layout.json', 'model.bin.layout.json')
+    >>> layout_path_for("ckpt/step-00000010.psk.d"), layout_path_for("model.bin"), layout_path_for("m")
+    ('ckpt/step-00000010.layout.json', 'model.bin.pskd-layout.json', 'm.pskd-layout.json')
+    """
+    path = os.fspath(path)
+    if path.endswith(PSKD_SUFFIX) and os.path.basename(path) != PSKD_SUFFIX:
+        return path[: -len(PSKD_SUFFIX)] + LAYOUT_SUFFIX
+    return path + OTHER_LAYOUT_SUFFIX
+
+
+def older_layout_paths(path: str | os.PathLike) -> list[str]:
+    """The names earlier versions gave the layout file of ``path`` (``NAME.layout.json`` beside a
+    data file not named ``*.psk.d``): read when one proves to belong to the file, never written.
+
+    >>> older_layout_paths("model.bin"), older_layout_paths("m.psk.d")
+    (['model.bin.layout.json'], [])
     """
     path = os.fspath(path)
     stem = path[: -len(PSKD_SUFFIX)] if path.endswith(PSKD_SUFFIX) else path
-    return stem + LAYOUT_SUFFIX
+    return [name for name in (stem + LAYOUT_SUFFIX,) if name != layout_path_for(path)]
+
+
+def data_path_for(layout: str | os.PathLike) -> str | None:
+    """The data file whose layout file :func:`layout_path_for` names ``layout``; None for a name
+    it never gives.
+
+    >>> data_path_for("ckpt/step-00000010.layout.json"), data_path_for("m.pskd-layout.json")
+    ('ckpt/step-00000010.psk.d', 'm')
+    """
+    layout = os.fspath(layout)
+    for suffix, data_suffix in ((OTHER_LAYOUT_SUFFIX, ""), (LAYOUT_SUFFIX, PSKD_SUFFIX)):
+        if layout.endswith(suffix):
+            data = layout[: -len(suffix)] + data_suffix
+            return data if layout_path_for(data) == layout else None
+    return None
+
+
+def is_layout_name(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is named as a layout file is (``*.layout.json``, ``*.pskd-layout.json``)."""
+    name = os.path.basename(os.fspath(path))
+    return name.endswith((LAYOUT_SUFFIX, OTHER_LAYOUT_SUFFIX))
 
 
 # -- checkpoint directories ------------------------------------------------------------------------
@@ -163,13 +201,17 @@ __all__ = [
     "CORPUS_LOCK",
     "CORPUS_MANIFEST",
     "LAYOUT_SUFFIX",
+    "OTHER_LAYOUT_SUFFIX",
     "PSKD_SUFFIX",
     "STANDARD_STREAM",
     "cached_shard",
     "cached_shard_sha256",
+    "data_path_for",
     "distributed_temporary",
+    "is_layout_name",
     "layout_path_for",
     "leftover",
+    "older_layout_paths",
     "save_lock",
     "shard_index",
     "shard_name",

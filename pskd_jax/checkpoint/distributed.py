@@ -22,7 +22,7 @@ from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
-from pskd_jax.checkpoint.layout_file import layout_json, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.parts import PREFIX, PartsIndex, part_key
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
@@ -218,7 +218,7 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
                 hashed.update(view)
             found[options.digest] = hashed.hexdigest()
         if writes_layout:
-            content = layout_json(plan_, xxh3_128=found.get("xxh3_128"))
+            content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
             store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
         store.put(where.key, index.encoded())
         if before is not None and before[0].startswith(PREFIX):  # the parts of the save replaced
@@ -240,11 +240,12 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
 def _target(path: str, plan_: SavePlan, options: SaveOptions) -> tuple[_Target, BaseException | None]:
     """Where the save goes, and the refusal of the destination (to be agreed on), if any."""
     error: BaseException | None = None
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
     try:
         destination = destination_for(path)
+        check_layout_beside(path, writes=writes_layout)  # (refused before anything is written)
     except BaseException as e:  # handed to every process by _agree
         error, destination = e, path
-    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
     return _Target(path, destination, os.path.dirname(os.path.abspath(destination)),
                    names.distributed_temporary(destination),
                    names.layout_path_for(path) if writes_layout else None), error
@@ -352,7 +353,7 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
             found[options.digest] = file_digest(target.temporary, options.digest)
         if target.layout_path:  # only now that every process accepted its values
             write_layout(target.layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
-        elif os.path.lexists(names.layout_path_for(target.path)):  # it described the data replaced
+        elif check_layout_beside(target.path, writes=False):  # its own layout, of the data replaced
             os.unlink(names.layout_path_for(target.path))
         check_destination(target.destination)  # (still nothing or a regular file)
         os.replace(target.temporary, target.destination)

@@ -65,7 +65,8 @@ def key_data(value: Any) -> Any:
     """A key array's data, uint32 with the key words as a last axis (a JAX array)."""
     jax = jax_module()
     data = jax.random.key_data(value)
-    return data.reshape(tuple(value.shape) + (-1,))
+    # (the words per key named, never -1: a zero-size key array has no elements to divide by)
+    return data.reshape(tuple(value.shape) + (key_impl_of(value.dtype)[1],))
 
 
 def wrap_keys(data: Any, impl: str) -> Any:

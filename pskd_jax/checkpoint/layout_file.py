@@ -4,19 +4,25 @@ that it belongs to its data file are in :mod:`pskd_jax.format.layout_file`.
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
+from pskd_jax._os import names
 from pskd_jax._os.jsonfile import write_json
 from pskd_jax.checkpoint.planning import SavePlan
+from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.keypaths import path_keys
-from pskd_jax.format.layout_file import LAYOUT_FORMAT, LAYOUT_VERSION, header_digest
+from pskd_jax.format.layout_file import LAYOUT_FORMAT, LAYOUT_VERSION, header_digest, is_own_layout, read_layout_file
 
 
-def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | None = None) -> dict:
+def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | None = None,
+                data_name: str | None = None) -> dict:
     """The layout file's content for a planned save: each leaf's stored form and the dtype it gives
     back, the tree's containers, and what identifies the data file (its size, the digest of its
-    header, and — when the save computed it — the xxh3_128 of the whole file)."""
+    header, — when the save computed it — the xxh3_128 of the whole file, and the name of the data
+    file it was written for: what proves it the toolkit's own to replace)."""
     placement = plan_.placement
     leaves = []
     for leaf, encoding, form in zip(placement.layout.leaves, placement.encodings, plan_.forms):
@@ -32,6 +38,8 @@ def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | N
             entry["impl"] = form.impl
         leaves.append(entry)
     identity: dict[str, Any] = {"bytes": plan_.size, "header_xxh3_128": header_digest(plan_.header)}
+    if data_name is not None:
+        identity["name"] = data_name
     if xxh3_128 is not None:
         identity["xxh3_128"] = xxh3_128
     content = {"format": LAYOUT_FORMAT, "version": LAYOUT_VERSION, "type": plan_.type_text, "data": identity,
@@ -42,8 +50,53 @@ def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | N
 
 def write_layout(path: str, plan_: SavePlan, *, durable: bool = True, xxh3_128: str | None = None,
                  extra: dict | None = None) -> None:
-    """Writes the layout file of a planned save, atomically."""
-    write_json(path, layout_json(plan_, xxh3_128=xxh3_128, extra=extra), durable=durable)
+    """Writes the layout file of a planned save, atomically (recording the name of the data file
+    whose layout ``path`` is)."""
+    data = names.data_path_for(path)
+    write_json(path, layout_json(plan_, xxh3_128=xxh3_128, extra=extra,
+                                 data_name=os.path.basename(data) if data is not None else None), durable=durable)
 
 
-__all__ = ["layout_json", "write_layout"]
+def check_layout_beside(path: str, *, writes: bool) -> bool:
+    """Before a save of the data file ``path`` writes anything: refuses (E9012) what would lose a
+    file that is not the toolkit's to replace, and says whether the file where ``path``'s layout
+    goes is the toolkit's own layout of ``path`` (:func:`~pskd_jax.format.layout_file.is_own_layout`:
+    replaced by the save's layout, or removed with the data it described where the save writes
+    none). Refused: a save that writes a layout where something else stands (a user's notes, a
+    data file, another file's layout, a directory), and a save whose destination is itself a
+    layout file (a data file is never written over one). Where the save writes no layout,
+    anything but its own layout is left as it is."""
+    beside = names.layout_path_for(path)
+    if names.is_layout_name(path) and _is_layout(path):
+        raise UsageError(f"{path}: a layout file stands there (the layout of "
+                         f"{names.data_path_for(path) or 'another checkpoint'}); a save never writes a "
+                         "checkpoint over one: give another name")
+    try:
+        mode: int | None = os.lstat(beside).st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError):
+        mode = -1
+    if mode is None:
+        return False
+    own = mode != -1 and stat.S_ISREG(mode) and is_own_layout(beside, path)
+    if writes and not own:
+        raise UsageError(f"{beside}: the layout file of {path} goes there, but another file stands there "
+                         "(not the layout of this checkpoint: a file of yours, another checkpoint's layout, "
+                         "or not a regular file); nothing was written: move it away, or save under "
+                         "another name")
+    return own
+
+
+def _is_layout(path: str) -> bool:
+    """Whether ``path`` is a regular file that reads as a layout file."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        read_layout_file(path)
+    except (OSError, ValueError, PskdError):
+        return False
+    return True
+
+
+__all__ = ["check_layout_beside", "layout_json", "write_layout"]

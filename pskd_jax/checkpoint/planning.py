@@ -88,6 +88,8 @@ def _source(path: str, value: Any, keep_global: bool) -> tuple[Any, sd.Form]:
     if form is None:
         raise MismatchError(f"{leaf_name(path)}: dtype {dtype} cannot be stored in a checkpoint (numbers, bools, "
                             "complex numbers and PRNG keys can)")
+    if isinstance(array, np.ndarray):
+        sd.check_f64_range(array, leaf_name(path))  # (Fraction, Decimal, long double beyond f64: E9004)
     return array, form
 
 

@@ -95,7 +95,11 @@ def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: lis
             return FileView(layout, [None] * len(layout.leaves), False)
         template_pairs, rebuild = tree_lib.flatten(layout, what="the layout template")
         template_specs = [spec_of(p, s, True) for p, s in template_pairs]
-        return _template_view(template_pairs, template_specs, rebuild)
+        view = _template_view(template_pairs, template_specs, rebuild)
+        beside = None
+        if reader.header.is_params:
+            beside = reader.beside() if isinstance(reader, StoredFile) else find_layout_file(path)
+        return view if beside is None else _template_by_path(path, view, beside.layout, rebuild)
     if not reader.header.is_params:
         own = Layout.of_type(reader.header.type_text)
         return FileView(own, _closed_forms(reader.header.type_text, own), False)
@@ -107,6 +111,29 @@ def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: lis
                              f"layout=..., or keep {os.path.basename(layout_path_for(path))} beside it")
     assert specs is not None  # (given with the target's pairs)
     return _template_view(target_pairs, specs, None)
+
+
+def _template_by_path(path: str, view: FileView, saved: Layout, rebuild) -> FileView:
+    """A layout template's view of a file that has its layout file: the template's leaves matched
+    to the saved ones by key path (E9005 listing what differs, or naming a leaf of another shape or
+    kind), put in storage order, and rebuilt into the template's containers. Never by position:
+    two leaves of one shape in another order would be swapped."""
+    order = match_by_path(path, saved, [leaf.path for leaf in view.layout.leaves], partial=False)
+    where = {i: k for k, i in enumerate(order)}  # saved leaf → template leaf
+    for k, i in enumerate(order):
+        mine, theirs = view.layout.leaves[k], saved.leaves[i]
+        if mine.shape != theirs.shape or mine.is_real != theirs.is_real:
+            raise MismatchError(f"{path}: at {mine.path or '(root)'}: the layout template has "
+                                f"{'reals' if mine.is_real else 'indices'} of stored shape {list(mine.shape)}, "
+                                f"the checkpoint {'reals' if theirs.is_real else 'indices'} of stored shape "
+                                f"{list(theirs.shape)}")
+    leaves = tuple(view.layout.leaves[where[i]] for i in range(len(order)))
+    forms = [view.forms[where[i]] for i in range(len(order))]
+
+    def in_template_order(values: Sequence[Any]) -> Any:
+        return (rebuild if rebuild is not None else list)([values[i] for i in order])
+
+    return FileView(Layout(leaves, tuple(range(len(leaves))), in_template_order), forms, True)
 
 
 def _given_layout(reader: Reader | StoredFile, layout: str | os.PathLike) -> LayoutFile:

@@ -20,9 +20,15 @@ back, each leaf's keys joined by ``.`` are its name, so that names come back byt
 
 Metadata: the source file's ``__metadata__`` is kept in the checkpoint's layout file and written
 back as it was. A checkpoint of another origin gets ``pskd.order`` (its leaf order: the
-safetensors library writes tensors in an order of its own, by dtype, then name) and ``pskd.type``,
-so that ``.psk.d`` → safetensors → ``.psk.d`` gives the same bytes. A recorded order that is not a
-list of exactly the file's names is ignored (the file's own order is used).
+safetensors library writes tensors in an order of its own, by dtype, then name), ``pskd.type``
+and, where a name's parts would not read back as its leaf's keys (a string key ``'0'``),
+``pskd.keys`` (those names' keys, typed) and ``pskd.tree`` (the tree's containers as the layout
+file records them: a dict of key 0 stays a dict, an empty dict stays), so that ``.psk.d`` →
+safetensors → ``.psk.d`` gives the same bytes and the same keys. A tree of no leaves is refused
+on the way out (E9005), as a file of no tensors is on the way back. A Python int is written as
+I64, or as U64 from 2^63 to 2^64 - 1.
+A recorded order that is not a list of exactly the file's names is ignored (the file's own order
+is used), and so are recorded keys that do not make up their name.
 
 A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
 the output is written atomically (a temporary file, renamed into place); an import that refuses
@@ -50,7 +56,8 @@ from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdErro
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
-from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys
+from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_key, shown_path
+from pskd_jax.format.tree import build_described, check_description, described_paths
 from pskd_jax.storage import locate
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them); those of
@@ -82,6 +89,8 @@ def _written() -> frozenset[np.dtype]:
 
 ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
+KEYS_KEY = "pskd.keys"  # the keys of each name whose parts do not read back as its keys ('0' a string)
+TREE_KEY = "pskd.tree"  # the tree's containers, as a layout file records them (a dict of key 0, an empty dict)
 
 
 def _safetensors(module: str = "safetensors"):
@@ -109,8 +118,13 @@ def keys_name(keys: Any, path: str) -> str:
     for key in keys:
         text = str(key)
         if "." in text:
-            raise MismatchError(f"leaf {path or '(root)'}: the key {key!r} cannot be part of a "
+            raise MismatchError(f"leaf {shown_path(path) or '(root)'}: the key {shown_key(key)} cannot be part of a "
                                 "safetensors name (it holds a '.')")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MismatchError(f"leaf {shown_path(path)}: the key {shown_key(key)} is not UTF-8 text (a "
+                                "surrogate-escaped name), which a safetensors name must be") from None
         parts.append(text)
     if not parts:
         raise MismatchError("a single-array checkpoint has no name for safetensors")
@@ -157,14 +171,17 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     if not tensors:
         raise MismatchError(f"{source}: no tensors to convert")
     order = _recorded_order(metadata or {}, names)
-    keys = [name_keys(n) for n in order]
+    recorded = _recorded_keys(metadata or {}, names)
+    keys = [recorded.get(n) or name_keys(n) for n in order]
     for tensor_name, tensor_keys in zip(order, keys):
         if len(tensor_keys) > MAX_KEY_DEPTH:
             shown = tensor_name if len(tensor_name) <= 80 else tensor_name[:80] + "…"
             raise MismatchError(f"{source}: tensor {shown!r}: a name of {len(tensor_keys)} keys; a "
                                 f"checkpoint's tree nests at most {MAX_KEY_DEPTH} deep")
+    described = _recorded_tree(metadata or {}, keys)
     try:
-        tree = nest(keys, [tensors[n] for n in order])
+        values = [tensors[n] for n in order]
+        tree = build_described(described, values) if described is not None else nest(keys, values)
     except MismatchError as e:
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
     if options.name is None and metadata and metadata.get(TYPE_KEY, "").startswith("params "):
@@ -186,14 +203,57 @@ def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
     return names
 
 
+def _recorded_keys(metadata: dict, names: list[str]) -> dict[str, list[str | int]]:
+    """The keys ``pskd.keys`` records for names whose parts do not read back as the leaf's keys
+    (a string key ``'0'``): used only where they are strings and ints that make up the name itself,
+    ignored otherwise (the name's own parts are used)."""
+    recorded = metadata.get(KEYS_KEY)
+    if not recorded:
+        return {}
+    try:
+        found = json.loads(recorded)
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    known = set(names)
+    out: dict[str, list[str | int]] = {}
+    for name, keys in found.items():
+        if name in known and isinstance(keys, list) and keys \
+                and all(isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)) for k in keys) \
+                and ".".join(map(str, keys)) == name:
+            out[name] = keys
+    return out
+
+
+def _recorded_tree(metadata: dict, keys: list[list[str | int]]) -> Any:
+    """The containers ``pskd.tree`` records, used only where they describe exactly the leaves the
+    names give, in their order (None otherwise: the names' nested dicts and lists are used)."""
+    recorded = metadata.get(TREE_KEY)
+    if not recorded:
+        return None
+    try:
+        described = json.loads(recorded)
+        check_description(described, len(keys), MAX_KEY_DEPTH + 1)
+        paths = described_paths(described)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if [path_keys(path) for path in paths] != [list(leaf) for leaf in keys]:
+        return None
+    return described
+
+
 def _tensor_of(value: Any, where: str) -> np.ndarray:
     """A saved leaf as the array safetensors writes: its own dtype when safetensors has it, else its
     stored form (see the module's docstring)."""
     if isinstance(value, bool):
         return np.asarray(value)
     if isinstance(value, int):
+        if 2**63 <= value < 2**64:  # (U64 holds it)
+            return np.asarray(value, dtype=np.uint64)
         if not -(2**63) <= value < 2**63:
-            raise BadValueError(f"{where}: the Python int {value} is beyond the 64 bits safetensors holds")
+            raise BadValueError(f"{where}: the Python int {value} is beyond the 64 bits safetensors holds "
+                                "(I64 from -2^63, U64 up to 2^64 - 1)")
         return np.asarray(value, dtype=np.int64)
     if isinstance(value, float):
         return np.asarray(value, dtype=np.float64)
@@ -218,11 +278,22 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     destination = _local(destination, "a .safetensors file")
     serialize = _safetensors("safetensors.numpy").save
     leaves, layout_file = read_saved_leaves(source, layout=layout)
+    if not leaves:  # (refused here, as the way back refuses a file of no tensors)
+        raise MismatchError(f"{source}: a tree of no leaves: a safetensors file of no tensors does not convert "
+                            "back to a checkpoint, so none is written")
     tensors: dict[str, np.ndarray] = {}
+    typed: dict[str, list[str | int]] = {}  # the keys of names whose parts would not read back as them
     for path, value in leaves:
-        tensor_name = keys_name(path_keys(path), path)
+        leaf_keys = path_keys(path)
+        try:
+            tensor_name = keys_name(leaf_keys, path)
+        except MismatchError as e:
+            raise MismatchError(f"{source}: {e.message}") from None
         if tensor_name in tensors:
-            raise MismatchError(f"leaf {path}: the name {tensor_name!r} is taken by another leaf")
+            raise MismatchError(f"{source}: leaf {shown_path(path)}: the name {tensor_name!r} is taken by another "
+                                "leaf (keys written alike: a safetensors name holds text)")
+        if name_keys(tensor_name) != leaf_keys:
+            typed[tensor_name] = leaf_keys
         tensors[tensor_name] = _tensor_of(value, f"{source}: leaf {path}")
     source_entry = layout_file.extra.get("safetensors") if layout_file is not None else None
     if source_entry is not None:  # converted from safetensors: its metadata as it was (or none)
@@ -231,6 +302,10 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
         with open_regular(source, NotPskdError) as f:  # (the type text: a params checkpoint's name)
             type_text = _type_text(f, source)
         metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: type_text}
+        if typed:
+            metadata[KEYS_KEY] = json.dumps(typed)
+        if layout_file is not None and layout_file.description is not None:
+            metadata[TREE_KEY] = json.dumps(layout_file.description, ensure_ascii=False)
     # The library serializes to bytes, written through atomic_output (a temporary file locked by
     # this writer, so that no other writer's cleanup removes it; renamed into place).
     try:

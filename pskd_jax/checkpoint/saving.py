@@ -19,10 +19,10 @@ from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax.checkpoint.layout_file import layout_json, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
-from pskd_jax.errors import MismatchError, PskdError, TruncatedError
+from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Rounding
 from pskd_jax.format.layout_file import layout_from_bytes
@@ -37,8 +37,10 @@ def save(path: str | os.PathLike, tree: Any, options: SaveOptions | None = None)
 
     A save waits for another save of the same destination (in any process) to finish; a tree
     nested deeper than :data:`pskd_jax.format.keypaths.MAX_KEY_DEPTH` is refused (E9005), its
-    layout could not be read back. A layout file beside the destination that this save does not
-    rewrite (a closed type, or ``layout_file=False``) is removed with the data it described. A
+    layout could not be read back. The toolkit's own layout file of the destination that this save
+    does not rewrite (a closed type, or ``layout_file=False``) is removed with the data it
+    described; any other file there is left alone, and where the save would write its layout over
+    one the save is refused (E9012) before anything is written. A
     tree of arrays spread over several JAX processes is saved by :func:`save_distributed` (every
     process calls ``save``).
 
@@ -76,6 +78,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
         # One save of a destination at a time (its data and its layout go together), and the
         # layout is written only once every value was accepted: a refused save writes nothing.
         with destination_lock(path), atomic_output(path, durable=options.durable) as f:
+            own_beside = check_layout_beside(path, writes=layout_path is not None)  # (before any write)
             header = plan_.header
             _preallocate(f.fileno(), plan_.size)
             f.write(header)
@@ -94,7 +97,7 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
             if layout_path:
                 write_layout(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"),
                              extra=layout_extra)
-            elif os.path.lexists(beside):
+            elif own_beside:  # (a file of anyone else's is left as it is)
                 _remove_stale_layout(beside)
     except BaseException:
         if hasher:
@@ -126,6 +129,7 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
     algorithm = options.digest
     beside = layout_path_for(where.key)
     writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
+    own_beside = _own_store_layout(store, beside, where.key, path, writes=writes_layout)  # (before any put)
     hasher = Hasher(algorithm) if algorithm else None
 
     def pieces() -> Iterator[memoryview]:
@@ -149,17 +153,32 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
     if info.size != plan_.size:
         raise TruncatedError(f"{path}: {info.size} bytes written of the {plan_.size} planned")
     if writes_layout:
-        content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), extra=layout_extra)
+        content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), extra=layout_extra,
+                              data_name=where.key.rsplit("/", 1)[-1])
         store.put(beside, (json_text(content, indent=1) + "\n").encode("utf-8"))
-    elif store.info(beside) is not None:
-        raw, _ = store.get(beside)
-        try:
-            layout_from_bytes(raw, store.url(beside))
-        except PskdError:
-            pass  # not a layout file: not the toolkit's to remove
-        else:
-            store.delete(beside)
+    elif own_beside:  # (anything else at its key is left alone)
+        store.delete(beside)
     return SaveResult.of(path, plan_, reports, found, store.url(beside) if writes_layout else None)
+
+
+def _own_store_layout(store: Any, beside: str, key: str, path: str, *, writes: bool) -> bool:
+    """Whether the object where ``key``'s layout goes is the toolkit's own layout of ``key`` (a
+    layout file recording that name, or one of an earlier version recording none); refuses (E9012)
+    a save that would put its layout over anything else, before anything is put."""
+    if store.info(beside) is None:
+        return False
+    raw, _ = store.get(beside)
+    try:
+        found = layout_from_bytes(raw, store.url(beside))
+    except PskdError:
+        found = None
+    recorded = (found.identity or {}).get("name") if found is not None else None
+    own = found is not None and recorded in (None, key.rsplit("/", 1)[-1])
+    if writes and not own:
+        raise UsageError(f"{store.url(beside)}: the layout of {path} goes there, but another object stands there "
+                         "(not the layout of this checkpoint); nothing was written: move it away, or save under "
+                         "another name")
+    return own
 
 
 _PREALLOCATE_BYTES = 1 << 20  # files smaller than this are written without preallocation

@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.atomic import text_output
-from pskd_jax.errors import BadValueError, TruncatedError
+from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.encodings import Encoding, is_bfloat16
+from pskd_jax.format.encodings import is_bfloat16
+from pskd_jax.format.keypaths import check_json_keys
 from pskd_jax.format.layout_file import LayoutFile, check_belongs
 from pskd_jax.format.reader import Reader
+from pskd_jax.format.stored_dtypes import shown_values
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
 
@@ -93,7 +95,8 @@ def plain(value: Any) -> Any:
     if isinstance(value, list):
         return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
+        # (two keys of one JSON text, 1 and '1': refused, E9005 naming both, never one dropped)
+        return dict(zip(check_json_keys(list(value), "a sample's tree"), (plain(v) for v in value.values())))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
@@ -109,25 +112,14 @@ def layout_and_forms(path: str, layout: Any) -> tuple[Any, list[sd.Form | None] 
     return layout, None
 
 
-def shown_values(stored: np.ndarray, form: sd.Form | None, where: str, *, bound: int | None = None,
-                 stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
-    """A leaf's stored elements as info and export show them (docs/export.md): decoded
-    as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
-    are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
-    ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
-    leaf then gives one scalar a sample (a list)."""
-    if form is not None and form.kind == sd.KIND_PYTHON and batched:
-        return [sd.saved_values(row, form, f"{where}, sample {k}") for k, row in enumerate(stored)]
-    if form is None or form.kind in (sd.KIND_KEY, sd.KIND_COMPLEX):
-        return stored
-    if form.kind == sd.KIND_VALUE and form.dtype == "float16" and stored.dtype == np.float32:
-        sd.float32_to_float16(stored, where)  # (checked, shown as the f32 that holds it)
-        return stored
-    return sd.saved_values(stored, form, where, bound=bound, stored_encoding=stored_encoding)
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a key that is no UTF-8 text (a surrogate-escaped file name): escaped
+        return json.dumps(value, ensure_ascii=True, allow_nan=False).encode("utf-8")
 
 
 def export_json(path: str, output: str, *, layout: Any = None) -> int:
@@ -149,6 +141,15 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
     :class:`Layout` or a template (the stored values).
     """
     layout, forms = layout_and_forms(path, layout)
+    try:
+        return _export(path, output, layout, forms)
+    except MismatchError as e:
+        if e.message.startswith(path):
+            raise
+        raise MismatchError(f"{path}: {e.message}") from None
+
+
+def _export(path: str, output: str, layout: Any, forms: list[sd.Form | None] | None) -> int:
     with Reader(path, layout=layout, access="pread") as reader:
         placement = reader.placement
         if placement is None:
@@ -263,7 +264,10 @@ def _large_sample(reader: Reader, k: int, shown: ShownLeaves) -> Iterator[bytes]
     layout = shown.placement.layout
     skeleton = _dumps(plain(layout.unflatten([_MARK.format(i) for i in range(len(layout.leaves))]))).decode("utf-8")
     for i in range(len(layout.leaves)):
-        before, after = skeleton.split(json.dumps(_MARK.format(i), ensure_ascii=False), 1)
+        mark = json.dumps(_MARK.format(i), ensure_ascii=False)
+        if mark not in skeleton:  # (a skeleton written escaped: a key that is no UTF-8 text)
+            mark = json.dumps(_MARK.format(i))
+        before, after = skeleton.split(mark, 1)
         yield before.encode("utf-8")
         yield from _leaf_text(reader, k, i, shown)
         skeleton = after

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
+import re
+import stat
 from typing import Any
 
 import xxhash
 
+from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
-from pskd_jax._os.names import layout_path_for
+from pskd_jax._os.names import layout_path_for, older_layout_paths
 from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.byte_sources import open_bytes, read_small
@@ -278,6 +282,8 @@ def _check_identity_entry(identity: Any) -> None:
     size = identity.get("bytes")
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"'data': bytes {str(size)[:40]} is not a size")
+    if "name" in identity and not isinstance(identity["name"], str):
+        raise ValueError(f"'data': name {str(identity['name'])[:40]} is not a file name")
     for name in ("header_xxh3_128", "xxh3_128"):
         value = identity.get(name)
         if (name == "header_xxh3_128" or value is not None) and not _is_hex(value, 32):
@@ -372,17 +378,96 @@ def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | N
 
 
 def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
-    """The layout file beside a checkpoint, proven to belong to it (E9005 naming both files when
-    it does not), or None when there is none."""
+    """The layout file beside a ``params`` checkpoint, proven to belong to it (E9005 naming both
+    files when it does not), or None when there is none (beside a closed-type file, a file there
+    that is not a layout file is passed over).
+
+    Its name follows from the checkpoint's whole name (:func:`pskd_jax._os.names.layout_path_for`);
+    where none stands there, a layout file under the name an earlier version gave it
+    (:func:`~pskd_jax._os.names.older_layout_paths`) is read when it proves to belong to the
+    checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
     locate(checkpoint)  # (E9018 naming the data's own URL when the toolkit cannot serve it)
     candidate = layout_path_for(checkpoint)
-    if is_object_url(candidate):  # a layout object beside the object
+    if is_object_url(candidate):  # a layout object beside the object (older names are not looked for)
         store, where = resolve(candidate)
         if store.info(where.key) is None:
             return None
-    elif not os.path.exists(locate(candidate).path):
+        return read_layout_file(candidate, data=checkpoint)
+    if os.path.exists(locate(candidate).path):
+        if not _data_header(os.fspath(checkpoint))[0].is_params:
+            # A closed type has no layout file: a file there that is none (a user's notes) is
+            # passed over; a layout file there is another save's, and refused naming both.
+            try:
+                found = read_layout_file(candidate)
+            except PskdError:
+                return None
+            check_belongs(found, checkpoint)
+            return found
+        return read_layout_file(candidate, data=checkpoint)
+    for older in older_layout_paths(checkpoint):
+        if _regular(older):
+            try:
+                return read_layout_file(older, data=checkpoint)
+            except PskdError:
+                continue
+    return None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+_HEAD_BYTES = 1 << 16
+# The start of a layout file as the toolkit writes it: its format, version, type, then "data"
+# (what identifies its data file, a flat object) before the leaves.
+_HEAD = re.compile(r'\{\s*"format":\s*"' + LAYOUT_FORMAT + r'",\s*"version":\s*\d+,\s*"type":\s*"(?:[^"\\]|\\.)*",'
+                   r'\s*"data":\s*(\{[^{}]*\})')
+
+
+def _recorded_name(layout: str) -> str | None:
+    """The data file's name a layout file records in its first bytes, as the toolkit writes them
+    (None when they are not so: the caller then reads the whole file)."""
+    try:
+        with open_regular(layout, NotClosedError) as f:
+            head = os.pread(f.fileno(), _HEAD_BYTES, 0).decode("utf-8", "replace")
+    except (PskdError, OSError):
         return None
-    return read_layout_file(candidate, data=checkpoint)
+    match = _HEAD.match(head)
+    if match is None:
+        return None
+    try:
+        recorded = json.loads(match.group(1))
+    except ValueError:
+        return None
+    name = recorded.get("name") if isinstance(recorded, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def is_own_layout(layout: str | os.PathLike, data: str | os.PathLike) -> bool:
+    """Whether the file ``layout`` is the toolkit's own layout file of the data file ``data``, the
+    one a save of ``data`` may replace or remove: a regular file that reads as a layout file and
+    either records ``data``'s name as the file it was written for (a save cut short between its
+    layout and its data included) or proves to belong to the data file there now. Anything else —
+    a user's notes, a data file, another file's layout, a directory — is not, and is left alone."""
+    layout, data = os.fspath(layout), os.fspath(data)
+    if not _regular(layout):
+        return False
+    if layout_path_for(data) == layout and _recorded_name(layout) == os.path.basename(data):
+        return True  # (its own by the name it records: the rest need not be parsed)
+    try:
+        found = read_layout_file(layout)
+    except PskdError:
+        return False
+    if not _regular(data):
+        return False
+    try:
+        check_belongs(found, data)
+    except (PskdError, OSError):
+        return False
+    return True
 
 
 __all__ = [
@@ -393,6 +478,7 @@ __all__ = [
     "check_header_belongs",
     "find_layout_file",
     "header_digest",
+    "is_own_layout",
     "layout_from_bytes",
     "read_layout_file",
 ]

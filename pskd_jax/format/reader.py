@@ -28,12 +28,13 @@ from pskd_jax.errors import (
     TruncatedError,
     UsageError,
 )
+from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.byte_sources import ByteSource, FileBytes, Runs, StoreBytes, cut_short, open_bytes, read_runs
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
-from pskd_jax.format.layout_file import find_layout_file
+from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout_file
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.source import RandomAccessSource, checked_access, checked_index
@@ -123,6 +124,7 @@ class Reader(RandomAccessSource):
         self.placement: Placement | None = None
         self._record: np.dtype | None = None  # a whole sample as one opaque record, if numpy holds one
         self._bounded: list[int] = []
+        self._forms: tuple[sd.Form | None, ...] | None = None  # (from a LayoutFile: values as restored)
         try:
             try:
                 parsed = parse_type(self.header.type_text)
@@ -146,10 +148,19 @@ class Reader(RandomAccessSource):
 
     # -- layout ------------------------------------------------------------------------------
 
-    def with_layout(self, layout: Layout | Any) -> Reader:
+    def with_layout(self, layout: Layout | LayoutFile | Any) -> Reader:
         """Supplies (or replaces) the layout; returns the reader. A template (not a :class:`Layout`)
         for a ``params`` file with its layout file beside it is checked against that file: the
-        same key paths in the same order, the same shapes and storage (E9005 otherwise)."""
+        same key paths in the same order, the same shapes and storage (E9005 otherwise). A
+        :class:`LayoutFile` (``find_layout_file(path)``) must belong to the file (E9005 naming
+        both); samples then show each leaf's values as restore, info and export do (an int8 −3 as
+        −3, not its stored 253); :meth:`leaves` stay the stored elements."""
+        forms: tuple[sd.Form | None, ...] | None = None
+        if isinstance(layout, LayoutFile):
+            check_belongs(layout, self.path)
+            forms = tuple(layout.forms) if any(f is not None for f in layout.forms) else None
+            layout = layout.layout
+        self._forms = None
         if not isinstance(layout, Layout):
             layout = tree_lib.layout_of_template(layout)
             if self.header.is_params:
@@ -163,6 +174,7 @@ class Reader(RandomAccessSource):
         self._check_addressable(placement)
         self._check_params_size(placement.sample_bytes)
         self.layout, self.placement = layout, placement
+        self._forms = forms
         self._views, self._records = None, None
         self._record = self._record_dtype()
         # idx leaves whose dtype holds values at or above the bound (idx[10] in u8): gathered
@@ -309,7 +321,21 @@ class Reader(RandomAccessSource):
         return self._require_layout().sample_bytes
 
     def _assemble(self, leaves: list[np.ndarray]) -> Any:
-        return self._require_layout().layout.unflatten(leaves)  # (only after _check_readable)
+        return self._require_layout().layout.unflatten(self._shown(leaves))  # (only after _check_readable)
+
+    def _shown(self, leaves: list[np.ndarray]) -> list[Any]:
+        """The leaves of one sample or of a batch as a layout file's forms give them back (as
+        stored without one)."""
+        if self._forms is None:
+            return leaves
+        placement = self._require_layout()
+        out = []
+        for i, (values, form) in enumerate(zip(leaves, self._forms)):
+            leaf = placement.layout.leaves[i]
+            out.append(sd.shown_values(values, form, f"{self.path}: at {leaf.path or '(root)'}", bound=leaf.bound,
+                                       stored_encoding=placement.encodings[i] if leaf.is_real else None,
+                                       batched=tuple(values.shape) != leaf.shape))
+        return out
 
     def _rows(self, now: Any, positions: np.ndarray) -> list[np.ndarray]:
         """Each leaf of the samples at ``positions`` (checked, from 0), bounds checked: whole records
@@ -451,8 +477,9 @@ class Reader(RandomAccessSource):
         return list(self._leaf_views())
 
     def samples(self) -> Any:
-        """All samples as one batched pytree of read-only views (no copy)."""
-        return self._require_layout().layout.unflatten(self.leaves())
+        """All samples as one batched pytree of read-only views (no copy; values a layout file
+        decodes, an int8 among them, in new arrays)."""
+        return self._require_layout().layout.unflatten(self._shown(self.leaves()))
 
     def raw_data(self) -> memoryview:
         """The bytes of the ``count`` samples (whole data region if the layout is unknown)."""

@@ -257,6 +257,50 @@ def float32_to_float16(values: np.ndarray, where: str) -> np.ndarray:
 # Values → stored elements, and back (numpy kinds: value, bits, complex)
 
 
+def check_f64_range(values: np.ndarray, where: str) -> None:
+    """Refuses (E9004, naming the index) a finite value that f64 cannot hold (beyond ±1.8e308) in
+    an array stored as f64 although its own dtype is wider: an object array (``Fraction``,
+    ``Decimal``, Python ints among other numbers) or a long double one. Stored, it would come back
+    as ±inf; an infinity is one already (an IEEE infinity, ``Decimal('Infinity')``) and is kept."""
+    kind, size = values.dtype.kind, values.dtype.itemsize
+    if values.dtype == object:
+        for k, value in enumerate(values.reshape(-1)):
+            try:
+                wide = float(value)
+            except OverflowError:
+                wide = float("inf")
+            except (TypeError, ValueError):
+                continue  # (refused as it is encoded, naming the leaf)
+            if wide in (float("inf"), float("-inf")) and not _is_infinity(value):
+                raise BadValueError(f"{where}{_at(values.shape, k)}: {_abridged_number(value)} is beyond the "
+                                    "range of f64, the encoding it is stored in (it would come back as an infinity)")
+    elif (kind == "f" and size > 8) or (kind == "c" and size > 16):
+        with np.errstate(over="ignore", invalid="ignore"):
+            parts = [values.real, values.imag] if kind == "c" else [values]
+            for part in parts:
+                bad = np.isinf(part.astype(np.float64)) & np.isfinite(part)
+                if bad.any():
+                    k = int(np.flatnonzero(bad.reshape(-1))[0])
+                    raise BadValueError(f"{where}{_at(values.shape, k)}: {part.reshape(-1)[k]!r} is beyond the range "
+                                        "of f64, the encoding it is stored in (it would come back as an infinity)")
+
+
+def _is_infinity(value: Any) -> bool:
+    try:
+        return bool(value == float("inf") or value == float("-inf"))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+
+
+def _at(shape: tuple[int, ...], flat: int) -> str:
+    return f" at index {[int(i) for i in np.unravel_index(flat, shape)]}" if shape else ""
+
+
+def _abridged_number(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + f"… ({len(text)} characters)"
+
+
 def contiguous(array: np.ndarray) -> np.ndarray:
     """The array in C order, a copy only when it is not (``np.ascontiguousarray`` makes a 0-d array 1-d)."""
     return array if array.flags.c_contiguous else array.copy(order="C")
@@ -365,6 +409,23 @@ def saved_values(stored: np.ndarray, form: Form | None, where: str, *, bound: in
     return values
 
 
+def shown_values(stored: np.ndarray, form: Form | None, where: str, *, bound: int | None = None,
+                 stored_encoding: Encoding | None = None, batched: bool = False) -> Any:
+    """A leaf's stored elements as info and export show them (docs/export.md): decoded
+    as a restore gives them back, except key data, complex pairs and a float16 leaf's f32, which
+    are shown as stored (a float16 leaf's f32 checked to hold float16 values: E9004 otherwise).
+    ``batched``: ``stored`` holds the leaf of several samples under a first axis; a Python scalar
+    leaf then gives one scalar a sample (a list)."""
+    if form is not None and form.kind == KIND_PYTHON and batched:
+        return [saved_values(row, form, f"{where}, sample {k}") for k, row in enumerate(stored)]
+    if form is None or form.kind in (KIND_KEY, KIND_COMPLEX):
+        return stored
+    if form.kind == KIND_VALUE and form.dtype == "float16" and stored.dtype == np.float32:
+        float32_to_float16(stored, where)  # (checked, shown as the f32 that holds it)
+        return stored
+    return saved_values(stored, form, where, bound=bound, stored_encoding=stored_encoding)
+
+
 def is_narrow_integer(dtype: Any) -> bool:
     """One of ``ml_dtypes``' narrow integer types (int4, uint2, …), which numpy sees as opaque."""
     return any(dtype == known for name, known in _NARROW.items() if "int" in name)
@@ -388,6 +449,7 @@ __all__ = [
     "PYTHON_TYPES",
     "Form",
     "as_bool",
+    "check_f64_range",
     "contiguous",
     "dtype_name",
     "dtype_named",
@@ -405,5 +467,6 @@ __all__ = [
     "python_int_pattern",
     "restore_dtype",
     "saved_values",
+    "shown_values",
     "to_stored",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 
 from pskd_jax.errors import MismatchError
 from pskd_jax.format.encodings import is_bfloat16, is_real_dtype
-from pskd_jax.format.keypaths import path_keys
+from pskd_jax.format.keypaths import check_dict_keys, key_json, key_of_json, key_piece, path_keys
 from pskd_jax.format.layout import Layout, Leaf
 
 Rebuild = Callable[[Sequence[Any]], Any]
@@ -34,25 +34,19 @@ def _class_name(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _key_json(key: Any) -> Any:
-    """A dict key as a node description records it: a str or an int as itself, anything else as
-    ``{"repr": ...}`` (given back as that text)."""
-    if isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool)):
-        return key
-    return {"repr": repr(key)}
-
-
-def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any], dict] | None:
+def _children(node: Any, path: str = "") -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any], dict] | None:
     """The (key, child) pairs of a container node, a function that rebuilds it, and the node's
-    description (without its children), or None for a leaf."""
+    description (without its children), or None for a leaf. A dict two of whose keys would come
+    back as one is refused (E9005 naming both: :func:`pskd_jax.format.keypaths.check_dict_keys`)."""
     if isinstance(node, dict):
         keys = list(node.keys())
+        check_dict_keys(keys, path)
         kind = type(node)
         factory = getattr(node, "default_factory", None)
-        info: dict[str, Any] = {"dict": [_key_json(k) for k in keys]}
+        info: dict[str, Any] = {"dict": [key_json(k) for k in keys]}
         if kind is not dict:
             info["class"] = _class_name(kind)
-        return [(f"[{k!r}]", node[k]) for k in keys], lambda vs: _make_dict(kind, keys, vs, factory), info
+        return [(key_piece(k), node[k]) for k in keys], lambda vs: _make_dict(kind, keys, vs, factory), info
     if _is_namedtuple(node):
         kind = type(node)
         info = {"namedtuple": kind.__name__, "fields": list(node._fields)}
@@ -67,14 +61,33 @@ def _children(node: Any) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], A
     if registered is not None:
         return registered
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        names = [f.name for f in dataclasses.fields(node) if f.init]
-        info = {"dataclass": _class_name(type(node)), "fields": names}
-        return (
-            [(f".{n}", getattr(node, n)) for n in names],
-            lambda vs: dataclasses.replace(node, **dict(zip(names, vs))),
-            info,
-        )
+        return _dataclass_children(node, path)
     return None
+
+
+def _dataclass_children(node: Any, path: str) -> tuple[list[tuple[str, Any]], Callable[[list[Any]], Any], dict]:
+    """A dataclass's fields, every one of them (``init=False`` ones too: what the instance holds is
+    what is saved), and a rebuild that gives each its value back. A field the instance does not
+    hold (``init=False`` and never set) is refused, E9005 naming it."""
+    fields = dataclasses.fields(node)
+    names = [f.name for f in fields]
+    for name in names:
+        if not hasattr(node, name):
+            raise MismatchError(f"{path or '(root)'}.{name}: the field {name} of the dataclass "
+                                f"{_class_name(type(node))} holds no value (init=False, never set), so "
+                                "it cannot be saved; give it a default or set it")
+    given = {f.name for f in fields if f.init}
+    info = {"dataclass": _class_name(type(node)), "fields": names}
+
+    def rebuild(values: list[Any]) -> Any:
+        pairs = dict(zip(names, values))
+        out = dataclasses.replace(node, **{n: v for n, v in pairs.items() if n in given})
+        for n, v in pairs.items():
+            if n not in given:  # (set as the instance held it, not as __post_init__ computes it)
+                object.__setattr__(out, n, v)
+        return out
+
+    return [(f".{n}", getattr(node, n)) for n in names], rebuild, info
 
 
 def _make_dict(kind: type[dict], keys: list[Any], values: list[Any], factory: Any = None) -> dict:
@@ -161,7 +174,7 @@ def flatten_described(tree: Any, *, path: str = "", what: str = "the tree", _dep
 def _flatten_into(tree: Any, path: str, depth: int, pairs: list[tuple[str, Any]]) -> tuple[Rebuild, Any]:
     if tree is None:
         return (lambda values: None), None
-    opened = None if _is_array(tree) else _children(tree)
+    opened = None if _is_array(tree) else _children(tree, path)
     if opened is None:
         pairs.append((path, tree))
         return (lambda values: values[0]), len(pairs) - 1
@@ -254,7 +267,7 @@ def build_described(description: Any, values: Sequence[Any]) -> Any:
     if isinstance(description, int):
         return values[description]
     if "dict" in description:
-        return {_key_of_json(key): build_described(child, values) for key, child in description["dict"]}
+        return {key_of_json(key): build_described(child, values) for key, child in description["dict"]}
     if "list" in description:
         return [build_described(child, values) for child in description["list"]]
     if "tuple" in description:
@@ -266,10 +279,6 @@ def build_described(description: Any, values: Sequence[Any]) -> Any:
     if "dataclass" in description:
         return {name: build_described(child, values) for name, child in description["fields"]}
     return _build_node(description["children"], values, description.get("mapping") is True)
-
-
-def _key_of_json(key: Any) -> Any:
-    return key["repr"] if isinstance(key, dict) else key
 
 
 def _build_node(children: list, values: Sequence[Any], mapping: bool) -> Any:
@@ -309,7 +318,7 @@ def described_paths(description: Any) -> list[str]:
             return
         if "dict" in node:
             for key, child in node["dict"]:
-                walk(child, path + (f"[{key['repr']}]" if isinstance(key, dict) else f"[{key!r}]"))
+                walk(child, path + (f"[{key['repr']}]" if isinstance(key, dict) else key_piece(key)))
         elif "list" in node or "tuple" in node:
             for i, child in enumerate(node.get("list", node.get("tuple"))):
                 walk(child, f"{path}[{i}]")
@@ -375,14 +384,15 @@ def _check_node(node: Any, seen: list[int], depth: int, max_depth: int) -> None:
             if isinstance(key, dict):
                 if list(key) != ["repr"] or not isinstance(key["repr"], str):
                     raise ValueError("a dict key object other than {\"repr\": text}")
-                key = key["repr"]
+                key = key_of_json(key)
             elif isinstance(key, bool) or not isinstance(key, (str, int)):
                 raise ValueError(f"a dict key {str(key)[:60]} that is not a string or an integer")
         elif not isinstance(key, str) or (kind != "node" and not key.isidentifier()):
             raise ValueError(f"a {kind} field {str(key)[:60]} that is not a name")
         keys.append(key)
         _check_node(pair[1], seen, depth + 1, max_depth)
-    if len(set(map(repr, keys))) != len(keys):
+    # (dict keys as a restore gives them back: two that Python holds equal, 1 and True, are one)
+    if len({(type(key), repr(key)) for key in keys}) != len(keys) or len(set(keys)) != len(keys):
         raise ValueError(f"a {kind} node that names a key twice")
 
 

@@ -98,5 +98,5 @@ def test_near_misses_are_not_leftovers(name):
 
 def test_layout_path_for_other_names():
     assert names.layout_path_for("dir/model.psk.d") == "dir/model.layout.json"
-    assert names.layout_path_for("model.bin") == "model.bin.layout.json"
+    assert names.layout_path_for("model.bin") == "model.bin.pskd-layout.json"  # (issue 20: never m.psk.d's)
     assert names.layout_path_for("a.psk.d.psk.d") == "a.psk.d.layout.json"  # only the last suffix goes

@@ -17,6 +17,13 @@ command, exit status 1 and exactly one stderr line ``pskd: E9xxx: …``, no trac
 file (nor temporary file) left behind. A case whose code is ``null`` must succeed both ways.
 A few cases are also run through the installed console script itself, a fresh interpreter each.
 
+Checkpoint cases (issue 20): a ``checkpoint`` case (a data file and what lies beside it) is
+restored, listed, read by a ``Reader`` given its layout file (whose integer and bool leaves must
+show what restore gives) and exported, or converted to safetensors and back (its keys must come
+back as they were); an ``into`` case is ``pskd convert in.safetensors -o out.psk.d`` on a copy of
+its directory, which a refused save must leave exactly as it was (an accepted one: the files its
+``kept`` names).
+
 Corpus cases: a ``manifest`` case (a directory) goes through four API steps (``read_manifest``,
 ``info_lines``, ``verify_corpus``, ``CorpusWindows`` and a gather), each of which must answer with
 the case's code or succeed, the first failing one with the code; through the command it is
@@ -28,6 +35,7 @@ only the lock and journal it keeps to resume.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -100,7 +108,61 @@ def cli_arguments(case: dict, path: str, out_dir: str, side: str = "cli") -> lis
         "export": lambda: ["export", path, "-o", out + ".json"],
         "output": lambda: ["export", str(SMALL), "-o", os.path.join(path, "out.json")],
         "diff": lambda: ["diff", os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d")],
+        "checkpoint": lambda: (["convert", os.path.join(path, args.get("data", "m.psk.d")), "-o", out + ".safetensors"]
+                               if args.get("command") == "convert"
+                               else ["export", os.path.join(path, args.get("data", "m.psk.d")), "-o", out + ".json"]),
+        "into": lambda: ["convert", os.path.join(path, "in.safetensors"), "-o", os.path.join(path, "out.psk.d")],
     }[kind]()
+
+
+def _keys_of(tree) -> object:
+    """A tree's containers and keys, each key with its type (what a round trip must keep)."""
+    if isinstance(tree, dict):
+        return [[type(k).__name__, repr(k), _keys_of(v)] for k, v in tree.items()]
+    if isinstance(tree, (list, tuple)):
+        return [_keys_of(v) for v in tree]
+    return None
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict):
+        return {p: v for k, value in tree.items() for p, v in _flat(value, f"{prefix}[{k!r}]").items()}
+    if isinstance(tree, (list, tuple)):
+        return {p: v for k, value in enumerate(tree) for p, v in _flat(value, f"{prefix}[{k}]").items()}
+    return {prefix: tree}
+
+
+def run_checkpoint(case: dict, path: str, out_dir: str) -> None:
+    """A ``checkpoint`` case through the API (see the generator's docstring)."""
+    args = case.get("args", {})
+    data = os.path.join(path, args.get("data", "m.psk.d"))
+    out = os.path.join(out_dir, "out")
+    restored = checkpoint.restore(data, as_numpy=True)
+    found = checkpoint.find_layout_file(data)
+    inspection.info_lines(data, layout=found, samples=1)
+    if found is not None:
+        assert all(p in [leaf.path for leaf in found.layout.leaves] for p in args.get("paths", [])), args
+        with Reader(data) as reader:
+            shown = _flat(reader.with_layout(found)[0])
+        for (where, want), form in zip(_flat(restored).items(), found.forms):
+            if form is not None and form.kind == "value" and form.dtype.startswith(("int", "uint", "bool")):
+                assert np.array_equal(np.asarray(shown[where]), np.asarray(want)), (where, shown[where], want)
+    if args.get("command") == "convert":
+        convert.pskd_to_safetensors(data, out + ".safetensors")
+        convert.safetensors_to_pskd(out + ".safetensors", out + ".psk.d", SaveOptions(durable=False))
+        back = checkpoint.restore(out + ".psk.d", as_numpy=True)
+        assert _keys_of(back) == _keys_of(restored), (_keys_of(back), _keys_of(restored))
+    else:
+        inspection.export_json(data, out + ".json", layout=found)
+
+
+def run_into(case: dict, path: str) -> None:
+    """An ``into`` case through the API, on a copy of its directory."""
+    convert.safetensors_to_pskd(os.path.join(path, "in.safetensors"), os.path.join(path, "out.psk.d"),
+                                SaveOptions(durable=False))
+    back = checkpoint.restore(os.path.join(path, "out.psk.d"), as_numpy=True)
+    if "keys" in case.get("args", {}):
+        assert list(back) == case["args"]["keys"], list(back)
 
 
 def run_api(case: dict, path: str, out_dir: str) -> dict | None:
@@ -141,6 +203,10 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
     elif kind == "diff":
         d = inspection.diff(os.path.join(path, "a.psk.d"), os.path.join(path, "b.psk.d"))
         return {"diff_norm": d.diff_norm, "a_norm": d.a_norm, "relative": d.relative, "elements": d.elements}
+    elif kind == "checkpoint":
+        run_checkpoint(case, path, out_dir)
+    elif kind == "into":
+        run_into(case, path)
     elif kind == "jsonl":
         options = BuildOptions(skip_bad=args.get("skip_bad", False), durable=False)
         if "vocab" in args:
@@ -255,13 +321,22 @@ def _left(out_dir: str) -> list[str]:
     return sorted(found)
 
 
-def _entries(directory: str) -> list[tuple[str, str]]:
-    """A directory's entries and what each is (a link: where it leads), never followed."""
+def _entries(directory: str, *, contents: bool = False) -> list[tuple[str, str]]:
+    """A directory's entries and what each is (a link: where it leads), never followed; with
+    ``contents``, a regular file's digest and a directory's entries too."""
     found = []
     for name in sorted(os.listdir(directory)):
         full = os.path.join(directory, name)
-        found.append((name, "link " + os.readlink(full) if os.path.islink(full) else
-                      "directory" if os.path.isdir(full) else f"file {os.path.getsize(full)}"))
+        if os.path.islink(full):
+            what = "link " + os.readlink(full)
+        elif os.path.isdir(full):
+            what = f"directory {_entries(full, contents=True)}" if contents else "directory"
+        elif contents:
+            with open(full, "rb") as f:
+                what = f"file {hashlib.sha256(f.read()).hexdigest()}"
+        else:
+            what = f"file {os.path.getsize(full)}"
+        found.append((name, what))
     return found
 
 
@@ -272,10 +347,10 @@ def worker(scratch: str) -> None:
         for side in sides(case):
             out_dir = os.path.join(scratch, f"{index}-{side}")
             os.makedirs(out_dir)
-            if case["kind"] == "output":  # written at: a copy of the case's directory, links as links
+            if case["kind"] in ("output", "into"):  # written at: a copy of the case's directory, links as links
                 path = os.path.join(scratch, f"{index}-{side}-case")
                 shutil.copytree(HOSTILE / case["file"], path, symlinks=True)
-                before = _entries(path)
+                before = _entries(path, contents=case["kind"] == "into")
 
             def api() -> dict:
                 tracemalloc.start()
@@ -305,6 +380,13 @@ def worker(scratch: str) -> None:
             left = _left(out_dir)
             if case["kind"] == "output" and _entries(path) != before:
                 left.append(f"the output's directory changed: {_entries(path)}")
+            if case["kind"] == "into":
+                after = dict(_entries(path, contents=True))
+                refused = outcome is None or outcome.get("status") != "ok" if side == "api" else status != 0
+                kept = [name for name, _ in before] if refused else case.get("args", {}).get("kept", [])
+                changed = [name for name, what in before if name in kept and after.get(name) != what]
+                if changed:
+                    left.append(f"the case's directory changed: {changed} (what was there: {before})")
             print(json.dumps({"file": case["file"], "side": side, "outcome": outcome, "status": status,
                               "signal": signal_number, "stderr": stderr[-4000:], "left": left, "size": size}),
                   flush=True)
@@ -347,7 +429,7 @@ def _signal_name(number: int) -> str:
 
 def _needs_packages(case) -> None:
     """safetensors headers are read with the optional safetensors package (the 'convert' extra)."""
-    if case["file"].startswith("safetensors/"):
+    if case["file"].startswith(("safetensors/", "into/")) or case.get("args", {}).get("command") == "convert":
         pytest.importorskip("safetensors")
 
 
@@ -391,6 +473,7 @@ def test_cli(outcomes, case):
     if case["code"] is None:
         assert record["status"] == 0, stderr
         assert "Warning" not in stderr, stderr  # (numpy's warnings are no answer)
+        assert not [entry for entry in record["left"] if "changed" in entry], record["left"]
         return
     lines = stderr.splitlines()
     assert record["status"] == 1 and len(lines) == 1, stderr
