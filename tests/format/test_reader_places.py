@@ -64,10 +64,8 @@ def test_a_file_url_is_the_local_file(written):
         assert reader.path == written and reader.access == "mmap" and len(reader) == 50
 
 
-def test_an_object_is_read_by_ranges_in_one_batched_call(any_place, written, monkeypatch):
-    if "://" not in any_place:
-        pytest.skip("a local file is read through its map or preadv")
-    url = upload(written, any_place, "w.psk.d")
+def test_an_object_is_read_by_ranges_in_one_batched_call(object_place, written, monkeypatch):
+    url = upload(written, object_place, "w.psk.d")
     with Reader(url) as reader:
         calls = []
         original = type(reader._bytes.store).read_ranges
@@ -90,12 +88,10 @@ def test_merged_ranges_cover_each_span_once():
     assert which == [2, 0, 1, 1, -1, 0]  # the empty span is not requested
 
 
-def test_large_spans_go_straight_into_their_buffer(any_place, tmp_path, monkeypatch):
-    if "://" not in any_place:
-        pytest.skip("objects only")
+def test_large_spans_go_straight_into_their_buffer(object_place, tmp_path, monkeypatch):
     monkeypatch.setattr(byte_sources, "LARGE_SPAN", 1024)
     blob = np.random.default_rng(1).integers(0, 256, 10_000, dtype=np.uint8)
-    store, where = resolve(any_place + "/blob")
+    store, where = resolve(object_place + "/blob")
     store.put(where.key, blob.tobytes())
     source = StoreBytes(store, where.key)
     big, small = np.empty(5000, np.uint8), np.empty(100, np.uint8)
@@ -105,10 +101,8 @@ def test_large_spans_go_straight_into_their_buffer(any_place, tmp_path, monkeypa
         source.read_spans([np.empty(10, np.uint8).data], [9995])
 
 
-def test_an_object_refuses_a_map(any_place, written):
-    if "://" not in any_place:
-        pytest.skip("objects only")
-    url = upload(written, any_place, "w.psk.d")
+def test_an_object_refuses_a_map(object_place, written):
+    url = upload(written, object_place, "w.psk.d")
     with raises("E9012", "access='mmap'", url):
         Reader(url, access="mmap")
     with Reader(url) as reader:
@@ -127,11 +121,9 @@ def test_a_truncated_object_is_refused_as_a_file_is(any_place, written, tmp_path
         Reader(url)
 
 
-def test_a_missing_object_is_named(any_place):
-    if "://" not in any_place:
-        pytest.skip("objects only")
-    with raises("E9002", f"{any_place}/none.psk.d", "no such object"):
-        Reader(f"{any_place}/none.psk.d")
+def test_a_missing_object_is_named(object_place):
+    with raises("E9002", f"{object_place}/none.psk.d", "no such object"):
+        Reader(f"{object_place}/none.psk.d")
 
 
 @pytest.mark.parametrize("url", ["ftp://host/x.psk.d", "s3://No_Bucket/x.psk.d", "hdfs://a/b"])
