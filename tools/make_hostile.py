@@ -10,12 +10,14 @@ meets it (``tests/robustness/test_hostile.py`` runs each through the API and thr
 | kind        | API                                             | command                                 |
 | ----------- | ----------------------------------------------- | --------------------------------------- |
 | container   | ``Reader`` over every sample, ``info_lines``    | ``pskd info FILE``                      |
-| pipeline    | ``load_pipeline(root=ROOT)``, ``Reader`` of it  | ``pskd pipeline FILE --root ROOT``      |
+| pipeline    | ``load_pipeline(root=ROOT)``, ``check_batches`` | ``pskd pipeline FILE --root ROOT``      |
+|             | of its file's sample count                      |                                         |
 | vocab       | ``read_vocab``, then ``encode_file``            | ``pskd encode TEXT --vocab FILE``       |
 | tokens      | ``lm_windows_file(vocab=args.vocab, seq=4)``    | ``pskd lm-windows FILE --vocab V …``    |
 | pack        | ``pack_file(FILE, args.type, …)``               | ``pskd pack FILE --type T …``           |
 | layout      | ``read_layout_file``, ``info_lines(checkpoint)`` | ``pskd info CHECKPOINT --layout FILE``  |
-| index       | ``verify_directory(DIR)``                       | ``pskd verify DIR``                     |
+| index       | ``verify_directory(DIR)`` (``open``: after a    | ``pskd verify DIR``                     |
+|             | ``CheckpointManager`` opened and closed on DIR) |                                         |
 | safetensors | ``safetensors_to_pskd``                         | ``pskd convert FILE -o OUT.psk.d``      |
 | manifest    | ``read_manifest``, ``info_lines``,              | ``pskd corpus verify DIR/shards.json``, |
 |             | ``verify_corpus``, ``CorpusWindows(seq=4)``     | ``pskd corpus info DIR/shards.json``    |
@@ -41,6 +43,11 @@ steps; each step answers with that code or succeeds (``info`` and ``CorpusWindow
 the shards, so a changed byte is E9017 for ``verify`` alone, and ``info`` reads no shard at all:
 it fails only on E9016 cases). A ``jsonl`` case is a corpus input; its ``args`` may name a
 character vocabulary (``vocab``, relative to this directory) or ask for ``skip_bad``.
+
+An ``index`` case is a directory: ``checkpoints.json`` and the step files beside it. With
+``args.open`` a manager is opened on it first (its recovery removes only what an interrupted
+save of its own left), on a copy: the files ``args.kept`` names (every step the index lists)
+must be left exactly as they were, through the API and the command alike, whatever the answer.
 
 A ``diff`` case is a directory holding ``a.psk.d`` and ``b.psk.d`` (either may be a link). Its
 ``args`` may hold ``expect``: what an accepted pair must give (``diff_norm``, ``a_norm``,
@@ -500,6 +507,108 @@ def manager_indexes(c: Collection) -> None:
           "an index that is a symbolic link")
     c.add("index", "manager-no-index", files(1, 2), "E9014",
           "step files without an index: nothing to verify them against (a manager adopts them)")
+    re_saves_and_leftovers(c, steps, files, entry)
+    written_times_and_extra(c, steps, files, entry)
+
+
+# Issue 20, class 4: a step the index lists is never removed by a manager's recovery, whatever
+# ``leftovers`` says and whatever became of its files; a damaged one is reported. Each case is
+# opened by a manager first (its recovery), then verified; the files ``kept`` names stay as
+# they were (see the generator's ``index`` kind).
+
+_ALL_STEP_FILES = ["step-00000001.psk.d", "step-00000001.layout.json", "step-00000002.psk.d",
+                   "step-00000002.layout.json"]
+
+
+def re_saves_and_leftovers(c: Collection, steps, files, entry) -> None:
+    def add(name, present, code, what, *, leftovers=(), kept=None, entries=None):
+        content = {"format": "pskd-checkpoints", "version": 3, "leftovers": list(leftovers),
+                   "checkpoints": [entry(1), entry(2)] if entries is None else entries}
+        kept = [n for n in _ALL_STEP_FILES if n in present] if kept is None else kept
+        c.add("index", "manager-" + name, {"checkpoints.json": json.dumps(content), **present}, code, what,
+              open=True, kept=kept)
+
+    good = files(1, 2)
+    data = steps[1][0]
+    changed = bytearray(data)
+    changed[-2] ^= 1
+    damaged = {"truncated": (data[:-3], "three bytes short"), "byte-changed": (bytes(changed), "one byte changed")}
+    for label, (bad, how) in damaged.items():
+        add(f"listed-step-{label}", {**good, "step-00000001.psk.d": bad}, "E9013",
+            f"a listed step's file {how}: reported (its digest), never removed")
+        add(f"listed-step-{label}-in-leftovers", {**good, "step-00000001.psk.d": bad}, "E9013",
+            f"a listed step also under leftovers (a re-save cut short), its file {how}: reported, not removed",
+            leftovers=[1])
+    without_layout = {k: v for k, v in good.items() if k != "step-00000001.layout.json"}
+    add("listed-step-layout-missing", without_layout, "E9001",
+        "a listed step whose layout file is gone: reported (the listed layout does not read), its data file kept")
+    add("listed-step-layout-missing-in-leftovers", without_layout, "E9001",
+        "a listed step under leftovers whose layout file is gone: its data file kept", leftovers=[1])
+    add("listed-step-data-missing-in-leftovers", {k: v for k, v in good.items() if k != "step-00000001.psk.d"},
+        "E9003", "a listed step under leftovers whose data file is gone: its layout file kept", leftovers=[1])
+    add("listed-step-in-leftovers", good, None,
+        "a listed step also named under leftovers (the claim of a re-save that finished): kept, the claim dropped",
+        leftovers=[1, 2])
+    add("leftover-unlisted-step", {**good, **{n.replace("00000002", "00000003"): v for n, v in files(2).items()}},
+        None, "an unlisted step under leftovers (a save cut short): its files the manager's own to remove, the "
+        "listed steps kept", leftovers=[3])
+    add("leftover-unlisted-and-listed-damaged",
+        {**good, "step-00000001.psk.d": data[:-3], **{n.replace("00000002", "00000003"): v
+                                                       for n, v in files(2).items()}},
+        "E9013", "leftovers naming a damaged listed step and an unlisted one: only the unlisted one's files go",
+        leftovers=[1, 3])
+
+
+# Issue 20, classes 4 and 8: when a step was written (``started``, ``committed``: UTC in ISO
+# 8601, optional), and ``extra`` (and keys of a later writer, kept as found) holding what JSON
+# cannot keep as the toolkit writes it.
+
+def written_times_and_extra(c: Collection, steps, files, entry) -> None:
+    def add(name, entries, code, what, *, text=None):
+        content = {"format": "pskd-checkpoints", "version": 3, "leftovers": [], "checkpoints": entries}
+        c.add("index", "manager-" + name, {"checkpoints.json": json.dumps(content) if text is None else text,
+                                           **files(1, 2)}, code, what, open=True, kept=list(_ALL_STEP_FILES))
+
+    when = {"started": "2026-12-02T03:04:05.678901Z", "committed": "2026-12-02T03:04:06.012345Z"}
+    add("times-valid", [entry(1, **when), entry(2, **when)], None, "entries with the times a save records")
+    add("times-absent", [entry(1), entry(2)], None,
+        "entries of an index written before the times were recorded: read, never refused")
+    add("times-null", [entry(1, started=None, committed=None), entry(2)], None, "times that are null")
+    add("times-seconds", [entry(1, started="2026-12-02T03:04:05Z", committed="2026-12-02T03:04:06Z"), entry(2)],
+        None, "times to the second, with Z")
+    for name, value, what in (
+            ("started-not-a-time", "yesterday", "a started time of 'yesterday'"),
+            ("started-number", 1764644645, "a started time that is a number (seconds since 1970)"),
+            ("started-empty", "", "an empty started time"),
+            ("started-no-offset", "2026-12-02T03:04:05", "a started time without its offset (a local time)"),
+            ("started-offset-plus-5", "2026-12-02T08:04:05+05:00", "a started time in another zone than UTC"),
+            ("committed-month-13", "2026-13-02T03:04:05Z", "a committed time of month 13"),
+            ("committed-list", ["2026-12-02T03:04:05Z"], "a committed time that is a list"),
+            ("committed-date-only", "2026-12-02Z", "a committed date without its time")):
+        field = name.split("-")[0]
+        add(f"entry-{name}", [entry(1, **{**when, field: value}), entry(2)], "E9014", what + ": E9014 naming the entry")
+    base = json.dumps({"format": "pskd-checkpoints", "version": 3, "leftovers": [],
+                       "checkpoints": [entry(1, extra="EXTRA"), entry(2)]})
+    for name, raw, code, what in (
+            ("extra-1e400", '{"loss": 1e400}', "E9014",
+             "extra holding 1e400 (parsed as inf, which the index cannot be written back with)"),
+            ("extra-minus-1e400-nested", '{"a": [0, {"b": -1e400}]}', "E9014", "extra holding -1e400 deep inside"),
+            ("extra-nan", '{"loss": NaN}', "E9014", "extra holding NaN"),
+            ("extra-key-twice", '{"epoch": 1, "epoch": 2}', "E9014", "a key twice in extra (JSON keeps one)"),
+            ("extra-nested-201", "[" * 201 + "]" * 201, "E9014",
+             "extra nested 201 deep (a save refuses over 200)"),
+            ("extra-nested-200", "[" * 200 + "]" * 200, None, "extra nested as deep as a save keeps"),
+            ("extra-int-4000-digits", "9" * 4000, None, "an integer of 4000 digits in extra (kept exactly)"),
+            ("extra-int-5000-digits", "9" * 5000, "E9014", "an integer of 5000 digits (int() refuses over 4300)"),
+            ("extra-lone-surrogate", '{"name": "\\ud800"}', None, "a lone surrogate escaped in extra (kept escaped)"),
+            ("extra-loader-state", '{"loader": {"epoch": 1, "batch": 7, "seed": 18446744073709551615}}', None,
+             "extra holding a loader's state")):
+        add(name, [], code, what, text=base.replace('"EXTRA"', raw))
+    later = json.dumps({"format": "pskd-checkpoints", "version": 3, "leftovers": [],
+                        "checkpoints": [entry(1, later="LATER"), entry(2)]})
+    add("later-key-1e400", [], "E9014", "a key of a later writer holding 1e400 (kept as found: not writable)",
+        text=later.replace('"LATER"', "1e400"))
+    add("later-key-kept", [], None, "a key of a later writer: kept as found", text=later.replace('"LATER"', '{"x": 1}'))
 
 
 # Corpus manifests (shards.json) and the shards they list.
@@ -705,6 +814,35 @@ def manifests(c: Collection) -> None:
                                   {"shard-00000.psk.d": v2, "shard-00001.psk.d": s1}), None,
         "a shard with a valid version 2 header, its sha256 recorded: read as a shard (every reader reads both "
         "versions)")
+    def version_2(shard: bytes, encodings: bytes, leaves: int | None = None, tokenizer: Tokenizer = t) -> bytes:
+        """``shard`` (of ``tokenizer``) with a version 2 header listing ``encodings`` (``leaves``: the
+        count it claims)."""
+        head = len(tokenizer.header(0))
+        count = len(encodings) if leaves is None else leaves
+        return shard[:4] + (2).to_bytes(2, "little") + shard[6:head] + count.to_bytes(4, "little") + encodings \
+            + shard[head:]
+
+    for name, encodings, leaves, what in (
+            ("two-encodings", b"\x00\x00", None, "two leaf encodings for the one idx leaf"),
+            ("no-encodings", b"", None, "no leaf encoding at all"),
+            ("encoding-f32", b"\x01", None, "encoding byte 1 (f32) on the idx leaf"),
+            ("encoding-bf16", b"\x02", None, "encoding byte 2 (bf16) on the idx leaf"),
+            ("encoding-255", b"\xff", None, "encoding byte 255"),
+            ("leaves-claimed-2", b"\x00", 2, "a leaf count of 2 with one encoding byte")):
+        bad = version_2(s0, encodings, leaves)
+        add(f"shard-version-2-{name}", corpus([_entry("shard-00000.psk.d", bad, 2, t, tokens=9), dict(e1)],
+                                              {"shard-00000.psk.d": bad, "shard-00001.psk.d": s1}), "E9017",
+            f"a shard with a version 2 header of {what}, its sha256 recorded: refused naming the shard")
+    both = version_2(s1, b"\x00")
+    add("shard-version-2-both", corpus([_entry("shard-00000.psk.d", v2, 2, t, tokens=9),
+                                        _entry("shard-00001.psk.d", both, 1, t, tokens=4)],
+                                       {"shard-00000.psk.d": v2, "shard-00001.psk.d": both}), None,
+        "both shards with version 2 headers (windows cross from one to the other)")
+    v2_chars = version_2(sc, b"\x00", tokenizer=chars)
+    add("valid-chars-version-2", {"shards.json": _manifest_text(chars, [_entry("s.psk.d", v2_chars, 2, chars,
+                                                                               tokens=len(sc) - len(chars.header(0)))]),
+                                  "s.psk.d": v2_chars}, None,
+        "a chars tokenizer's shard (idx[4][]) with a version 2 header")
     add("valid-in-progress", corpus(in_progress={"planned_shards": 5}), None,
         "the manifest of a build in progress: 2 of 5 shards finished and listed")
     add("in-progress-fewer-planned", corpus(in_progress={"planned_shards": 1}), "E9016",
@@ -873,6 +1011,13 @@ def changing_and_special_files(c: Collection) -> None:
     c.add("pipeline", "batch-billion-over-empty-samples",
           'stream "../_fixtures/empty-2-40.psk.d" |> shuffle(seed = 1) |> batch(B = 1000000000)', None,
           "batches of 10^9 over 2^40 empty samples (pskd pipeline prints 1024 indices a batch)")
+    c.add("pipeline", "batch-billion-over-8-samples",
+          'stream "../_fixtures/small.psk.d" |> shuffle(seed = 1) |> batch(B = 1000000000)', "E9010",
+          "batches of 10^9 over a file of 8 samples: no batch at all (refused as a training run refuses it, "
+          "before anything is held)")
+    c.add("pipeline", "batch-2-40-over-2-40-empty-samples",
+          'stream "../_fixtures/empty-2-40.psk.d" |> batch(B = 1099511627776)', None,
+          "one batch of 2^40 empty samples (its indices are never held at once)")
     c.add("pipeline", "stream-a-directory", 'stream "../_fixtures" |> batch(B = 1)', "E9002",
           "a pipeline that streams a directory")
 

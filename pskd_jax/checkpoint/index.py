@@ -62,11 +62,13 @@ def utc_time() -> str:
 
 
 def is_utc_time(value: Any) -> bool:
-    """Whether ``value`` is a time an entry can record: ISO 8601 text with its UTC offset."""
+    """Whether ``value`` is a time an entry can record: ISO 8601 text of a UTC time (offset zero,
+    ``Z`` as :func:`utc_time` writes it; a local time without an offset, or one of another zone,
+    is not)."""
     if not isinstance(value, str):
         return False
     try:
-        return datetime.datetime.fromisoformat(value).utcoffset() is not None
+        return datetime.datetime.fromisoformat(value).utcoffset() == datetime.timedelta(0)
     except ValueError:
         return False
 
@@ -236,6 +238,12 @@ class CheckpointEntry:
         for name in ("started", "committed"):
             if entry.get(name) is not None and not is_utc_time(entry[name]):
                 raise bad(f"its {name} {json_kind(entry[name])} is not a UTC time in ISO 8601")
+        for name, value in entry.items():  # what the index is written back with: extra, and keys kept as found
+            if name == "extra" or name not in _KNOWN:
+                try:
+                    _extra_value(value, name, set())
+                except CheckpointDirectoryError as e:  # (1e400 reads as inf, which no index holds)
+                    raise bad(e.message) from None
         return cls(step, dict(entry["digest"]), type_text=entry.get("type"), bytes=entry.get("bytes"),
                    layout=entry.get("layout") is not None, extra=entry.get("extra"), score=entry.get("score"),
                    adopted=entry.get("adopted", False), started=entry.get("started"),

@@ -105,6 +105,9 @@ def test_utc_times_are_iso_8601_with_their_offset():
     assert datetime.datetime.fromisoformat(now).utcoffset() == datetime.timedelta(0)
     for bad in ("2026-12-02T03:04:05", "yesterday", 5, None, ""):  # (no offset: a local time, refused)
         assert not is_utc_time(bad)
+    # UTC only: a time of another zone is not what the entry records (pskd verify shows it as UTC)
+    assert is_utc_time("2026-12-02T03:04:05Z") and is_utc_time("2026-12-02T03:04:05+00:00")
+    assert not is_utc_time("2026-12-02T08:04:05+05:00") and not is_utc_time("2026-12-01T22:04:05-05:00")
 
 
 def test_every_saved_entry_records_when_it_was_written(tmp_path):
@@ -138,10 +141,45 @@ def test_pskd_verify_shows_the_times_and_an_old_index_without_them_still_reads(t
     assert "started" not in lines[0] and lines[0].startswith("pskd: ok step 3 ")
 
 
-@pytest.mark.parametrize("value", ["soon", 17, "2026-12-02T03:04:05"])
+@pytest.mark.parametrize("value", ["soon", 17, "2026-12-02T03:04:05", "2026-12-02T08:04:05+05:00"])
 def test_a_malformed_time_is_refused_naming_the_entry(tmp_path, value):
     raw = CheckpointEntry(1, {"xxh3_128": "0" * 32}).to_json()
     raw["committed"] = value
     with pytest.raises(PskdError) as e:
         CheckpointEntry.from_json(raw, "checkpoints.json", 0)
     assert e.value.code == "E9014" and "malformed entry 0" in e.value.message and "committed" in e.value.message
+
+
+# --- an index read back holds only what it can be written back with ------------------------------
+
+
+@pytest.mark.parametrize("raw, where", [
+    ('{"loss": 1e400}', "extra['loss']"),  # (json reads 1e400 as inf, which no index can be written with)
+    ('[0, {"b": -1e400}]', "extra[1]['b']"),
+    ("[" * (MAX_EXTRA_DEPTH + 1) + "]" * (MAX_EXTRA_DEPTH + 1), "nested deeper"),
+])
+def test_an_index_whose_extra_cannot_be_written_back_is_refused_on_reading(tmp_path, raw, where):
+    with CheckpointManager(tmp_path) as manager:
+        manager.save(1, {"w": np.ones(2)})
+    index = tmp_path / "checkpoints.json"
+    text = index.read_text()
+    index.write_text(text.replace('"extra": null', '"extra": ' + raw, 1))
+    for step in (lambda: read_index(str(tmp_path)), lambda: CheckpointManager(tmp_path).save(2, {"w": np.ones(2)})):
+        with pytest.raises(PskdError) as e:  # (before: read, then a ValueError when the next save wrote it)
+            step()
+        assert e.value.code == "E9014" and "malformed entry 0" in e.value.message and where in e.value.message
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "checkpoints.json", "step-00000001.layout.json", "step-00000001.psk.d"]
+
+
+def test_a_later_writers_key_is_kept_only_when_it_can_be_written_back(tmp_path):
+    raw = CheckpointEntry(1, {"xxh3_128": "0" * 32}).to_json()
+    kept = CheckpointEntry.from_json({**raw, "later": {"x": [1, "a"]}}, "checkpoints.json", 0)
+    assert kept.more == {"later": {"x": [1, "a"]}}
+    with pytest.raises(PskdError) as e:
+        CheckpointEntry.from_json({**raw, "later": [math.inf]}, "checkpoints.json", 0)
+    assert e.value.code == "E9014" and "later[0]" in e.value.message
+    deep: list = []
+    for _ in range(MAX_EXTRA_DEPTH - 1):
+        deep = [deep]  # as deep as a save keeps: read back
+    assert CheckpointEntry.from_json({**raw, "extra": deep}, "checkpoints.json", 0).extra == deep

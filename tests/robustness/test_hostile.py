@@ -24,6 +24,11 @@ back as they were); an ``into`` case is ``pskd convert in.safetensors -o out.psk
 its directory, which a refused save must leave exactly as it was (an accepted one: the files its
 ``kept`` names).
 
+Manager cases: an ``index`` case whose ``args`` hold ``open`` is opened by a ``CheckpointManager``
+(its recovery) and then verified, on a copy of its directory; the files its ``kept`` names (the
+steps the index lists) must be left exactly as they were, whatever the answer (a damaged listed
+step is reported, E9013, never removed).
+
 Corpus cases: a ``manifest`` case (a directory) goes through four API steps (``read_manifest``,
 ``info_lines``, ``verify_corpus``, ``CorpusWindows`` and a gather), each of which must answer with
 the case's code or succeed, the first failing one with the code; through the command it is
@@ -181,7 +186,7 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
     elif kind == "pipeline":
         p = pipeline.load_pipeline(path, root=HOSTILE)  # cases stream ../_fixtures and ../container
         with Reader(p.path) as reader:
-            p.batches_per_epoch(len(reader))
+            p.check_batches(len(reader))  # E9010 for no batch at all, as pskd pipeline and a training run
     elif kind == "vocab":
         vocab = text.read_vocab(path)
         text.encode_file(str(TEXT), vocab, out + ".tok")
@@ -193,6 +198,8 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         layout = checkpoint.read_layout_file(path).layout
         inspection.info_lines(str(CHECKPOINT), layout=layout)
     elif kind == "index":
+        if args.get("open"):  # a manager's recovery first (on a copy): it may remove only its own leftovers
+            checkpoint.CheckpointManager(path, save_options=SaveOptions(durable=False)).close()
         checkpoint.verify_directory(path)
     elif kind == "safetensors":
         convert.safetensors_to_pskd(path, out + ".psk.d", SaveOptions(durable=False))
@@ -347,10 +354,11 @@ def worker(scratch: str) -> None:
         for side in sides(case):
             out_dir = os.path.join(scratch, f"{index}-{side}")
             os.makedirs(out_dir)
-            if case["kind"] in ("output", "into"):  # written at: a copy of the case's directory, links as links
+            on_copy = case["kind"] in ("output", "into") or "kept" in case.get("args", {})
+            if on_copy:  # written at: a copy of the case's directory, links as links
                 path = os.path.join(scratch, f"{index}-{side}-case")
                 shutil.copytree(HOSTILE / case["file"], path, symlinks=True)
-                before = _entries(path, contents=case["kind"] == "into")
+                before = _entries(path, contents=case["kind"] != "output")
 
             def api() -> dict:
                 tracemalloc.start()
@@ -380,6 +388,12 @@ def worker(scratch: str) -> None:
             left = _left(out_dir)
             if case["kind"] == "output" and _entries(path) != before:
                 left.append(f"the output's directory changed: {_entries(path)}")
+            if case["kind"] == "index" and "kept" in case.get("args", {}):  # a manager's steps: never removed
+                after = dict(_entries(path, contents=True))
+                changed = [name for name, what in before if name in case["args"]["kept"] and after.get(name) != what]
+                if changed:
+                    left.append(f"the case's directory changed: {changed} removed or altered "
+                                f"(what was there: {before}; now: {sorted(after)})")
             if case["kind"] == "into":
                 after = dict(_entries(path, contents=True))
                 refused = outcome is None or outcome.get("status") != "ok" if side == "api" else status != 0
