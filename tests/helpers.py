@@ -39,6 +39,7 @@ __all__ = [
     "pskd_ok",
     "python",
     "raises",
+    "run_jax_processes",
     "run_python",
     "start_pskd",
     "train_lm",
@@ -122,6 +123,26 @@ def run_python(code: str, *args, timeout: float = TIMEOUT_S, **options) -> subpr
     """Runs ``python -c CODE ARGS`` (the code dedented) to its end, text captured."""
     options = {"env": ENV, "capture_output": True, "text": True, "cwd": ROOT, **options}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], timeout=timeout, **options)
+
+
+def run_jax_processes(code: str, *args, env: dict, count: int = 2, devices: int = 4,
+                      timeout: float = 300) -> list[tuple[int, str, str]]:
+    """Runs ``count`` JAX processes of ``python -c CODE K PORT ARGS`` (K the process's index, PORT
+    a free coordinator port) on the CPU with ``devices`` host devices each, to their ends; their
+    ``(returncode, stdout, stderr)`` in order (any still running at a failure are killed)."""
+    env = dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    port = str(free_port())
+    workers = [python(code, k, port, *args, env=env) for k in range(count)]
+    outputs = []
+    try:
+        for worker in workers:
+            out, err = worker.communicate(timeout=timeout)
+            outputs.append((worker.returncode, out, err))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+    return outputs
 
 
 def free_port() -> int:

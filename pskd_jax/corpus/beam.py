@@ -62,21 +62,12 @@ from pskd_jax.errors import (
     UsageError,
 )
 from pskd_jax.storage import Conflict, Location, Version, locate, resolve
+from pskd_jax.storage.urls import is_url
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_RUNNER = "FnApiRunner"  # Beam's in-process (or multi-process) local runner; it fetches nothing
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # How a worker's PskdError reads once a runner has turned it into text (a traceback).
 _REPORTED = re.compile(r"pskd_jax\.errors\.[A-Za-z]+Error: (?P<code>E9[0-9]{3}): (?P<message>[^\n]*)")
-
-
-def is_url(path: str) -> bool:
-    """Whether ``path`` names a file through a Beam file system (``scheme://…``) rather than a local path.
-
-    >>> is_url("gs://bucket/a.jsonl"), is_url("data/a.jsonl")
-    (True, False)
-    """
-    return _URL.match(path) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,7 +381,6 @@ __all__ = [
     "build_corpus_beam",
     "build_transform",
     "find_sources",
-    "is_url",
     "pipeline_options",
     "write_shard",
 ]

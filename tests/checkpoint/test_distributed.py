@@ -4,13 +4,11 @@ CPU): each process writes only its shards into one file, which equals the single
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.helpers import ENV, free_port
+from tests.helpers import ENV, run_jax_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
@@ -93,19 +91,7 @@ WORKER = textwrap.dedent(
 
 
 def test_two_processes_write_one_file_equal_to_the_single_process_one(tmp_path):
-    env = dict(ENV, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    port = str(free_port())
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(k), port, str(tmp_path)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
-    outputs = []
-    try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=240)
-            outputs.append((worker.returncode, out, err))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
+    outputs = run_jax_processes(WORKER, str(tmp_path), env=ENV, timeout=240)
     for k, (code, out, err) in enumerate(outputs):
         assert code == 0, f"process {k}:\n{out}\n{err[-4000:]}"
         assert f"process {k} refused: E9004" in out and f"process {k} ok" in out

@@ -6,13 +6,11 @@ as the single-process save of the same values does, digest included."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import run_jax_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
@@ -96,19 +94,7 @@ WORKER = textwrap.dedent(
 
 
 def test_two_processes_save_parts_to_a_bucket_and_restore_into_any_mesh(s3_bucket):
-    env = dict(s3_bucket.env, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    port = str(free_port())
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(k), port, s3_bucket.url], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
-    outputs = []
-    try:
-        for worker in workers:
-            out, err = worker.communicate(timeout=300)
-            outputs.append((worker.returncode, out, err))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
+    outputs = run_jax_processes(WORKER, s3_bucket.url, env=s3_bucket.env, timeout=300)
     for k, (code, out, err) in enumerate(outputs):
         assert code == 0, f"process {k}:\n{out}\n{err[-4000:]}"
         assert f"process {k} refused: E9004" in out and f"process {k} ok" in out

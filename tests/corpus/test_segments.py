@@ -20,8 +20,9 @@ BOUNDARY = 256  # the bytes tokenizer's
 
 
 def reference(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
-    """The definition (docs/training.md, packed segments) token by token: ids from 1 at the window's first token, one more on the token after
-    each boundary; positions from 0 at each segment's first token."""
+    """The definition (docs/training.md, packed segments) token by token: ids from 1 at the
+    window's first token, one more on the token after each boundary; positions from 0 at each
+    segment's first token."""
     ids = np.zeros(inputs.shape, np.int64)
     positions = np.zeros(inputs.shape, np.int64)
     for r, row in enumerate(inputs.tolist()):
