@@ -13,7 +13,7 @@ from pskd_jax.checkpoint.parts import PREFIX
 from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.errors import DigestMismatchError, UsageError
 from pskd_jax.format.layout_file import LayoutFile
-from pskd_jax.storage import Location, locate, store_for
+from pskd_jax.storage import Location, locate, object_digest, store_for
 
 CHECKPOINT_DIGEST = "xxh3_128"  # the digest a checkpoint directory records (the faster one)
 
@@ -63,13 +63,11 @@ def digest_of(place: str | os.PathLike | Location, algorithm: str) -> str:
     if where.is_local:
         return file_digest(where.path, algorithm)
     check_algorithm(algorithm, where.url)
-    store, digest = store_for(where), DIGESTS[algorithm]()
+    store = store_for(where)
     found = store.head(where.key, len(PREFIX))
     if found is not None and found[0] == PREFIX:  # saved by several processes: the file its parts hold
         return StoredFile(where, store).digest(algorithm)
-    for chunk in store.chunks(where.key):
-        digest.update(chunk)
-    return digest.hexdigest()
+    return object_digest(store, where.key, algorithm)
 
 
 def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import hashlib
 import os
 import secrets
 import time
@@ -31,7 +30,7 @@ from pskd_jax.corpus.pool import run_tasks
 from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, tidy_directory
 from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, ShardTask
 from pskd_jax.errors import CorpusDirectoryError
-from pskd_jax.storage import CREATE, Location, Version, is_object_url, locate, resolve
+from pskd_jax.storage import CREATE, Location, Version, is_object_url, locate, object_digest, resolve
 
 #: ``progress(done_bytes, total_bytes, done_shards, total_shards)``: input bytes read (those of
 #: kept shards included) and shards finished (kept ones included), of all the build's.
@@ -196,10 +195,7 @@ def _object_matches(url: str, entry: Shard, options: BuildOptions) -> bool:
     tokenizer = options.tokenizer
     if found is None or found.size != len(tokenizer.header(0)) + entry.tokens * tokenizer.dtype.itemsize:
         return False
-    digest = hashlib.sha256()
-    for chunk in store.chunks(where.key):
-        digest.update(chunk)
-    return digest.hexdigest() == entry.sha256
+    return object_digest(store, where.key, "sha256") == entry.sha256
 
 
 def kept_shards(tasks: Sequence[ShardTask], workers: int) -> list[ShardResult | None]:

@@ -17,7 +17,7 @@ import os
 import threading
 
 from pskd_jax.errors import StorageError
-from pskd_jax.storage.base import CREATE, OVERWRITE, Conflict, ObjectInfo, Store, Version, read_all
+from pskd_jax.storage.base import CREATE, OVERWRITE, Conflict, ObjectInfo, Store, Version, object_digest, read_all
 from pskd_jax.storage.config import DEFAULT_OPTIONS, EXTRA, StorageOptions, redact
 from pskd_jax.storage.local import LOCAL, LocalStore
 from pskd_jax.storage.objects import ObjectStore  # (the client itself is imported on first use)
@@ -83,6 +83,7 @@ __all__ = [
     "is_object_url",
     "is_url",
     "locate",
+    "object_digest",
     "read_all",
     "redact",
     "resolve",

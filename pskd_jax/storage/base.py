@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from pskd_jax._os.digests import DIGESTS
+
 # A buffer of bytes: bytes, a memoryview, a 1-D uint8 numpy array or obstore's Bytes.
 Buffer = Any
 
@@ -133,4 +135,12 @@ def read_all(store: Store, key: str, size: int) -> np.ndarray:
     return out
 
 
-__all__ = ["CREATE", "OVERWRITE", "Buffer", "Conflict", "ObjectInfo", "Store", "Version", "read_all"]
+def object_digest(store: Store, key: str, algorithm: str) -> str:
+    """The digest of a whole object (``"sha256"`` or ``"xxh3_128"``), streamed: never held whole."""
+    digest = DIGESTS[algorithm]()
+    for chunk in store.chunks(key):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+__all__ = ["CREATE", "OVERWRITE", "Buffer", "Conflict", "ObjectInfo", "Store", "Version", "object_digest", "read_all"]
