@@ -24,6 +24,7 @@ from tests.helpers import raises
 
 from .helpers import split_into_parts
 
+
 def _tree(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     return {"embed": rng.standard_normal((40, 6)).astype(np.float32), "bias": rng.standard_normal(9),
@@ -76,7 +77,7 @@ def test_a_reader_of_a_data_file_in_many_parts_gathers_what_the_file_holds(objec
     values = (rng.integers(0, 100, (300, 8)), rng.standard_normal((300, 3)))
     local = str(tmp_path / "one.psk.d")
     write(local, "(idx[100][seq: 8], ℝ[3])", values)
-    raw = open(local, "rb").read()
+    raw = (tmp_path / "one.psk.d").read_bytes()
     store, where = resolve(f"{object_place}/d/many.psk.d")
     store.put(where.key, raw)
     size = len(raw)
@@ -137,11 +138,11 @@ def test_a_safetensors_object_converts_to_a_checkpoint_object(object_place, tmp_
     tensors = {"a.w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([1, 0, 1], np.uint8)}
     safetensors_numpy.save_file(tensors, local)
     store, where = resolve(f"{object_place}/in/src.safetensors")
-    store.put(where.key, open(local, "rb").read())
+    store.put(where.key, (tmp_path / "src.safetensors").read_bytes())
     there, here = f"{object_place}/out/c.psk.d", str(tmp_path / "c.psk.d")
     ck.convert(where.url, there)
     ck.convert(local, here)
-    assert store.get(resolve(there)[1].key)[0] == open(here, "rb").read()
+    assert store.get(resolve(there)[1].key)[0] == (tmp_path / "c.psk.d").read_bytes()
     assert json.loads(store.get(resolve(f"{object_place}/out/c.layout.json")[1].key)[0])["safetensors"] is not None
     with raises("E9002", f"{object_place}/in/none.safetensors", "no such object"):
         ck.convert(f"{object_place}/in/none.safetensors", str(tmp_path / "x.psk.d"))
