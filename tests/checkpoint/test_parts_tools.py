@@ -193,3 +193,19 @@ def test_a_part_replaced_under_an_open_reader_is_an_error_not_a_mix(object_place
             reader.refresh()
         with raises("E9003", many, store.url(key), "replaced"):
             b"".join(bytes(b) for b in source.blocks(len(raw)))
+
+
+def test_a_reader_whose_parts_a_later_save_removed_fails_e9003(object_place):
+    """A later save at the same name puts new parts and index, then removes the parts it replaced:
+    a reader still holding the old index gets E9003 naming the part, never the new save's bytes."""
+    _, many, raw = _pair(object_place)
+    store, where = resolve(many)
+    old = _index(many)
+    with Reader(many) as reader:
+        ck.save(many, _tree(seed=7))  # (one object now)
+        for key in old.keys:
+            store.delete(key)
+        with raises("E9003", store.url(old.keys[0])):
+            reader._bytes.read_at(memoryview(bytearray(len(raw))), 0)
+        with raises("E9002", many, "replaced"):
+            reader.refresh()
