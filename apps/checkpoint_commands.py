@@ -81,8 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sha256", metavar="HEX", help="the sha256 digest a single file must have (as sha256sum prints it)")
 
     p = command("convert", _convert, "Convert between .safetensors and .psk.d, bit for bit.")
-    p.add_argument("input", metavar="IN", help="a .safetensors or .psk.d file")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="a .psk.d or .safetensors file")
+    p.add_argument("input", metavar="IN", help="a .safetensors or .psk.d file, or an object URL (s3://…)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="a .psk.d or .safetensors file, or an "
+                   "object URL (written in one put)")
     p.add_argument("--layout", metavar="LAYOUT.json", help="the layout of a params checkpoint "
                    "(default: the NAME.layout.json beside it)")
     p.add_argument("--name", metavar="NAME", help="the params type name of a new checkpoint (default Params)")

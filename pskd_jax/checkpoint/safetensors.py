@@ -31,9 +31,13 @@ A recorded order that is not a list of exactly the file's names is ignored (the 
 is used), and so are recorded keys that do not make up their name.
 
 A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
-the output is written atomically (a temporary file, renamed into place); an import that refuses
-the data (a BOOL byte other than 0 or 1, a dtype with no numpy counterpart) writes nothing,
-neither the checkpoint nor its layout file.
+the output is written atomically (a temporary file, renamed into place; an object of a store in
+one put); an import that refuses the data (a BOOL byte other than 0 or 1, a dtype with no numpy
+counterpart) writes nothing, neither the checkpoint nor its layout file.
+
+Either side may be a local file or an object of a store (``s3://``, ``gs://``, ``memory://``): a
+``.safetensors`` object is read whole in one request, a checkpoint object by byte ranges (one
+that several processes saved, a parts index, as the file its parts hold).
 """
 
 from __future__ import annotations
@@ -47,18 +51,18 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
-from pskd_jax._os.files import open_regular, read_whole
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
-from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, StorageError, UsageError
+from pskd_jax.errors import BadValueError, MismatchError, NotPskdError, PskdError, UsageError
 from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.byte_sources import open_bytes, read_small
 from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_key, shown_path
 from pskd_jax.format.tree import build_described, check_description, described_paths
-from pskd_jax.storage import locate
+from pskd_jax.storage import locate, store_for
 
 # safetensors' dtype names → numpy dtypes (little-endian, as the format stores them); those of
 # ml_dtypes are made when first needed.
@@ -91,6 +95,7 @@ ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
 KEYS_KEY = "pskd.keys"  # the keys of each name whose parts do not read back as its keys ('0' a string)
 TREE_KEY = "pskd.tree"  # the tree's containers, as a layout file records them (a dict of key 0, an empty dict)
+_WHOLE = 1 << 62  # a safetensors file is read whole, whatever its size (the library parses bytes in memory)
 
 
 def _safetensors(module: str = "safetensors"):
@@ -138,7 +143,7 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
     # Read once, as a regular file (a FIFO or a device is refused before anything waits on it),
     # with plain reads: the library then parses bytes in memory, never a map a truncation could
     # turn into a SIGBUS.
-    raw = read_whole(source, NotPskdError, what="the safetensors file")
+    raw = read_small(source, NotPskdError, what="the safetensors file", limit=_WHOLE)  # (an object: one get)
     try:
         entries = safetensors.deserialize(raw)
         header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])  # accepted by the library above
@@ -165,7 +170,7 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     """Writes the tensors of a ``.safetensors`` file as a ``params`` checkpoint (and its layout file,
     which keeps the source's ``__metadata__``), saved with ``options`` (the type's name, when they
     give none: the one the source records as ``pskd.type``, else ``Params``)."""
-    source = _local(source, "a .safetensors file")
+    source = _named(source)
     options = save_options(options)
     tensors, names, metadata = _tensors(source)
     if not tensors:
@@ -274,8 +279,7 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     file beside the checkpoint (which must belong to it); a closed type needs none. Each tensor
     has the dtype its leaf gives back (float16, int32, bool, float8 …), exactly: a layout file
     whose dtype the stored data do not hold is refused, never applied."""
-    source = _local(source, "a checkpoint converted to safetensors")
-    destination = _local(destination, "a .safetensors file")
+    source, destination = _named(source), _named(destination)
     serialize = _safetensors("safetensors.numpy").save
     leaves, layout_file = read_saved_leaves(source, layout=layout)
     if not leaves:  # (refused here, as the way back refuses a file of no tensors)
@@ -299,15 +303,14 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
     if source_entry is not None:  # converted from safetensors: its metadata as it was (or none)
         metadata = dict(source_entry["metadata"]) if source_entry["metadata"] is not None else None
     else:
-        with open_regular(source, NotPskdError) as f:  # (the type text: a params checkpoint's name)
-            type_text = _type_text(f, source)
-        metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: type_text}
+        metadata = {ORDER_KEY: json.dumps(list(tensors)), TYPE_KEY: _type_text(source)}
         if typed:
             metadata[KEYS_KEY] = json.dumps(typed)
         if layout_file is not None and layout_file.description is not None:
             metadata[TREE_KEY] = json.dumps(layout_file.description, ensure_ascii=False)
     # The library serializes to bytes, written through atomic_output (a temporary file locked by
-    # this writer, so that no other writer's cleanup removes it; renamed into place).
+    # this writer, so that no other writer's cleanup removes it; renamed into place), or to an
+    # object of a store in one put (which appears whole or not at all).
     try:
         data = serialize(tensors, metadata=metadata)
     except PskdError:
@@ -316,31 +319,36 @@ def pskd_to_safetensors(source: str | os.PathLike, destination: str | os.PathLik
         raise MismatchError(f"{source}: safetensors refuses the tensors: {str(e)[:300]}") from None
     count = len(tensors)
     del tensors, leaves
-    with atomic_output(destination) as f:
-        f.write(data)
+    where = locate(destination)
+    if where.is_local:
+        with atomic_output(where.path) as f:
+            f.write(data)
+    else:
+        store_for(where).put(where.key, data)
     return count
 
 
-def _local(path: str | os.PathLike, what: str) -> str:
-    """The local path of ``path``; E9018 naming a URL (an object of a store, or a scheme no store
-    serves): conversions read and write local files (a checkpoint converted from safetensors may
-    be saved to a store)."""
+def _named(path: str | os.PathLike) -> str:
+    """A local path as itself, an object of a store as its URL (E9018 for a scheme no store serves)."""
     where = locate(path)
-    if not where.is_local:
-        raise StorageError(f"{where.url}: {what} is read or written as a local file; for an object of a store, "
-                           "restore() it and save() it, or convert a local copy")
-    return where.path
+    return where.path if where.is_local else where.url
 
 
-def _type_text(f, source: str) -> str:
-    return read_header(f, source, os.fstat(f.fileno()).st_size).type_text
+def _type_text(source: str) -> str:
+    """The checkpoint's type text (a params checkpoint's name), from its header: a local file (a
+    FIFO or a device refused, never waited on) or an object (a parts index: the file it stands for)."""
+    found = open_bytes(source)
+    try:
+        return read_header(found.header_stream(), source, found.size()).type_text
+    finally:
+        found.close()
 
 
 def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout: Any = None,
             name: str | None = None) -> str:
     """Converts by extension: ``.safetensors`` → ``.psk.d`` or ``.psk.d`` → ``.safetensors``;
     returns a line saying what was written."""
-    source, destination = locate(source).url, locate(destination).url  # (E9018 for a scheme no store serves)
+    source, destination = _named(source), _named(destination)
     if source.endswith(".safetensors") and destination.endswith(".psk.d"):
         result = safetensors_to_pskd(source, destination, SaveOptions(name=name))
         labels = sorted({e.label for e in result.encodings})

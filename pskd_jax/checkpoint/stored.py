@@ -13,11 +13,11 @@ from typing import Any
 
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.names import layout_path_for
-from pskd_jax.checkpoint.parts import PREFIX, PartsIndex
 from pskd_jax.errors import MismatchError, NotPskdError, TruncatedError
 from pskd_jax.format.header import MAX_COUNT, MAX_TYPE_BYTES, Header, read_header
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.layout_file import LayoutFile, check_header_belongs, layout_from_bytes
+from pskd_jax.format.parts_index import PartsIndex, index_of
 from pskd_jax.format.placement import Placement
 from pskd_jax.storage import Location, Store, store_for
 
@@ -40,10 +40,10 @@ class StoredFile:
         head, info = found
         self.file_size, self.tag = info.size, info.tag
         self.parts: PartsIndex | None = None
-        if head.startswith(PREFIX):  # saved by several processes: a parts index (see parts.py)
-            raw = head if len(head) == info.size else self.store.get(self.key)[0]
-            self.parts = PartsIndex.parse(raw, self.path)
-            self.file_size = self.parts.size
+        found_index = index_of(self.store, self.key, head, info, self.path)
+        if found_index is not None:  # saved by several processes: a parts index (see parts_index.py)
+            self.parts, info = found_index
+            self.file_size, self.tag = self.parts.size, info.tag
             head = self._read(0, min(HEAD_BYTES, self.file_size))
         self.header = self._parse(head)
         if self.header.data_offset > len(head):  # a type text longer than the first read

@@ -10,7 +10,10 @@ bytes a gather needs, as :class:`Runs` (runs of consecutive records or tokens), 
   ``memory://``), read by byte ranges: the spans of one read, overlapping or touching ones
   merged into one range, go to the store in one batched call (many requests in flight), a
   large span straight into its destination buffer; the spans of several objects (a gather over
-  many shards) are read concurrently, one batched call an object. It has no map.
+  many shards) are read concurrently, one batched call an object. It has no map. An object
+  that is a checkpoint's *parts index* (several processes saved it to a bucket) is served as
+  the checkpoint file its parts hold, each range read from the part that holds it
+  (:mod:`pskd_jax.format.parts_index`), so that every reader of ``.psk.d`` bytes sees the file.
 
 See ``docs/format.md`` (Sources of samples) and ``docs/storage.md`` (Reading).
 """
@@ -21,10 +24,11 @@ import abc
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import io
 import mmap
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -33,6 +37,7 @@ from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import open_fd, read_whole
 from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
+from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
 from pskd_jax.storage import Location, ObjectInfo, StorageOptions, Store, locate, store_for
 
 
@@ -284,48 +289,63 @@ def merged_ranges(offsets: Sequence[int], lengths: Sequence[int]) -> tuple[list[
 class StoreBytes(ByteSource):
     """An object of a :class:`~pskd_jax.storage.Store`, read by byte ranges (see the module's
     documentation). Its size is the one the store gave when it was opened: an object is written
-    whole and never grows, and a read past its end now is E9003. ``info``: what the caller was
-    already told of the object (no request is then made to open it)."""
+    whole and never grows, and a read past its end now is E9003.
+
+    An object that is a *parts index* (a checkpoint several processes saved to a bucket, see
+    :mod:`pskd_jax.format.parts_index`) stands for the checkpoint file its parts hold: its size is
+    that file's, and each range is read from the part(s) holding it, each part's ranges batched
+    as a plain object's are, the parts in flight together. The parts are looked at when it opens
+    (E9003 naming the index and the part when one is missing or not its listed size); a whole
+    read (:meth:`blocks`) looks again when it ends, and E9003 says when a part was replaced
+    meanwhile. ``parts`` is that index, ``part_tags`` the parts' version tags then; ``info`` is
+    the object at the key itself (the index, for such a checkpoint).
+
+    ``info``: what the caller was already told of a plain object (no request is then made to
+    open it, and it is taken to be no parts index)."""
 
     def __init__(self, store: Store, key: str, *, info: ObjectInfo | None = None,
                  error: type[PskdError] = NotPskdError) -> None:
         self.store, self.key = store, key
         self.name = store.url(key)
-        found = store.info(key) if info is None else info
-        if found is None:
-            raise error(f"{self.name}: no such object")
-        self.info = found
+        self.parts: PartsIndex | None = None
+        self.part_tags: tuple[str, ...] = ()
+        if info is None:
+            found = store.head(key, len(PREFIX))  # (its size, tag and first bytes: one request)
+            if found is None:
+                raise error(f"{self.name}: no such object")
+            first, info = found
+            index = index_of(store, key, first, info, self.name)
+            if index is not None:
+                self.parts, info = index
+                self.part_tags = self.parts.looked_at(store, self.name)
+        self.info = info
         self._closed = False
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def size(self) -> int:
+    def _open(self) -> None:
         if self._closed:
             raise TruncatedError(f"{self.name}: the object's reader was closed")
-        return self.info.size
+
+    def size(self) -> int:
+        self._open()
+        return self.info.size if self.parts is None else self.parts.size
 
     def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
-        if self._closed:
-            raise TruncatedError(f"{self.name}: the object's reader was closed")
-        small = [(span, offset) for span, offset in zip(spans, offsets) if 0 < len(span) < LARGE_SPAN]
-        for span, offset in zip(spans, offsets):
-            if len(span) >= LARGE_SPAN:
-                self.store.read_into(self.key, int(offset), span)  # in parts, concurrently, in place
-        if not small:
+        self._open()
+        if self.parts is None:
+            read_object(self.store, self.key, spans, offsets)
             return
-        starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
-        found = self.store.read_ranges(self.key, starts, stops, coalesce=COALESCE)
-        for (span, offset), k in zip(small, which):
-            got = memoryview(found[k]).cast("B")
-            skip = int(offset) - starts[k]
-            span[:] = got[skip : skip + len(span)]
+        pieces = self.parts.pieces(spans, offsets, self.name)
+        keys = self.parts.keys
+        all_done([functools.partial(read_object, self.store, keys[part], views, places)
+                  for part, (views, places) in sorted(pieces.items())])
 
     def read_at(self, buffer: memoryview, offset: int) -> None:
-        if len(buffer) >= LARGE_SPAN:
-            if self._closed:
-                raise TruncatedError(f"{self.name}: the object's reader was closed")
+        if len(buffer) >= LARGE_SPAN and self.parts is None:
+            self._open()
             self.store.read_into(self.key, int(offset), buffer)
         else:
             self.read_spans([buffer], [offset])
@@ -340,32 +360,77 @@ class StoreBytes(ByteSource):
             mine = grouped.setdefault(k, ([], []))
             mine[0].append(span)
             mine[1].append(offset)
-        if len(grouped) <= 1:
-            for k, (mine_spans, mine_offsets) in grouped.items():
-                sources[k].read_spans(mine_spans, mine_offsets)
-            return
-        # A pool of the read's own (its threads gone when it returns: nothing lingers after a
-        # read, nothing to survive a fork); a thread costs little beside a request.
-        with concurrent.futures.ThreadPoolExecutor(min(POOL_THREADS, len(grouped)),
-                                                   thread_name_prefix="pskd-ranges") as pool:
-            futures = [pool.submit(sources[k].read_spans, mine_spans, mine_offsets)
-                       for k, (mine_spans, mine_offsets) in grouped.items()]
-            concurrent.futures.wait(futures)
-        for future in futures:
-            future.result()
+        all_done([functools.partial(sources[k].read_spans, mine_spans, mine_offsets)
+                  for k, (mine_spans, mine_offsets) in grouped.items()])
 
     def blocks(self, stop: int, block: int = BLOCK) -> Iterator[memoryview]:
         """The object streamed whole (one request), in chunks of about ``block`` bytes; E9003 when
-        it is not ``stop`` bytes long."""
-        if self._closed:
-            raise TruncatedError(f"{self.name}: the object's reader was closed")
-        if stop != self.info.size:
-            raise UsageError(f"{self.name}: blocks of an object are its whole {self.info.size} bytes, not {stop}")
+        it is not ``stop`` bytes long. The file a parts index stands for is read by ranges, in
+        order, and E9003 says when a part was replaced before the last block was read."""
+        self._open()
+        if stop != self.size():
+            raise UsageError(f"{self.name}: blocks of an object are its whole {self.size()} bytes, not {stop}")
+        if self.parts is not None:
+            yield from super().blocks(stop, block)
+            self.check_unchanged()
+            return
         for chunk in self.store.chunks(self.key, block):
             yield memoryview(chunk).cast("B")
 
+    def changed(self) -> str | None:
+        """What changed at the key since the source opened, in words (removed, replaced, a part
+        replaced or gone), or None when nothing did (each object looked at again)."""
+        found = self.store.info(self.key)
+        if found is None or found.tag != self.info.tag:
+            return f"{self.name}: {'removed' if found is None else 'replaced by another object'} since it was opened"
+        if self.parts is not None:
+            return self.parts.changed(self.store, self.part_tags, self.name)
+        return None
+
+    def check_unchanged(self) -> None:
+        """E9003 unless every part is still the one looked at when the source opened."""
+        if self.parts is not None:
+            moved = self.parts.changed(self.store, self.part_tags, self.name)
+            if moved is not None:
+                raise TruncatedError(f"{moved}: what was read may mix two saves; open it again")
+
     def close(self) -> None:
         self._closed = True
+
+
+def read_object(store: Store, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+    """Fills each span from the object ``key``: a large span straight into its buffer (in parts,
+    concurrently), the others merged where they overlap or touch and read in one batched call."""
+    small = [(span, offset) for span, offset in zip(spans, offsets) if 0 < len(span) < LARGE_SPAN]
+    for span, offset in zip(spans, offsets):
+        if len(span) >= LARGE_SPAN:
+            store.read_into(key, int(offset), span)  # in parts, concurrently, in place
+    if not small:
+        return
+    starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
+    found = store.read_ranges(key, starts, stops, coalesce=COALESCE)
+    for (span, offset), k in zip(small, which):
+        got = memoryview(found[k]).cast("B")
+        skip = int(offset) - starts[k]
+        span[:] = got[skip : skip + len(span)]
+
+
+def all_done(calls: Sequence[Callable[[], None]]) -> None:
+    """Runs the calls (reads of several objects) concurrently, one after the other when there is
+    only one; every call is waited for before the first error is raised, so that none may still
+    write into a caller's buffers."""
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    # A pool of the read's own (its threads gone when it returns: nothing lingers after a
+    # read, nothing to survive a fork); a thread costs little beside a request.
+    with concurrent.futures.ThreadPoolExecutor(min(POOL_THREADS, len(calls)),
+                                               thread_name_prefix="pskd-ranges") as pool:
+        futures = [pool.submit(call) for call in calls]
+        concurrent.futures.wait(futures)
+    for future in futures:
+        future.result()
 
 
 def open_bytes(place: str | os.PathLike | Location, storage: StorageOptions | None = None,
@@ -417,5 +482,6 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "cut_short",
-           "first_cut_short", "merged_ranges", "open_bytes", "read_runs", "read_small", "release_map"]
+__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "all_done",
+           "cut_short", "first_cut_short", "merged_ranges", "open_bytes", "read_object", "read_runs", "read_small",
+           "release_map"]

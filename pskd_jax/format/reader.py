@@ -554,10 +554,9 @@ class Reader(RandomAccessSource):
         """
         source = self._require_open()
         if isinstance(source, StoreBytes):
-            found = source.store.info(source.key)
-            if found is None or found.tag != source.info.tag:
-                raise NotPskdError(f"{self.path}: {'removed' if found is None else 'replaced by another object'} "
-                                   "since the reader opened it: open a new Reader")
+            changed = source.changed()  # (the object at the key, and the parts of a parts index)
+            if changed is not None:
+                raise NotPskdError(f"{changed}: open a new Reader")
             return self.header.count
         assert isinstance(source, FileBytes)
         fd = source.fileno()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import ml_dtypes
@@ -29,3 +30,29 @@ def random_finite(rng: np.random.Generator, dtype, shape) -> np.ndarray:
 
 def all_files(directory) -> list[str]:
     return sorted(os.listdir(directory))
+
+
+def split_into_parts(url: str, cuts: list[int], owners: list[int], parts: int) -> bytes:
+    """Rewrites the object at ``url`` (a checkpoint saved by one process) as a several-process
+    save leaves it: a parts index over ``parts`` part objects, written with the save's own
+    :func:`~pskd_jax.checkpoint.parts.part_key` and :class:`~pskd_jax.checkpoint.parts.PartsIndex`,
+    the file cut at ``cuts`` and each piece given to a part (``owners``). Returns the file's bytes."""
+    from pskd_jax.checkpoint.parts import PartsIndex, part_key
+    from pskd_jax.storage import resolve
+
+    store, where = resolve(url)
+    data = store.get(where.key)[0]
+    bounds = [0, *cuts, len(data)]
+    held: list[list[bytes]] = [[] for _ in range(parts)]
+    extents: list[list[tuple[int, int, int]]] = [[] for _ in range(parts)]
+    for (start, stop), owner in zip(itertools.pairwise(bounds), owners, strict=True):
+        at = sum(len(b) for b in held[owner])
+        held[owner].append(data[start:stop])
+        extents[owner].append((start, stop - start, at))
+    keys = [f"{part_key(where.key, p, parts)}.test" for p in range(parts)]
+    for key, pieces in zip(keys, held):
+        store.put(key, b"".join(pieces))
+    index = PartsIndex.of(len(data), keys, [sum(map(len, h)) for h in held],
+                          [np.asarray(e, np.int64).reshape(-1, 3) for e in extents], url)
+    store.put(where.key, index.encoded())
+    return data

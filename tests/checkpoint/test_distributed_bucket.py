@@ -59,6 +59,12 @@ WORKER = textwrap.dedent(
         back = ck.restore(url, as_numpy=True, digests=single.digests)
         for k, v in host.items():
             assert np.asarray(back[k]).tobytes() == np.asarray(v).tobytes(), k
+        from pskd_jax.format.byte_sources import open_bytes  # what Reader, info, export, diff read
+        source = open_bytes(url)
+        whole = bytearray(source.size())
+        source.read_at(memoryview(whole), 0)
+        assert bytes(whole) == store.get(where.parent().child("single.psk.d").key)[0]
+        assert ck.convert(url, f"{bucket}/run/multi.safetensors").endswith("(5 tensors)")
     multihost_utils.sync_global_devices("checked")
 
     def spec(a):

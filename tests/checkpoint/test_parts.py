@@ -4,37 +4,16 @@ whose parts miss a byte, hold one twice or point past a part's end is refused (E
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
-from pskd_jax.checkpoint.parts import PartsIndex
 from pskd_jax.storage import resolve
 from tests.helpers import raises
 
-
-def _split(url: str, cuts: list[int], owners: list[int], parts: int) -> bytes:
-    """Rewrites the checkpoint at ``url`` as a parts index over ``parts`` part objects, the file
-    cut at ``cuts`` and each piece given to a part (``owners``)."""
-    store, where = resolve(url)
-    data = store.get(where.key)[0]
-    bounds = [0, *cuts, len(data)]
-    held: list[list[bytes]] = [[] for _ in range(parts)]
-    extents: list[list[tuple[int, int, int]]] = [[] for _ in range(parts)]
-    for (start, stop), owner in zip(itertools.pairwise(bounds), owners, strict=True):
-        at = sum(len(b) for b in held[owner])
-        held[owner].append(data[start:stop])
-        extents[owner].append((start, stop - start, at))
-    keys = [f"{where.key}.part-{p:05d}-of-{parts:05d}.test" for p in range(parts)]
-    for key, pieces in zip(keys, held):
-        store.put(key, b"".join(pieces))
-    index = PartsIndex.of(len(data), keys, [sum(map(len, h)) for h in held],
-                          [np.asarray(e, np.int64).reshape(-1, 3) for e in extents], url)
-    store.put(where.key, index.encoded())
-    return data
+from .helpers import split_into_parts
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -46,7 +25,7 @@ def test_a_checkpoint_read_through_its_parts_is_the_file(seed):
     digests = ck.save(url, tree, ck.SaveOptions(digest="xxh3_128")).digests
     size = len(resolve(url)[0].get(resolve(url)[1].key)[0])
     cuts = sorted(rng.choice(np.arange(1, size), size=12, replace=False).tolist())
-    _split(url, cuts, rng.integers(0, 3, len(cuts) + 1).tolist(), 3)
+    split_into_parts(url, cuts, rng.integers(0, 3, len(cuts) + 1).tolist(), 3)
     back = ck.restore(url, tree, digests=digests)
     for key in tree:
         assert np.asarray(back[key]).tobytes() == tree[key].tobytes()

@@ -144,18 +144,22 @@ def test_object_replaced_while_read_is_refused(object_place, monkeypatch):
         ck.restore(url, {"w": np.zeros(64, np.float32)})
 
 
-def test_conversions_refuse_objects_they_cannot_read(tmp_path):
-    pytest.importorskip("safetensors")
+def test_conversions_read_and_write_objects(tmp_path):
+    from safetensors.numpy import load
+
     url = "memory://conv/x.psk.d"
     ck.save(url, {"w": np.arange(3, dtype=np.float32)})
-    with raises("E9018", url, "local file"):
-        ck.convert(url, tmp_path / "x.safetensors")
+    ck.convert(url, tmp_path / "x.safetensors")  # an object to a file
     ck.save(tmp_path / "l.psk.d", {"w": np.arange(3, dtype=np.float32)})
-    ck.convert(tmp_path / "l.psk.d", tmp_path / "l.safetensors")
-    with raises("E9018", "memory://conv/out.safetensors"):
-        ck.convert(tmp_path / "l.psk.d", "memory://conv/out.safetensors")
-    ck.convert(tmp_path / "l.safetensors", "memory://conv/back.psk.d")  # (a save: to a store too)
+    ck.convert(tmp_path / "l.psk.d", "memory://conv/out.safetensors")  # a file to an object, one put
+    store, where = resolve("memory://conv/out.safetensors")
+    assert load(store.get(where.key)[0])["w"].tolist() == load((tmp_path / "x.safetensors").read_bytes())["w"].tolist()
+    assert not (tmp_path / "memory:").exists()
+    ck.convert(tmp_path / "x.safetensors", "memory://conv/back.psk.d")  # (a save: to a store too)
     assert ck.restore("memory://conv/back.psk.d", as_numpy=True)["w"].tolist() == [0, 1, 2]
+    with raises("E9018", "ftp://host/x.psk.d"):
+        ck.convert("ftp://host/x.psk.d", tmp_path / "y.safetensors")
+    assert not (tmp_path / "y.safetensors").exists()
 
 
 def test_zero_copy_needs_a_local_file():

@@ -1,8 +1,9 @@
 """The reading commands on objects of the loopback S3 server, run as a user runs them (a fresh
 ``pskd`` process reaching the server through the standard AWS variables): ``corpus verify`` and
 ``corpus info`` of ``s3://…/shards.json`` (or its prefix), ``info``, ``export`` and ``diff`` of
-``.psk.d`` objects (a checkpoint's layout object found beside it). Each prints what it prints for
-the same local files; failures are E9xxx naming the URL, without a credential."""
+``.psk.d`` objects (a checkpoint's layout object found beside it), and of a checkpoint several
+processes saved (a parts index), ``convert`` included. Each prints what it prints for the same
+local files (or single object); failures are E9xxx naming the URL, without a credential."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint, corpus
+from pskd_jax.checkpoint.parts import PartsIndex
 from pskd_jax.corpus import BuildOptions
 from pskd_jax.format import write
 from pskd_jax.storage import resolve
@@ -20,6 +22,7 @@ from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 from tests.objectstore import KEYS
 
+from ..checkpoint.helpers import split_into_parts
 from ..corpus.helpers import make_inputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -107,3 +110,47 @@ def test_failures_name_the_url_and_no_credential(s3_bucket, tmp_path):
     result = pskd("info", "ftp://host/x.psk.d", cwd=tmp_path, env=env)
     assert result.returncode == 1 and result.stderr.startswith("pskd: E9018: ftp://host/x.psk.d")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_saved_in_parts_reads_as_the_single_object(s3_bucket, tmp_path):
+    """A checkpoint that several processes saved (a parts index over part objects): ``info``,
+    ``diff``, ``export`` and ``convert`` (an object into an object, both ways) print and write what
+    they do for the same checkpoint saved as one object; a missing part is E9003 naming it."""
+    rng = np.random.default_rng(3)
+    tree = {"w": rng.standard_normal((30, 5)).astype(np.float32), "b": rng.standard_normal(4),
+            "n": np.arange(6, dtype=np.int16)}
+    one, many = f"{s3_bucket.url}/ck/one.psk.d", f"{s3_bucket.url}/ck/many.psk.d"
+    checkpoint.save(one, tree)
+    checkpoint.save(many, tree)
+    store, where = resolve(many)
+    size = store.info(where.key).size
+    split_into_parts(many, [7, 100, size // 2, size - 3], [1, 0, 2, 1, 0], 3)
+    env = s3_bucket.env
+    here, there = ok("info", one, "--values", env=env), ok("info", many, "--values", env=env)
+    assert [line.replace("/one.", "/many.") for line in here] == there
+    assert f"layout  {s3_bucket.url}/ck/many.layout.json" in there
+    assert ok("diff", one, many, env=env) == ok("diff", one, one, env=env)
+    for name, url in (("one", one), ("many", many)):
+        ok("export", url, "-o", tmp_path / f"{name}.json", env=env)
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "many.json").read_bytes()
+
+    out = f"{s3_bucket.url}/st/many.safetensors"
+    assert ok("convert", many, "-o", out, cwd=tmp_path, env=env) == [f"pskd: wrote {out} (3 tensors)"]
+    ok("convert", one, "-o", tmp_path / "one.safetensors", env=env)
+    from safetensors.numpy import load
+
+    found = [load(raw) for raw in (store.get(resolve(out)[1].key)[0], (tmp_path / "one.safetensors").read_bytes())]
+    assert sorted(found[0]) == sorted(found[1]) == ["b", "n", "w"]
+    assert all(found[0][k].tobytes() == found[1][k].tobytes() for k in found[0])
+    back = f"{s3_bucket.url}/back/b.psk.d"
+    (line,) = ok("convert", out, "-o", back, cwd=tmp_path, env=env)
+    assert line.startswith(f"pskd: wrote {back} (3 leaves")
+    assert store.get(resolve(back)[1].key)[0] == store.get(resolve(one)[1].key)[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.json", "one.json", "one.safetensors"]  # no s3: here
+
+    part = PartsIndex.parse(store.get(where.key)[0], many).keys[2]
+    store.delete(part)
+    for command in (("info", many), ("convert", many, "-o", tmp_path / "x.safetensors")):
+        message = fails("E9003", *command, env=env)
+        assert many in message and store.url(part) in message and "missing" in message
+    assert not (tmp_path / "x.safetensors").exists()
