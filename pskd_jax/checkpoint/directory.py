@@ -111,11 +111,11 @@ class CheckpointDirectory:
         return [name for name in step_names(step) if name not in listed and self.regular(name)] + \
             self.unreferenced_parts(step, listed)
 
-    def unreferenced_parts(self, step: int, listed: set[str]) -> list[str]:
-        """The part objects of the step's checkpoint (named exactly as a parts save names them)
-        that its committed parts index does not reference: all of them when no entry lists the
-        step's file. None in a local directory (a save from several processes there writes one
-        file)."""
+    def unreferenced_parts(self, step: int, listed: set[str], listing: list[str] | None = None) -> list[str]:
+        """The part objects of the step's checkpoint (named exactly as a parts save names them;
+        of ``listing`` when given, else of the directory listed now) that its committed parts index
+        does not reference: all of them when no entry lists the step's file. None in a local
+        directory (a save from several processes there writes one file)."""
         return []
 
     @contextlib.contextmanager
@@ -221,9 +221,9 @@ class StoredDirectory(CheckpointDirectory):
         for name in dropped:
             self.store.delete(self.key(name))
 
-    def unreferenced_parts(self, step: int, listed: set[str]) -> list[str]:
+    def unreferenced_parts(self, step: int, listed: set[str], listing: list[str] | None = None) -> list[str]:
         file = names.step_file(step)
-        parts = parts_named_for(self.names(), file)
+        parts = parts_named_for(self.names() if listing is None else listing, file)
         if not parts or file not in listed:
             return parts
         try:

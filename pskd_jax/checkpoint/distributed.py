@@ -24,7 +24,7 @@ from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, jax_module
 from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
-from pskd_jax.checkpoint.parts import TOKEN_BYTES, PartsIndex, part_key, parts_index_at
+from pskd_jax.checkpoint.parts import TOKEN_BYTES, PartsIndex, part_key, parts_index_at, parts_named_for
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
@@ -238,8 +238,8 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
             content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
             store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
         store.put(where.key, index.encoded())
-        if old is not None:  # the parts of the save replaced
-            for stale in set(old.keys) - set(keys):
+        if old is not None:  # the parts of the save replaced (only keys named as its parts)
+            for stale in sorted(set(parts_named_for(old.keys, where.key)) - set(keys)):
                 with contextlib.suppress(PskdError):  # (committed already: a part left is only a cost)
                     store.delete(stale)
 

@@ -85,6 +85,12 @@ class CheckpointManager:
     manager of the directory in another process is refused with E9014 until then; a new manager of
     it in this process takes over (the old one is then :attr:`ManagerState.SUPERSEDED`).
     ``read_only=True`` takes no lock, removes and adopts nothing, and refuses to save.
+
+    A manager of a bucket prefix made in every process of a multi-process JAX run saves each step
+    from all of them together: every process calls :meth:`save` with its shards of the same tree,
+    the step is saved as part objects and a parts index, and process 0 alone opens the prefix
+    (recovery, adoption), claims and lists steps and prunes; a failure in any process fails the
+    save in every one (``docs/checkpoints.md``, "Several processes, no shared file system").
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, retention: Retention | None = None,

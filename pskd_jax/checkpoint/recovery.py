@@ -25,21 +25,29 @@ def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> No
         adopt(directory, listing, digest=digest, durable=durable)
     else:
         remove_unfinished(directory, index, durable=durable)
-        remove_unreferenced_parts(directory, index, listing)
+        remove_unreferenced_parts(directory, listing)
     remove_stale(directory, listing)
 
 
-def remove_unreferenced_parts(directory: CheckpointDirectory, index: Index, listing: list[str]) -> None:
+def remove_unreferenced_parts(directory: CheckpointDirectory, listing: list[str]) -> None:
     """On a bucket: the part objects of each listed step (named exactly as a parts save of its
     file names them) that the step's committed parts index does not reference — what a save of
     the step cut off between its parts and its commit left, or a replaced save's parts whose
     removal failed. A part the index references is never removed; the parts of claimed steps are
-    :func:`remove_unfinished`'s."""
-    listed = index.listed_names()
+    :func:`remove_unfinished`'s.
+
+    Only parts in ``listing`` are candidates, and the index is read again after it was taken: a
+    re-save of a listed step by another writer claims the step before it puts a part, so a part of
+    it in the listing comes with its claim in that index (the step is then left alone), or with
+    its committed parts index, which references it."""
     steps = {names.step_of(found[0]) for name in listing if (found := part_of(name)) is not None}
+    if not steps - {None}:
+        return
+    index = load_index(directory)
+    listed = index.listed_names()
     for step in sorted(s for s in steps if s is not None and s not in index.leftovers):
         if names.step_file(step) in listed:
-            directory.remove(directory.unreferenced_parts(step, listed))
+            directory.remove(directory.unreferenced_parts(step, listed, listing))
 
 
 def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: bool) -> None:
