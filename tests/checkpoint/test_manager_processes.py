@@ -31,6 +31,7 @@ WORKER = textwrap.dedent(
     from pskd_jax import checkpoint as ck
     from pskd_jax.checkpoint import distributed
     from pskd_jax.checkpoint.parts import parts_named_for
+    from pskd_jax.errors import PskdError
     from pskd_jax.storage import resolve
 
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("hosts", "model"))
@@ -117,6 +118,15 @@ WORKER = textwrap.dedent(
         check_latest(manager, 5)
         assert not [n for n in names() if n.startswith("step-00000003") and n not in FOREIGN], names()
         assert all(name in names() for name in FOREIGN)
+        bad = state(6)
+        bad["b"] = np.full(8, np.nan, np.float32)  # (process 0's leaf: process 1 learns at the barrier)
+        try:
+            manager.save(6, bad, options=manager.save_options.replace(finite_only=True))
+        except PskdError as e:
+            print(f"process {process} refused: {e.code}", flush=True)
+        else:
+            raise AssertionError("a NaN was saved")
+        assert manager.all_steps() == [4, 5] and not [n for n in names() if n.startswith("step-00000006")]
     multihost_utils.sync_global_devices("done")
     print(f"process {process} ok", flush=True)
     """
@@ -130,3 +140,4 @@ def test_two_processes_share_a_manager_of_a_bucket_and_its_next_open_cleans_a_cu
     again = run_jax_processes(WORKER, s3_bucket.url, "again", env=s3_bucket.env, timeout=400)
     for k, (code, out, err) in enumerate(again):
         assert code == 0 and f"process {k} ok" in out, f"process {k}:\n{out}\n{err[-4000:]}"
+        assert f"process {k} refused: E9004" in out
