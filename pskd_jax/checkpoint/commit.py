@@ -74,6 +74,12 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     claimed.update(s for s in index.leftovers if s not in keep and directory.unlisted_own(s, after))
     write_index(directory, kept, leftovers=[s for s in claimed if s is not None], durable=durable, over=index)
     directory.remove([name for name in dropped if names.step_of(name) not in keep])
+    # On a bucket, a step saved by several processes is a parts index and its part objects: those
+    # of a dropped step go after its index object (still claimed until then); of the step just
+    # listed, those its parts index does not reference (of a save of it cut off before).
+    for step in sorted({s for s in map(names.step_of, dropped) if s is not None and s not in keep}):
+        directory.remove(directory.unreferenced_parts(step, after))
+    directory.remove(directory.unreferenced_parts(entry.step, after))
 
 
 __all__ = ["check_names_free", "claim_step", "commit_step"]

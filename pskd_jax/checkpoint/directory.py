@@ -19,6 +19,7 @@ from pskd_jax._os.checks import mode_words
 from pskd_jax._os.jsonfile import loads_strict, read_strict
 from pskd_jax._os.locks import destination_lock
 from pskd_jax.checkpoint.integrity import digest_of
+from pskd_jax.checkpoint.parts import parts_index_at, parts_named_for
 from pskd_jax.checkpoint.stored import StoredFile
 from pskd_jax.errors import CheckpointDirectoryError, PskdError, TruncatedError
 from pskd_jax.format.layout_file import LayoutFile, check_belongs, layout_from_bytes, read_layout_file
@@ -106,8 +107,16 @@ class CheckpointDirectory:
 
     def unlisted_own(self, step: int, listed: set[str]) -> list[str]:
         """The regular files of a step that no entry lists (the manager's own when the index
-        claims the step under ``leftovers``)."""
-        return [name for name in step_names(step) if name not in listed and self.regular(name)]
+        claims the step under ``leftovers``), and on a bucket its unreferenced part objects."""
+        return [name for name in step_names(step) if name not in listed and self.regular(name)] + \
+            self.unreferenced_parts(step, listed)
+
+    def unreferenced_parts(self, step: int, listed: set[str], listing: list[str] | None = None) -> list[str]:
+        """The part objects of the step's checkpoint (named exactly as a parts save names them;
+        of ``listing`` when given, else of the directory listed now) that its committed parts index
+        does not reference: all of them when no entry lists the step's file. None in a local
+        directory (a save from several processes there writes one file)."""
+        return []
 
     @contextlib.contextmanager
     def idle(self, name: str) -> Iterator[bool]:
@@ -211,6 +220,18 @@ class StoredDirectory(CheckpointDirectory):
     def remove(self, dropped: Iterable[str]) -> None:
         for name in dropped:
             self.store.delete(self.key(name))
+
+    def unreferenced_parts(self, step: int, listed: set[str], listing: list[str] | None = None) -> list[str]:
+        file = names.step_file(step)
+        parts = parts_named_for(self.names() if listing is None else listing, file)
+        if not parts or file not in listed:
+            return parts
+        try:
+            index = parts_index_at(self.store, self.key(file), self.join(file))
+        except PskdError:  # (a damaged index: what it references cannot be told, so nothing goes)
+            return []
+        referenced = set(index.keys) if index is not None else set()
+        return [name for name in parts if self.key(name) not in referenced]
 
     @contextlib.contextmanager
     def idle(self, name: str) -> Iterator[bool]:

@@ -10,7 +10,7 @@ import importlib
 import os
 import stat
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,10 +21,10 @@ from pskd_jax._os.jsonfile import json_text
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
-from pskd_jax.checkpoint.jax_arrays import is_array_like, jax_module
+from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, jax_module
 from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
-from pskd_jax.checkpoint.parts import PREFIX, PartsIndex, part_key
+from pskd_jax.checkpoint.parts import TOKEN_BYTES, PartsIndex, part_key, parts_index_at, parts_named_for
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
 from pskd_jax.checkpoint.regions import region_runs
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
@@ -44,6 +44,20 @@ def _agree(multihost_utils: Any, tag: str, error: BaseException | None) -> None:
         k, c = failed[0]
         raise PskdError(f"E{c}", f"{tag}: process {k} refused the save (E{c}, its own error says where); "
                                  "nothing was committed")
+
+
+_T = TypeVar("_T")
+
+
+def agreed(tag: str, work: Callable[[], _T] | None) -> _T | None:
+    """Runs ``work`` in the processes that are given one (None in the others), then a barrier at
+    which every process learns whether any failed: all raise if one did (the one that failed its
+    own error). What ``work`` returned, None where there was none."""
+    multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
+    done: list[_T] = []
+    error = _attempt(lambda: done.append(work()), None) if work is not None else None
+    _agree(multihost_utils, tag, error)
+    return done[0] if done else None
 
 
 def _open_temporary(temporary: str, *, create: bool) -> int:
@@ -183,7 +197,7 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
     me, count = jax.process_index(), jax.process_count()
     store, url = store_for(where), where.url
     plan_ = plan(tree, options, keep_global=True)
-    token = np.asarray(multihost_utils.broadcast_one_to_all(np.frombuffer(os.urandom(6), np.uint8)))
+    token = np.asarray(multihost_utils.broadcast_one_to_all(np.frombuffer(os.urandom(TOKEN_BYTES), np.uint8)))
     keys = [f"{part_key(where.key, p, count)}.{bytes(token.astype(np.uint8)).hex()}" for p in range(count)]
     key = keys[me]
     reports: dict[int, Rounding] = {}
@@ -208,7 +222,10 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
 
     def commit() -> None:
         index = PartsIndex.of(plan_.size, keys, sizes, tables, url)
-        before = store.head(where.key, 1 << 20)
+        try:
+            old = parts_index_at(store, where.key, url)  # (what this save replaces)
+        except PskdError:
+            old = None
         if options.digest:
             hashed = DIGESTS[options.digest]()
             buffer = bytearray(min(16 << 20, max(1, plan_.size)))
@@ -221,13 +238,8 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
             content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
             store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
         store.put(where.key, index.encoded())
-        if before is not None and before[0].startswith(PREFIX):  # the parts of the save replaced
-            try:
-                old = PartsIndex.parse(before[0] if len(before[0]) == before[1].size else store.get(where.key)[0],
-                                       url)
-            except PskdError:
-                return
-            for stale in set(old.keys) - set(keys):
+        if old is not None:  # the parts of the save replaced (only keys named as its parts)
+            for stale in sorted(set(parts_named_for(old.keys, where.key)) - set(keys)):
                 with contextlib.suppress(PskdError):  # (committed already: a part left is only a cost)
                     store.delete(stale)
 
@@ -316,8 +328,8 @@ def _my_pieces(plan_: SavePlan, options: SaveOptions, reports: dict[int, Roundin
     if me == 0:
         yield 0, memoryview(plan_.header)
     for i, value in enumerate(plan_.arrays):
-        if not is_array_like(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
-            if me == 0:
+        if not is_global(value) or isinstance(value, np.ndarray) or not hasattr(value, "addressable_shards"):
+            if me == 0:  # (a leaf every process holds whole, a JAX array of local devices too)
                 yield from _whole_leaf_pieces(plan_, i, options, reports)
             continue
         for shard in value.addressable_shards:
@@ -366,4 +378,4 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
                 os.unlink(target.temporary)
 
 
-__all__ = ["save_distributed"]
+__all__ = ["agreed", "save_distributed"]

@@ -9,13 +9,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import sys
 import threading
 from typing import Any
 
 from pskd_jax._os import names
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.checkpoint.commit import claim_step, commit_step
-from pskd_jax.checkpoint.directory import CheckpointDirectory
+from pskd_jax.checkpoint.directory import CheckpointDirectory, StoredDirectory
+from pskd_jax.checkpoint.distributed import agreed, save_distributed
 from pskd_jax.checkpoint.index import CheckpointEntry, check_step, extra_json, load_index, utc_time
 from pskd_jax.checkpoint.integrity import CHECKPOINT_DIGEST
 from pskd_jax.checkpoint.options import SaveOptions
@@ -83,6 +85,12 @@ class CheckpointManager:
     manager of the directory in another process is refused with E9014 until then; a new manager of
     it in this process takes over (the old one is then :attr:`ManagerState.SUPERSEDED`).
     ``read_only=True`` takes no lock, removes and adopts nothing, and refuses to save.
+
+    A manager of a bucket prefix made in every process of a multi-process JAX run saves each step
+    from all of them together: every process calls :meth:`save` with its shards of the same tree,
+    the step is saved as part objects and a parts index, and process 0 alone opens the prefix
+    (recovery, adoption), claims and lists steps and prunes; a failure in any process fails the
+    save in every one (``docs/checkpoints.md``, "Several processes, no shared file system").
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, retention: Retention | None = None,
@@ -104,6 +112,7 @@ class CheckpointManager:
         self._error: BaseException | None = None
         self._hold: DirectoryHold | None = None  # the directory's lock (see takeover)
         self._state = ManagerState.READ_ONLY if read_only else ManagerState.CLOSED
+        self._process, self._processes = 0, 1  # (this JAX process, of how many, saving together)
         if read_only:
             load_index(self._place)
             return
@@ -111,6 +120,11 @@ class CheckpointManager:
             # A bucket has no lock to hold: the index's conditional puts keep two writers from
             # overwriting each other (the loser gets E9014), and a step is listed only while its
             # claim stands (see commit_step).
+            self._process, self._processes = _jax_processes()
+            if self._processes > 1:  # every process made this manager: process 0 recovers for all
+                agreed(f"{self.directory}: opening the checkpoints", self._recover_first)
+                self._state = ManagerState.OPEN
+                return
             self._recover(None)
             return
         try:
@@ -137,6 +151,11 @@ class CheckpointManager:
         with self._lock:
             recover(self._place, digest=self.digest, durable=self.durable)
         self._hold, self._state = hold, ManagerState.OPEN
+
+    def _recover_first(self) -> None:
+        if self._process == 0:
+            with self._lock:
+                recover(self._place, digest=self.digest, durable=self.durable)
 
     def _hand_over(self) -> int | None:
         """Waits for this manager's saves, marks it superseded and gives up its lock descriptor
@@ -232,6 +251,9 @@ class CheckpointManager:
         prepared = self._prepare(step, extra, metrics, force, options)
         if prepared is None:
             return False
+        if self._processes > 1:  # (barriers on a thread would meet the training step's collectives)
+            self._write(prepared, tree)
+            return True
         plan(tree, prepared.options)  # what no save can write is refused while the caller is here
         snapshot = host_snapshot(tree)
 
@@ -297,6 +319,8 @@ class CheckpointManager:
     def _write(self, prepared: _Prepared, tree: Any) -> SaveResult:
         """Claims the step in the index, saves its file, then lists it (and prunes)."""
         step = prepared.step
+        if self._processes > 1:
+            return self._write_together(prepared, tree)
         with self._saving:
             self._check_writable()
             started = utc_time()
@@ -309,6 +333,36 @@ class CheckpointManager:
                                     started=started, committed=utc_time())
             with self._lock:
                 commit_step(self._place, entry, self.retention, durable=self.durable)
+        return result
+
+    def _write_together(self, prepared: _Prepared, tree: Any) -> SaveResult:
+        """The save of a step by every JAX process of the run, into a bucket: process 0 claims the
+        step; every process puts its part (and process 0 the parts index: see
+        :func:`save_distributed`); once every part is up and the parts index is put, process 0
+        lists the step (and prunes). Each phase ends at a barrier where a failure anywhere fails
+        every process; the digest is in process 0's result."""
+        step, first = prepared.step, self._process == 0
+        where = f"{self.directory}: step {step}"
+        assert isinstance(self._place, StoredDirectory)
+        with self._saving:
+            self._check_writable()
+            started = utc_time()
+
+            def claim() -> None:
+                with self._lock:
+                    claim_step(self._place, step, durable=self.durable)
+
+            agreed(f"{where}: claiming the step", claim if first else None)
+            result = save_distributed(self._place.where.child(names.step_file(step)), tree, prepared.options)
+
+            def commit() -> None:
+                entry = CheckpointEntry(step, dict(result.digests), type_text=result.type_text, bytes=result.bytes,
+                                        layout=result.layout_path is not None, extra=prepared.extra,
+                                        score=prepared.score, started=started, committed=utc_time())
+                with self._lock:
+                    commit_step(self._place, entry, self.retention, durable=self.durable)
+
+            agreed(f"{where}: listing the step", commit if first else None)
         return result
 
     # -- restoring, verifying, closing -----------------------------------------------------------
@@ -348,6 +402,15 @@ class CheckpointManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _jax_processes() -> tuple[int, int]:
+    """This JAX process's index and the number of processes (0, 1 where JAX is not imported: a
+    run of several processes has imported it to initialize them)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return 0, 1
+    return int(jax.process_index()), int(jax.process_count())
 
 
 __all__ = ["CheckpointManager", "ManagerState"]

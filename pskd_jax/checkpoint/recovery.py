@@ -1,6 +1,7 @@
 """What a manager does once it holds a directory's lock: remove what interrupted saves left — the
-files of steps claimed under ``leftovers`` that no entry lists, temporary files and save locks no
-live writer holds (a step the index lists is never removed) — or, in a directory without an
+files of steps claimed under ``leftovers`` that no entry lists (on a bucket, their part objects too),
+part objects of listed steps that their parts index does not reference, temporary files and save
+locks no live writer holds (a step the index lists is never removed) — or, in a directory without an
 index, adopt its step files (:mod:`pskd_jax.checkpoint.adoption`). Plain functions of the
 directory and its index; the rules are in ``docs/checkpoints.md``.
 """
@@ -11,6 +12,7 @@ from pskd_jax._os import names
 from pskd_jax.checkpoint.adoption import adopt
 from pskd_jax.checkpoint.directory import CheckpointDirectory
 from pskd_jax.checkpoint.index import INDEX, Index, load_index, write_index
+from pskd_jax.checkpoint.parts import part_of
 
 
 def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> None:
@@ -23,7 +25,29 @@ def recover(directory: CheckpointDirectory, *, digest: str, durable: bool) -> No
         adopt(directory, listing, digest=digest, durable=durable)
     else:
         remove_unfinished(directory, index, durable=durable)
+        remove_unreferenced_parts(directory, listing)
     remove_stale(directory, listing)
+
+
+def remove_unreferenced_parts(directory: CheckpointDirectory, listing: list[str]) -> None:
+    """On a bucket: the part objects of each listed step (named exactly as a parts save of its
+    file names them) that the step's committed parts index does not reference — what a save of
+    the step cut off between its parts and its commit left, or a replaced save's parts whose
+    removal failed. A part the index references is never removed; the parts of claimed steps are
+    :func:`remove_unfinished`'s.
+
+    Only parts in ``listing`` are candidates, and the index is read again after it was taken: a
+    re-save of a listed step by another writer claims the step before it puts a part, so a part of
+    it in the listing comes with its claim in that index (the step is then left alone), or with
+    its committed parts index, which references it."""
+    steps = {names.step_of(found[0]) for name in listing if (found := part_of(name)) is not None}
+    if not steps - {None}:
+        return
+    index = load_index(directory)
+    listed = index.listed_names()
+    for step in sorted(s for s in steps if s is not None and s not in index.leftovers):
+        if names.step_file(step) in listed:
+            directory.remove(directory.unreferenced_parts(step, listed, listing))
 
 
 def remove_unfinished(directory: CheckpointDirectory, index: Index, *, durable: bool) -> None:
@@ -72,4 +96,4 @@ def remove_stale(directory: CheckpointDirectory, listing: list[str]) -> None:
                 directory.remove_distributed_temporary(file)
 
 
-__all__ = ["recover", "remove_stale", "remove_unfinished"]
+__all__ = ["recover", "remove_stale", "remove_unfinished", "remove_unreferenced_parts"]
