@@ -33,7 +33,7 @@ from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import open_fd, read_whole
 from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
-from pskd_jax.storage import Location, ObjectInfo, StorageOptions, Store, locate, store_for
+from pskd_jax.storage import Changed, Location, ObjectInfo, StorageOptions, Store, locate, merged_ranges, store_for
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -145,7 +145,15 @@ def read_runs(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: 
         if runs.sources is None:
             sources[0].read_spans(spans, offsets)
         else:
-            type(sources[0]).read_spans_of(sources, runs.sources.tolist(), spans, offsets, name)
+            which = runs.sources.tolist()
+            kinds = {type(sources[k]) for k in set(which)}
+            if len(kinds) == 1:
+                kinds.pop().read_spans_of(sources, which, spans, offsets, name)
+            else:  # (shards of a store, some of them read from copies in a local cache)
+                for kind in kinds:
+                    mine = [j for j, k in enumerate(which) if type(sources[k]) is kind]
+                    kind.read_spans_of(sources, [which[j] for j in mine], [spans[j] for j in mine],
+                                       [offsets[j] for j in mine], name)
     return out
 
 
@@ -259,42 +267,24 @@ COALESCE = 0
 POOL_THREADS = 16  # the most objects of one read in flight at once
 
 
-def merged_ranges(offsets: Sequence[int], lengths: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """The ranges to request for spans at ``offsets`` of ``lengths`` (empty ones left out): the
-    spans sorted, those that overlap or touch merged into one ``[start, stop)``. Returns the
-    starts, the stops, and for each span the index of the range that holds it.
-
-    >>> merged_ranges([10, 0, 4, 30], [5, 4, 2, 1])
-    ([0, 10, 30], [6, 15, 31], [1, 0, 0, 2])
-    """
-    order = sorted((o, n, j) for j, (o, n) in enumerate(zip(offsets, lengths)) if n > 0)
-    starts: list[int] = []
-    stops: list[int] = []
-    which = [-1] * len(offsets)
-    for offset, length, j in order:
-        if starts and offset <= stops[-1]:
-            stops[-1] = max(stops[-1], offset + length)
-        else:
-            starts.append(offset)
-            stops.append(offset + length)
-        which[j] = len(starts) - 1
-    return starts, stops, which
-
-
 class StoreBytes(ByteSource):
     """An object of a :class:`~pskd_jax.storage.Store`, read by byte ranges (see the module's
-    documentation). Its size is the one the store gave when it was opened: an object is written
-    whole and never grows, and a read past its end now is E9003. ``info``: what the caller was
-    already told of the object (no request is then made to open it)."""
+    documentation). Its size and version tag are the ones the store gave when it was opened: an
+    object is written whole and never grows, a read past its end now is E9003, and every read is
+    conditioned on that version (an ``If-Match`` on each request, no request more), so that the
+    bytes of two versions are never mixed: an object replaced since it was opened is ``changed``
+    (an error class, default E9003) naming its URL. ``info``: what the caller was already told of
+    the object (no request is then made to open it)."""
 
     def __init__(self, store: Store, key: str, *, info: ObjectInfo | None = None,
-                 error: type[PskdError] = NotPskdError) -> None:
+                 error: type[PskdError] = NotPskdError, changed: type[PskdError] = TruncatedError) -> None:
         self.store, self.key = store, key
         self.name = store.url(key)
         found = store.info(key) if info is None else info
         if found is None:
             raise error(f"{self.name}: no such object")
         self.info = found
+        self.changed = changed
         self._closed = False
 
     @property
@@ -306,17 +296,26 @@ class StoreBytes(ByteSource):
             raise TruncatedError(f"{self.name}: the object's reader was closed")
         return self.info.size
 
+    def _replaced(self) -> PskdError:
+        return self.changed(f"{self.name}: the object was replaced since it was opened (it was version "
+                            f"{self.info.tag}, of {self.info.size} bytes); its bytes are not mixed with another "
+                            "version's: open it anew")
+
     def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
         if self._closed:
             raise TruncatedError(f"{self.name}: the object's reader was closed")
+        tag = self.info.tag
         small = [(span, offset) for span, offset in zip(spans, offsets) if 0 < len(span) < LARGE_SPAN]
-        for span, offset in zip(spans, offsets):
-            if len(span) >= LARGE_SPAN:
-                self.store.read_into(self.key, int(offset), span)  # in parts, concurrently, in place
-        if not small:
-            return
-        starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
-        found = self.store.read_ranges(self.key, starts, stops, coalesce=COALESCE)
+        try:
+            for span, offset in zip(spans, offsets):
+                if len(span) >= LARGE_SPAN:
+                    self.store.read_into(self.key, int(offset), span, tag=tag)  # in parts, concurrently, in place
+            if not small:
+                return
+            starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
+            found = self.store.read_ranges(self.key, starts, stops, coalesce=COALESCE, tag=tag)
+        except Changed:
+            raise self._replaced() from None
         for (span, offset), k in zip(small, which):
             got = memoryview(found[k]).cast("B")
             skip = int(offset) - starts[k]
@@ -326,7 +325,10 @@ class StoreBytes(ByteSource):
         if len(buffer) >= LARGE_SPAN:
             if self._closed:
                 raise TruncatedError(f"{self.name}: the object's reader was closed")
-            self.store.read_into(self.key, int(offset), buffer)
+            try:
+                self.store.read_into(self.key, int(offset), buffer, tag=self.info.tag)
+            except Changed:
+                raise self._replaced() from None
         else:
             self.read_spans([buffer], [offset])
 
