@@ -271,6 +271,56 @@ def test_two_windows_share_one_cache_directory(object_place, inputs, local, tmp_
     assert all(names.cached_shard_sha256(n) for n in os.listdir(cache))  # no temporary file left
 
 
+def test_the_shards_a_gather_needs_are_fetched_together(s3_bucket, inputs, tmp_path, monkeypatch):
+    place = s3_bucket.url + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    store, _ = resolve(place)
+    threads: dict[str, str] = {}
+    original = type(store).chunks
+
+    def watched(self, key, *a):
+        threads[key] = threading.current_thread().name
+        return original(self, key, *a)
+
+    monkeypatch.setattr(type(store), "chunks", watched)
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=tmp_path / "cache") as windows:
+        assert threads == {}  # nothing fetched when the windows open
+        windows.gather(np.arange(len(windows)))
+        assert len(threads) == sum(1 for s in windows.manifest.shards if s.tokens) >= 4
+        assert len(set(threads.values())) > 1 and all(n.startswith("pskd-fill") for n in threads.values())
+        threads.clear()
+        windows.gather(np.arange(len(windows)))
+        assert threads == {}
+
+
+def test_threads_gather_from_one_windows_with_a_small_cache(object_place, inputs, local, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        bound = sum(sorted(shard_sizes(w))[-2:])
+    errors: list[BaseException] = []
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=tmp_path / "cache", cache_bytes=bound) as there, \
+            CorpusWindows(local, seq=SEQ) as here:
+
+        def one(seed: int) -> None:
+            try:
+                rng = np.random.default_rng(seed)
+                for _ in range(10):
+                    batch = rng.integers(0, len(here), 3)
+                    for got, want in zip(there.gather(batch), here.gather(batch)):
+                        np.testing.assert_array_equal(got, want)
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        workers = [threading.Thread(target=one, args=(seed,)) for seed in range(4)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        assert errors == []
+        assert sum(c.size for c in there._copies.held().values()) <= bound
+
+
 def test_threads_share_a_cache(s3_bucket, inputs, local, tmp_path):
     place = s3_bucket.url + "/c"
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
