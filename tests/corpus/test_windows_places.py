@@ -347,10 +347,19 @@ def test_threads_share_a_cache(s3_bucket, inputs, local, tmp_path):
 def test_processes_share_a_cache(s3_bucket, inputs, local, tmp_path):
     place = s3_bucket.url + "/c"
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        bound = sum(sorted(shard_sizes(w))[-2:])  # two shards: the processes remove each other's
     script = textwrap.dedent(f"""
         import numpy as np
         from pskd_jax.corpus import CorpusWindows
-        with CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(tmp_path / 'cache')!r}) as w:
+        with CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(tmp_path / 'cache')!r},
+                           cache_bytes={bound}) as w:
+            here = CorpusWindows({local!r}, seq={SEQ})
+            rng = np.random.default_rng()
+            for _ in range(20):  # random batches: shards fetched, let go and removed again and again
+                batch = rng.permutation(len(w))[:8]
+                for got, want in zip(w.gather(batch), here.gather(batch)):
+                    assert np.array_equal(got, want), batch
             print(int(w.gather(np.arange(len(w)))[0].astype(np.int64).sum()))
     """)
     processes = [subprocess.Popen([sys.executable, "-c", script], env=s3_bucket.env, cwd=ROOT,
