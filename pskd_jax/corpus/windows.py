@@ -6,8 +6,9 @@ the few that cross a boundary are assembled from pieces. The windows are taken u
 corpus is built or rebuilt (:meth:`CorpusWindows.refresh`). A corpus in an object store
 (``s3://…/shards.json``) is read by byte ranges, one range a contiguous run a gather touches and
 one batched call a shard, or from whole shards fetched into a local cache when a gather first
-needs them (:mod:`pskd_jax.corpus.shard_copies`) and mapped like local ones. The index rules, iteration, grain's
-hooks and pickling are :mod:`pskd_jax.format.source`'s. See ``docs/corpus.md`` (Training windows).
+needs them (:mod:`pskd_jax.corpus.shard_copies`) and mapped like local ones. The index rules,
+iteration, grain's hooks and pickling are :mod:`pskd_jax.format.source`'s. See
+``docs/corpus.md`` (Training windows).
 """
 
 from __future__ import annotations
