@@ -9,11 +9,13 @@ So no process ever sees a partial file, and two processes filling one cache (eve
 shard at once) each see a whole one.
 
 The directory is bounded (``max_bytes``): after each fill the least recently used shards (by
-modification time, which opening a cached shard renews) are removed until it fits, never a shard
-the caller is using, never a file the cache did not name. A removed shard that another process
-still has open stays readable there (a removal unlinks, it never truncates). A fill's temporary
-file is the toolkit's usual one (locked while written): those of fills whose process was killed
-are removed too, as beside any output. See
+modification time, which opening a cached shard renews, and so does a reader using it, at most
+once a second: :mod:`pskd_jax.corpus.shard_copies`) are removed until it fits, never a shard the
+caller is using, never a file the cache did not name. Shards are fetched when a reader first
+needs them, and one that does not fit is not fetched (the reader reads it by byte ranges). A
+removed shard that another process still has open stays readable there (a removal unlinks, it
+never truncates). A fill's temporary file is the toolkit's usual one (locked while written):
+those of fills whose process was killed are removed too, as beside any output. See
 ``docs/corpus.md`` (Corpora in a store).
 """
 

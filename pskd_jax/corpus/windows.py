@@ -5,9 +5,10 @@ with one fancy index over views spanning all the shards' maps (or one positional
 the few that cross a boundary are assembled from pieces. The windows are taken up anew while the
 corpus is built or rebuilt (:meth:`CorpusWindows.refresh`). A corpus in an object store
 (``s3://…/shards.json``) is read by byte ranges, one range a contiguous run a gather touches and
-one batched call a shard, or from whole shards fetched into a local cache
-(:mod:`pskd_jax.corpus.shard_cache`) and mapped like local ones. The index rules, iteration, grain's
-hooks and pickling are :mod:`pskd_jax.format.source`'s. See ``docs/corpus.md`` (Training windows).
+one batched call a shard, or from whole shards fetched into a local cache when a gather first
+needs them (:mod:`pskd_jax.corpus.shard_copies`) and mapped like local ones. The index rules,
+iteration, grain's hooks and pickling are :mod:`pskd_jax.format.source`'s. See
+``docs/corpus.md`` (Training windows).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pskd_jax.corpus.maintain import (
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, object_shard, parse_manifest
 from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
 from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
+from pskd_jax.corpus.shard_copies import Copy, ShardCopies
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
@@ -56,7 +58,7 @@ from pskd_jax.format.source import RandomAccessSource, checked_access
 from pskd_jax.storage import StorageOptions, locate, store_for
 
 OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before giving up
-OPEN_THREADS = 16  # shards of a store opened (looked at, their headers read, fetched) at once
+OPEN_THREADS = 16  # shards of a store opened (looked at, their headers read) or fetched at once
 
 _largest = np.maximum.reduce  # a batch's largest token: called per batch, without ndarray.max's wrapper
 
@@ -106,6 +108,10 @@ class _Snapshot:
     sources: list[ByteSource]  # shard k's bytes (all files, or all objects)
     data_offsets: np.ndarray
     needed_list: list[int]  # each shard's size when whole: its data offset and its tokens
+    tokens: list[np.ndarray]  # each shard's tokens as a view of its map (empty when not mapped)
+    # With a local cache: (version of the copies held, this snapshot reading from them, whether
+    # they are all its shards).
+    local: tuple[int, _Snapshot, bool] | None = None
 
 
 class CorpusWindows(RandomAccessSource):
@@ -124,11 +130,11 @@ class CorpusWindows(RandomAccessSource):
 
     ``manifest_path`` may be a URL (``s3://bucket/corpus/shards.json``, ``gs://…``, ``memory://…``,
     reached as ``storage`` says). Without ``cache_dir`` its shards are read by byte ranges
-    (``access="pread"``, the default there; ``"mmap"`` is E9012); with ``cache_dir``, each shard is
-    fetched whole into that directory when the windows open (or a refresh lists it), its sha256
-    checked as it is filled, and read from there as a local shard is (mapped by default). The
-    cache holds at most ``cache_bytes`` beyond the shards in use (least recently used removed);
-    a corpus larger than that is E9012. A local corpus ignores ``cache_dir``.
+    (``access="pread"``, the default there; ``"mmap"`` is E9012); with ``cache_dir``, a shard is
+    fetched whole into that directory when a gather first needs it, its sha256 checked as it is
+    filled, and read from there as a local shard is (mapped by default). The cache holds at most
+    ``cache_bytes`` (least recently used shards removed); a shard that does not fit is read by
+    byte ranges, so a corpus of any size is served. A local corpus ignores ``cache_dir``.
     """
 
     _what = "window"
@@ -147,6 +153,7 @@ class CorpusWindows(RandomAccessSource):
         remote = not self._where.is_local
         self._store = store_for(self._where, storage) if remote else None
         self.cache = ShardCache(cache_dir, cache_bytes) if remote and cache_dir is not None else None
+        self._copies = ShardCopies(self.cache, OPEN_THREADS) if self.cache is not None else None
         self._cache_args = (None if cache_dir is None else os.fspath(cache_dir), cache_bytes)
         self._ranged = remote and self.cache is None  # shards read by byte ranges
         if access is None:
@@ -242,12 +249,8 @@ class CorpusWindows(RandomAccessSource):
                 if shard is None:
                     wanted.append((i, path))
                 shards.append(shard)
-            if self.cache is not None:
-                self._check_cache_fits(manifest)
             for (i, _), opened in zip(wanted, self._open_shards(manifest, wanted, new)):
                 shards[i] = opened
-            if self.cache is not None:
-                self.cache.evict(keep={s.sha256 for s in manifest.shards})
             ready = [s for s in shards if s is not None]
             if verify and new:
                 fresh = {id(s) for s in new}
@@ -276,35 +279,22 @@ class CorpusWindows(RandomAccessSource):
             concurrent.futures.wait(futures)
         return [future.result() for future in futures]
 
-    def _check_cache_fits(self, manifest: Manifest) -> None:
-        cache = self.cache
-        assert cache is not None
-        header = len(manifest.tokenizer.header(0))
-        needed = sum(header + s.tokens * manifest.tokenizer.dtype.itemsize for s in manifest.shards)
-        if needed > cache.max_bytes:
-            raise UsageError(f"{self.path}: the corpus's {len(manifest.shards)} shards take {needed} bytes, more than "
-                             f"the cache {cache.directory} may hold (cache_bytes={cache.max_bytes}); raise "
-                             "cache_bytes, or read the shards by byte ranges (no cache_dir)")
-
     def _open_shard(self, manifest: Manifest, i: int, path: str) -> _OpenShard:
         """Opens (and with mmap access maps) shard i, checking its header and size (E9017): a local
-        file, an object read by ranges, or an object's copy in the cache (fetched now if absent)."""
-        entry, tokenizer = manifest.shards[i], manifest.tokenizer
-        if self._ranged:
+        file, or an object read by ranges (and, with a cache, copied into it when first read)."""
+        if not self._where.is_local:
             return self._open_object(manifest, i, path)
         try:
-            if self.cache is not None:
-                assert self._store is not None
-                where = locate(path)
-                expected = len(tokenizer.header(0)) + entry.tokens * tokenizer.dtype.itemsize
-                fd = self.cache.open(self._store, where.key, entry.sha256, expected, f"{self.path}: shard {i} "
-                                     f"{entry.path}")
-                local = self.cache.path(entry.sha256)
-            else:
-                fd = open_shard(path)
-                local = path
+            fd = open_shard(path)
         except ShardProblem as e:
-            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
+            raise ShardMismatchError(f"{self.path}: shard {i} {manifest.shards[i].path}: {e}") from None
+        source, header, tokens = self._open_file(manifest, i, path, fd)
+        return _OpenShard(manifest.shards[i], path, source, header, tokens)
+
+    def _open_file(self, manifest: Manifest, i: int, local: str, fd: int) -> tuple[FileBytes, Any, np.ndarray]:
+        """Shard i's file open at ``fd`` (taken over): its header checked, and with mmap access its
+        tokens as a view of its map."""
+        entry, tokenizer = manifest.shards[i], manifest.tokenizer
         source = FileBytes(local, fd=fd)
         try:
             size = os.fstat(fd).st_size
@@ -317,7 +307,7 @@ class CorpusWindows(RandomAccessSource):
                 mapped = source.mapped(size)
                 assert mapped is not None  # (a shard of tokens is no empty file: its header said so)
                 tokens = np.frombuffer(mapped, tokenizer.dtype, count=entry.tokens, offset=header.data_offset)
-            return _OpenShard(entry, path, source, header, tokens)
+            return source, header, tokens
         except ShardProblem as e:
             source.close()
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
@@ -330,7 +320,7 @@ class CorpusWindows(RandomAccessSource):
         entry = manifest.shards[i]
         assert self._store is not None
         try:
-            source = StoreBytes(self._store, locate(url).key, error=ShardMismatchError)
+            source = StoreBytes(self._store, locate(url).key, error=ShardMismatchError, changed=ShardMismatchError)
         except ShardMismatchError:
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: missing (no such object {url})") from None
         try:
@@ -355,7 +345,55 @@ class CorpusWindows(RandomAccessSource):
         return _Snapshot(raw, manifest, shards, counts, offsets, offsets[1:-1], offsets[:-1] + counts - self.seq,
                          total, lm_window_count(total, self.seq, self.stride), inputs, targets, shift,
                          [s.bytes for s in shards], data_offsets,
-                         (data_offsets + counts * np.dtype(manifest.tokenizer.dtype).itemsize).tolist())
+                         (data_offsets + counts * np.dtype(manifest.tokenizer.dtype).itemsize).tolist(),
+                         [s.tokens for s in shards])
+
+    # -- the local cache ---------------------------------------------------------------------------
+
+    def _touched(self, state: _Snapshot, shard: np.ndarray, crossing: np.ndarray, starts: np.ndarray) -> list[int]:
+        """The shards (with tokens) that windows starting at ``starts`` touch: each one's start
+        shard ``shard``, and for the ``crossing`` ones every shard up to their last token's."""
+        distinct = np.flatnonzero(np.bincount(shard)) if len(state.shards) <= 8 * len(shard) else np.unique(shard)
+        if not len(crossing):
+            return distinct.tolist()  # (a window starts in a shard with tokens)
+        last = state.bounds.searchsorted(starts[crossing] + self.seq, side="right")
+        spans = [np.arange(int(a), int(b) + 1) for a, b in zip(shard[crossing], last)]
+        return [k for k in np.unique(np.concatenate([distinct, *spans])).tolist() if state.counts[k]]
+
+    def _from_copies(self, state: _Snapshot, touched: list[int]) -> tuple[_Snapshot, bool]:
+        """``state`` reading from the cache's copies of its shards: those a read touches (indices
+        ``touched``) fetched now where they are not held and fit (see
+        :mod:`pskd_jax.corpus.shard_copies`). Returns that snapshot, and whether every shard the
+        read touches is held (else the read goes by ranges to the store for the others)."""
+        copies = self._copies
+        assert copies is not None
+        shards, needed = state.manifest.shards, state.needed_list
+        wanted = [(shards[k].sha256, needed[k]) for k in touched]
+        version, held = copies.obtain(wanted, lambda j: self._copy(state, touched[j]))
+        local = state.local
+        if local is None or local[0] != version:
+            local = version, self._reading_copies(state, held), all(e.sha256 in held for e in shards if e.tokens)
+            state.local = local
+        return local[1], all(sha in held for sha, _ in wanted)
+
+    def _reading_copies(self, state: _Snapshot, held: dict[str, Copy] | Any) -> _Snapshot:
+        """``state`` with the held copies' files (and maps) in place of their objects."""
+        shards = state.manifest.shards
+        sources = [held[e.sha256].bytes if e.sha256 in held else s for e, s in zip(shards, state.sources)]
+        tokens = [held[e.sha256].tokens if e.sha256 in held else t for e, t in zip(shards, state.tokens)]
+        inputs, targets, shift = self._address_views(tokens, state.offsets)
+        return dataclasses.replace(state, sources=sources, tokens=tokens, inputs=inputs, targets=targets, shift=shift,
+                                   local=None)
+
+    def _copy(self, state: _Snapshot, k: int) -> Copy:
+        """Shard k copied into the cache (fetched and checked now unless its file is there) and
+        opened from there."""
+        cache, entry, shard = self.cache, state.manifest.shards[k], state.shards[k]
+        assert cache is not None and self._store is not None and isinstance(shard.bytes, StoreBytes)
+        fd = cache.open(self._store, shard.bytes.key, entry.sha256, shard.bytes.size(),
+                        f"{self.path}: shard {k} {entry.path}")
+        source, _, tokens = self._open_file(state.manifest, k, cache.path(entry.sha256), fd)
+        return Copy(entry.sha256, shard.bytes.size(), source, tokens)
 
     def _address_views(self, tokens: list[np.ndarray], offsets: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -449,6 +487,9 @@ class CorpusWindows(RandomAccessSource):
         if not 0 <= start <= stop <= state.total_tokens:
             raise UsageError(f"{self.path}: tokens [{start}, {stop}) are not inside the stream of "
                              f"{state.total_tokens} tokens")
+        if self._copies is not None and stop > start:
+            first, last = state.bounds.searchsorted(np.array([start, stop - 1], np.int64), side="right").tolist()
+            state, _ = self._from_copies(state, [k for k in range(first, last + 1) if state.counts[k]])
         out = self._stream(state, start, stop)
         self._check_tokens(state, out, lambda i: start + i)
         return out
@@ -460,12 +501,12 @@ class CorpusWindows(RandomAccessSource):
             if state.counts[k]:
                 local = at - int(state.offsets[k])
                 take = min(stop - at, int(state.counts[k]) - local)
-                if self.access == "pread":
+                if self.access == "pread" or not len(state.tokens[k]):  # (not mapped: an object's shard)
                     state.sources[k].read_at(out[at - start : at - start + take].view(np.uint8).data,
                                              int(state.data_offsets[k]) + local * self.dtype.itemsize)
                 else:
                     self._check_still_whole(state, (k,))
-                    out[at - start : at - start + take] = state.shards[k].tokens[local : local + take]
+                    out[at - start : at - start + take] = state.tokens[k][local : local + take]
                 at += take
             k += 1
         return out
@@ -551,16 +592,27 @@ class CorpusWindows(RandomAccessSource):
         starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
         shard = state.bounds.searchsorted(starts, side="right")
         inside = starts < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
-        if self.access == "pread":
+        crossing = np.flatnonzero(~inside) if n else starts[:0]
+        held, distinct = True, None
+        if self._copies is not None and n:
+            local = state.local
+            if local is not None and local[2] and local[0] == self._copies.version:
+                state = local[1]  # every shard held: nothing to fetch, none to let go
+                self._copies.renew()
+            else:
+                distinct = self._touched(state, shard, crossing, starts)
+                state, held = self._from_copies(state, distinct)
+        if self.access == "pread" or not held:  # (not held: some shards read by ranges from the store)
             windows = self._gather_read(state, starts, shard, inside)
             if self._bounded and n and _largest(windows, None) >= self._bound:
                 self._check_tokens(state, windows, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
             return [np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])]
-        crossing = np.flatnonzero(~inside) if n else starts[:0]
         if len(state.inputs) and len(crossing) < n:
-            touched = shard[inside]  # the shards copied from, each checked once
-            distinct = np.flatnonzero(np.bincount(touched)) if len(state.shards) <= 8 * n else np.unique(touched)
-            self._check_still_whole(state, distinct.tolist())
+            if distinct is None:
+                touched = shard[inside]  # the shards copied from, each checked once
+                distinct = (np.flatnonzero(np.bincount(touched)) if len(state.shards) <= 8 * n
+                            else np.unique(touched)).tolist()
+            self._check_still_whole(state, distinct)
             records = starts * self.dtype.itemsize + state.shift.take(shard)  # a record index of the views
             if len(crossing):
                 records[crossing] = records[np.argmax(inside)]  # any record inside: those rows are redone
@@ -608,11 +660,14 @@ class CorpusWindows(RandomAccessSource):
         state, self._state = self._state, self._closed_state(self._state)
         for shard in state.shards:
             shard.close()
+        if self._copies is not None:
+            self._copies.close()
 
     def _closed_state(self, state: _Snapshot) -> _Snapshot:
         """What a closed source keeps: the manifest and the lengths, no file."""
         empty = np.zeros(0, np.uint8)
-        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, sources=[], needed_list=[])
+        return dataclasses.replace(state, shards=[], inputs=empty, targets=empty, sources=[], needed_list=[], tokens=[],
+                                   local=None)
 
 
 __all__ = ["CorpusWindows"]

@@ -38,7 +38,7 @@ from pskd_jax._os.files import open_fd, read_whole
 from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
-from pskd_jax.storage import Location, ObjectInfo, StorageOptions, Store, locate, store_for
+from pskd_jax.storage import Changed, Location, ObjectInfo, StorageOptions, Store, locate, merged_ranges, store_for
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -150,7 +150,15 @@ def read_runs(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: 
         if runs.sources is None:
             sources[0].read_spans(spans, offsets)
         else:
-            type(sources[0]).read_spans_of(sources, runs.sources.tolist(), spans, offsets, name)
+            which = runs.sources.tolist()
+            kinds = {type(sources[k]) for k in set(which)}
+            if len(kinds) == 1:
+                kinds.pop().read_spans_of(sources, which, spans, offsets, name)
+            else:  # (shards of a store, some of them read from copies in a local cache)
+                for kind in kinds:
+                    mine = [j for j, k in enumerate(which) if type(sources[k]) is kind]
+                    kind.read_spans_of(sources, [which[j] for j in mine], [spans[j] for j in mine],
+                                       [offsets[j] for j in mine], name)
     return out
 
 
@@ -264,47 +272,27 @@ COALESCE = 0
 POOL_THREADS = 16  # the most objects of one read in flight at once
 
 
-def merged_ranges(offsets: Sequence[int], lengths: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """The ranges to request for spans at ``offsets`` of ``lengths`` (empty ones left out): the
-    spans sorted, those that overlap or touch merged into one ``[start, stop)``. Returns the
-    starts, the stops, and for each span the index of the range that holds it.
-
-    >>> merged_ranges([10, 0, 4, 30], [5, 4, 2, 1])
-    ([0, 10, 30], [6, 15, 31], [1, 0, 0, 2])
-    """
-    order = sorted((o, n, j) for j, (o, n) in enumerate(zip(offsets, lengths)) if n > 0)
-    starts: list[int] = []
-    stops: list[int] = []
-    which = [-1] * len(offsets)
-    for offset, length, j in order:
-        if starts and offset <= stops[-1]:
-            stops[-1] = max(stops[-1], offset + length)
-        else:
-            starts.append(offset)
-            stops.append(offset + length)
-        which[j] = len(starts) - 1
-    return starts, stops, which
-
-
 class StoreBytes(ByteSource):
     """An object of a :class:`~pskd_jax.storage.Store`, read by byte ranges (see the module's
-    documentation). Its size is the one the store gave when it was opened: an object is written
-    whole and never grows, and a read past its end now is E9003.
+    documentation). Its size and version tag are the ones the store gave when it was opened: an
+    object is written whole and never grows, a read past its end now is E9003, and every read is
+    conditioned on that version (an ``If-Match`` on each request, no request more), so that the
+    bytes of two versions are never mixed: an object replaced since it was opened is ``changed``
+    (an error class, default E9003) naming its URL.
 
     An object that is a *parts index* (a checkpoint several processes saved to a bucket, see
     :mod:`pskd_jax.format.parts_index`) stands for the checkpoint file its parts hold: its size is
     that file's, and each range is read from the part(s) holding it, each part's ranges batched
-    as a plain object's are, the parts in flight together. The parts are looked at when it opens
-    (E9003 naming the index and the part when one is missing or not its listed size); a whole
-    read (:meth:`blocks`) looks again when it ends, and E9003 says when a part was replaced
-    meanwhile. ``parts`` is that index, ``part_tags`` the parts' version tags then; ``info`` is
-    the object at the key itself (the index, for such a checkpoint).
+    as a plain object's are and conditioned on the part's version seen at opening, the parts in
+    flight together. The parts are looked at when it opens (E9003 naming the index and the part
+    when one is missing or not its listed size). ``parts`` is that index, ``part_tags`` the parts'
+    version tags then; ``info`` is the object at the key itself (the index, for such a checkpoint).
 
     ``info``: what the caller was already told of a plain object (no request is then made to
     open it, and it is taken to be no parts index)."""
 
     def __init__(self, store: Store, key: str, *, info: ObjectInfo | None = None,
-                 error: type[PskdError] = NotPskdError) -> None:
+                 error: type[PskdError] = NotPskdError, changed: type[PskdError] = TruncatedError) -> None:
         self.store, self.key = store, key
         self.name = store.url(key)
         self.parts: PartsIndex | None = None
@@ -319,6 +307,7 @@ class StoreBytes(ByteSource):
                 self.parts, info = index
                 self.part_tags = self.parts.looked_at(store, self.name)
         self.info = info
+        self._replaced_error = changed
         self._closed = False
 
     @property
@@ -333,20 +322,34 @@ class StoreBytes(ByteSource):
         self._open()
         return self.info.size if self.parts is None else self.parts.size
 
+    def _replaced(self, key: str) -> PskdError:
+        if key == self.key:
+            return self._replaced_error(f"{self.name}: the object was replaced since it was opened (it was version "
+                                        f"{self.info.tag}, of {self.info.size} bytes); its bytes are not mixed with "
+                                        "another version's: open it anew")
+        return self._replaced_error(f"{self.name}: part {self.store.url(key)} was replaced since the checkpoint was "
+                                    "opened; its bytes are not mixed with another save's: open it anew")
+
     def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
         self._open()
         if self.parts is None:
-            read_object(self.store, self.key, spans, offsets)
+            self._read_object(self.key, self.info.tag, spans, offsets)
             return
         pieces = self.parts.pieces(spans, offsets, self.name)
-        keys = self.parts.keys
-        all_done([functools.partial(read_object, self.store, keys[part], views, places)
+        keys, tags = self.parts.keys, self.part_tags
+        all_done([functools.partial(self._read_object, keys[part], tags[part], views, places)
                   for part, (views, places) in sorted(pieces.items())])
+
+    def _read_object(self, key: str, tag: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        try:
+            read_object(self.store, key, spans, offsets, tag=tag)
+        except Changed:
+            raise self._replaced(key) from None
 
     def read_at(self, buffer: memoryview, offset: int) -> None:
         if len(buffer) >= LARGE_SPAN and self.parts is None:
             self._open()
-            self.store.read_into(self.key, int(offset), buffer)
+            self._read_object(self.key, self.info.tag, [buffer], [offset])
         else:
             self.read_spans([buffer], [offset])
 
@@ -398,17 +401,20 @@ class StoreBytes(ByteSource):
         self._closed = True
 
 
-def read_object(store: Store, key: str, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+def read_object(store: Store, key: str, spans: Sequence[memoryview], offsets: Sequence[int], *,
+                tag: str | None = None) -> None:
     """Fills each span from the object ``key``: a large span straight into its buffer (in parts,
-    concurrently), the others merged where they overlap or touch and read in one batched call."""
+    concurrently), the others merged where they overlap or touch and read in one batched call;
+    every request conditioned on version ``tag`` when given (:class:`~pskd_jax.storage.Changed`
+    when the object is another version now)."""
     small = [(span, offset) for span, offset in zip(spans, offsets) if 0 < len(span) < LARGE_SPAN]
     for span, offset in zip(spans, offsets):
         if len(span) >= LARGE_SPAN:
-            store.read_into(key, int(offset), span)  # in parts, concurrently, in place
+            store.read_into(key, int(offset), span, tag=tag)  # in parts, concurrently, in place
     if not small:
         return
     starts, stops, which = merged_ranges([o for _, o in small], [len(s) for s, _ in small])
-    found = store.read_ranges(key, starts, stops, coalesce=COALESCE)
+    found = store.read_ranges(key, starts, stops, coalesce=COALESCE, tag=tag)
     for (span, offset), k in zip(small, which):
         got = memoryview(found[k]).cast("B")
         skip = int(offset) - starts[k]

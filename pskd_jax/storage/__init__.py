@@ -17,7 +17,18 @@ import os
 import threading
 
 from pskd_jax.errors import StorageError
-from pskd_jax.storage.base import CREATE, OVERWRITE, Conflict, ObjectInfo, Store, Version, object_digest, read_all
+from pskd_jax.storage.base import (
+    CREATE,
+    OVERWRITE,
+    Changed,
+    Conflict,
+    ObjectInfo,
+    Store,
+    Version,
+    merged_ranges,
+    object_digest,
+    read_all,
+)
 from pskd_jax.storage.config import DEFAULT_OPTIONS, EXTRA, StorageOptions, redact
 from pskd_jax.storage.local import LOCAL, LocalStore
 from pskd_jax.storage.objects import ObjectStore  # (the client itself is imported on first use)
@@ -72,6 +83,7 @@ __all__ = [
     "OBJECT_SCHEMES",
     "OVERWRITE",
     "SCHEMES",
+    "Changed",
     "Conflict",
     "LocalStore",
     "Location",
@@ -83,6 +95,7 @@ __all__ = [
     "is_object_url",
     "is_url",
     "locate",
+    "merged_ranges",
     "object_digest",
     "read_all",
     "redact",

@@ -57,6 +57,43 @@ class Conflict(Exception):
         self.why = why
 
 
+class Changed(Exception):
+    """A read conditioned on a version tag (``read_ranges(…, tag=…)``) found another version of
+    the object at the key: it was replaced since the tag was taken. Internal: the reader raises
+    its own E9xxx, naming what changed (a shard, a ``.psk.d`` object)."""
+
+    def __init__(self, url: str, tag: str):
+        super().__init__(f"{url}: no longer the version {tag} read before")
+        self.url = url
+        self.tag = tag
+
+
+def merged_ranges(offsets: Sequence[int], lengths: Sequence[int], gap: int = 0
+                  ) -> tuple[list[int], list[int], list[int]]:
+    """The ranges to request for spans at ``offsets`` of ``lengths`` (empty ones left out): the
+    spans sorted, those that overlap, touch or lie at most ``gap`` bytes apart merged into one
+    ``[start, stop)``. Returns the starts, the stops, and for each span the index of the range
+    that holds it (-1 for an empty span).
+
+    >>> merged_ranges([10, 0, 4, 30], [5, 4, 2, 1])
+    ([0, 10, 30], [6, 15, 31], [1, 0, 0, 2])
+    >>> merged_ranges([10, 0, 4, 30], [5, 4, 2, 1], gap=4)
+    ([0, 30], [15, 31], [0, 0, 0, 1])
+    """
+    order = sorted((int(o), int(n), j) for j, (o, n) in enumerate(zip(offsets, lengths)) if n > 0)
+    starts: list[int] = []
+    stops: list[int] = []
+    which = [-1] * len(offsets)
+    for offset, length, j in order:
+        if starts and offset <= stops[-1] + gap:
+            stops[-1] = max(stops[-1], offset + length)
+        else:
+            starts.append(offset)
+            stops.append(offset + length)
+        which[j] = len(starts) - 1
+    return starts, stops, which
+
+
 class Store(abc.ABC):
     """A place that holds objects by key (see the module's documentation). Keys are ``/``-separated
     relative names; for a local store they are paths. Every error is a ``PskdError`` naming the
@@ -79,15 +116,18 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
-                    coalesce: int | None = None) -> list[Buffer]:
+                    coalesce: int | None = None, tag: str | None = None) -> list[Buffer]:
         """The bytes of each range ``[start, stop)``, many requests in flight; E9003 when the object
         is missing or ends before a range does. ``coalesce``: ranges at most this many bytes apart
-        are read in one request (None: the client's default, 1 MiB; a local store ignores it)."""
+        are read in one request (None: the client's default, 1 MiB; a local store ignores it).
+        ``tag``: every request is conditioned on the object still being that version (an
+        ``If-Match``, no request more), :class:`Changed` when it is not."""
 
     @abc.abstractmethod
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+    def read_into(self, key: str, offset: int, out: memoryview, *, tag: str | None = None) -> None:
         """Fills ``out`` with the object's bytes from ``offset`` on, in pieces read concurrently and
-        copied straight into ``out``; E9003 when the object ends first."""
+        copied straight into ``out``; E9003 when the object ends first. ``tag``: as for
+        :meth:`read_ranges`."""
 
     def head(self, key: str, size: int) -> tuple[bytes, ObjectInfo] | None:
         """The first ``size`` bytes of the object (fewer when it is shorter) and what it is, None
@@ -143,4 +183,5 @@ def object_digest(store: Store, key: str, algorithm: str) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["CREATE", "OVERWRITE", "Buffer", "Conflict", "ObjectInfo", "Store", "Version", "object_digest", "read_all"]
+__all__ = ["CREATE", "OVERWRITE", "Buffer", "Changed", "Conflict", "ObjectInfo", "Store", "Version", "merged_ranges",
+           "object_digest", "read_all"]

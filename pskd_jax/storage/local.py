@@ -22,7 +22,7 @@ from pskd_jax._os.files import open_fd
 from pskd_jax._os.locks import destination_lock
 from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import TruncatedError, UsageError
-from pskd_jax.storage.base import CREATE, OVERWRITE, Buffer, Conflict, ObjectInfo, Store, Version
+from pskd_jax.storage.base import CREATE, OVERWRITE, Buffer, Changed, Conflict, ObjectInfo, Store, Version
 
 
 def _tag(found: os.stat_result) -> str:
@@ -41,6 +41,12 @@ def _regular(path: str) -> os.stat_result | None:
     if not stat.S_ISREG(found.st_mode):
         raise TruncatedError(f"{path}: {mode_words(found.st_mode)}, not a regular file")
     return found
+
+
+def _check_tag(fd: int, key: str, tag: str | None) -> None:
+    """:class:`Changed` when the file open at ``fd`` is not the version ``tag`` (None: any)."""
+    if tag is not None and _tag(os.fstat(fd)) != tag:
+        raise Changed(key, tag)
 
 
 class LocalStore(Store):
@@ -69,11 +75,12 @@ class LocalStore(Store):
         return bytes(data), ObjectInfo(key, found.st_size, _tag(found))
 
     def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
-                    coalesce: int | None = None) -> list[Buffer]:
+                    coalesce: int | None = None, tag: str | None = None) -> list[Buffer]:
         buffers = [bytearray(int(b) - int(a)) for a, b in zip(starts, stops)]
         if buffers:
             fd = open_fd(key)
             try:
+                _check_tag(fd, key, tag)
                 pread_spans(fd, [memoryview(b) for b in buffers], [int(a) for a in starts], key)
             finally:
                 os.close(fd)
@@ -87,9 +94,10 @@ class LocalStore(Store):
             finally:
                 os.close(fd)
 
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+    def read_into(self, key: str, offset: int, out: memoryview, *, tag: str | None = None) -> None:
         fd = open_fd(key)
         try:
+            _check_tag(fd, key, tag)
             read_into(fd, memoryview(out).cast("B"), offset, key)
         finally:
             os.close(fd)

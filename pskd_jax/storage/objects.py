@@ -31,7 +31,17 @@ from typing import Any
 import numpy as np
 
 from pskd_jax.errors import PskdError, StorageError, TruncatedError
-from pskd_jax.storage.base import CREATE, OVERWRITE, Buffer, Conflict, ObjectInfo, Store, Version
+from pskd_jax.storage.base import (
+    CREATE,
+    OVERWRITE,
+    Buffer,
+    Changed,
+    Conflict,
+    ObjectInfo,
+    Store,
+    Version,
+    merged_ranges,
+)
 from pskd_jax.storage.config import DEFAULT_OPTIONS, StorageOptions, client_store, obstore_module, redact
 
 _POOL_LOCK = threading.Lock()
@@ -123,33 +133,75 @@ class ObjectStore(Store):
         return data[:size], info
 
     def read_ranges(self, key: str, starts: Sequence[int], stops: Sequence[int], *,
-                    coalesce: int | None = None) -> list[Buffer]:
+                    coalesce: int | None = None, tag: str | None = None) -> list[Buffer]:
         if len(starts) == 0:
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
         what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
-        merge = {} if coalesce is None else {"coalesce": int(coalesce)}
-        found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops, **merge)
+        if tag is not None:
+            found = self._read_ranges_of(key, starts, stops, 1 << 20 if coalesce is None else int(coalesce), tag,
+                                         what)
+        else:
+            merge = {} if coalesce is None else {"coalesce": int(coalesce)}
+            found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops, **merge)
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "
                                      f"[{start}, {stop}), got {len(memoryview(got))} bytes)")
         return list(found)
 
-    def read_into(self, key: str, offset: int, out: memoryview) -> None:
+    def _read_ranges_of(self, key: str, starts: list[int], stops: list[int], coalesce: int, tag: str, what: str
+                        ) -> list[Buffer]:
+        """The ranges read as the client's ``get_ranges`` reads them (those at most ``coalesce``
+        bytes apart in one request, the requests in flight together), each request a ranged GET
+        conditioned on the version ``tag`` (``If-Match``), which ``get_ranges`` cannot send: the
+        same requests, :class:`Changed` when the object is another version now."""
+        lows, highs, which = merged_ranges(starts, [b - a for a, b in zip(starts, stops)], coalesce)
+        # The tag as the store sent it: GCS's quoted (this store keeps GCS's tags unquoted).
+        condition = f'"{tag}"' if self.scheme == "gs" and not tag.startswith('"') else tag
+        exceptions = self._obstore.exceptions
+
+        def one(j: int) -> Buffer:
+            started = time.monotonic()
+            try:
+                result = self._obstore.get(self._client, key, options={"range": (lows[j], highs[j]),
+                                                                       "if_match": condition})
+                return result.bytes()
+            except exceptions.PreconditionError:
+                raise Changed(self.url(key), tag) from None
+            except Exception as e:
+                raise self._failed(key, what, e, started) from None
+
+        if len(lows) <= 1:
+            got = [one(j) for j in range(len(lows))]
+        else:
+            futures = [self._executor().submit(one, j) for j in range(len(lows))]
+            concurrent.futures.wait(futures)  # every request done before an error is raised
+            got = [future.result() for future in futures]
+        out: list[Buffer] = []
+        for start, stop, j in zip(starts, stops, which):
+            if j < 0:
+                out.append(b"")
+                continue
+            view = memoryview(got[j]).cast("B")
+            skip = start - lows[j]
+            out.append(view[skip : skip + stop - start] if (skip or len(view) != stop - start) else got[j])
+        return out
+
+    def read_into(self, key: str, offset: int, out: memoryview, *, tag: str | None = None) -> None:
         out = memoryview(out).cast("B")
         total, part = len(out), self.options.part_bytes
         if total == 0:
             return
         pieces = [(s, min(s + part, total)) for s in range(0, total, part)]
         if len(pieces) == 1:
-            (got,) = self.read_ranges(key, [offset], [offset + total])
+            (got,) = self.read_ranges(key, [offset], [offset + total], tag=tag)
             out[:] = memoryview(got).cast("B")
             return
 
         def fill(piece: tuple[int, int]) -> None:
             start, stop = piece
-            (got,) = self.read_ranges(key, [offset + start], [offset + stop])
+            (got,) = self.read_ranges(key, [offset + start], [offset + stop], tag=tag)
             np.copyto(np.frombuffer(out[start:stop], np.uint8), np.frombuffer(got, np.uint8))
 
         # Every part is waited for before an error is raised: no part may still be writing into

@@ -183,7 +183,9 @@ def test_a_part_missing_or_not_its_size_is_e9003_naming_it(object_place, damage,
 def test_a_part_replaced_under_an_open_reader_is_an_error_not_a_mix(object_place):
     _, many, raw = _pair(object_place)
     store, _ = resolve(many)
-    key = _index(many).keys[0]
+    index = _index(many)
+    key = index.keys[0]
+    held_by_part_0 = int(index.extents[index.extents[:, 2] == 0][0, 0])  # a file offset part 0 holds
     with Reader(many) as reader:
         source = reader._bytes
         assert isinstance(source, StoreBytes)
@@ -193,6 +195,8 @@ def test_a_part_replaced_under_an_open_reader_is_an_error_not_a_mix(object_place
             reader.refresh()
         with raises("E9003", many, store.url(key), "replaced"):
             b"".join(bytes(b) for b in source.blocks(len(raw)))
+        with raises("E9003", many, store.url(key), "replaced"):  # a ranged read: held to the part's version
+            source.read_spans([memoryview(bytearray(1))], [held_by_part_0])
 
 
 def test_a_reader_whose_parts_a_later_save_removed_fails_e9003(object_place):

@@ -136,56 +136,189 @@ def test_verify_over_ranges_and_a_damaged_object(remote_object, tmp_path):
     with raises("E9017", f"shard 2 {entry.path}", "sha256"):
         corpus.verify_corpus(remote_object)
     cache = tmp_path / "cache"
-    with raises("E9017", f"shard 2 {entry.path}", where.parent().child(entry.path).url, "not kept in the cache"):
-        CorpusWindows(remote_object, seq=SEQ, cache_dir=cache)
-    left = os.listdir(cache)
-    assert names.cached_shard(entry.sha256) not in left
-    assert all(names.cached_shard_sha256(n) for n in left)  # no temporary file left behind
+    with CorpusWindows(remote_object, seq=SEQ, cache_dir=cache) as windows:  # nothing fetched yet
+        start = int(windows._state.offsets[2])
+        assert os.listdir(cache) == []
+        windows.gather([0])  # shard 0 only
+        with raises("E9017", f"shard 2 {entry.path}", where.parent().child(entry.path).url, "sha256",
+                    "not kept in the cache"):
+            windows.gather([start // SEQ + 1])  # the fill of shard 2, at the gather that needs it
+        left = os.listdir(cache)
+        assert names.cached_shard(entry.sha256) not in left
+        assert left == [names.cached_shard(windows.manifest.shards[0].sha256)]  # no temporary file left behind
 
 
 def test_a_cached_shard_is_not_fetched_again(s3_bucket, inputs, tmp_path, monkeypatch):
     place = s3_bucket.url + "/c"
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
     cache = tmp_path / "cache"
-    CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache).close()
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as windows:
+        windows.gather(np.arange(len(windows)))
     store, _ = resolve(place)
     fetched = []
     original = type(store).chunks
     monkeypatch.setattr(type(store), "chunks", lambda self, key, *a: (fetched.append(key), original(self, key, *a))[1])
     with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as windows:
+        windows.gather(np.arange(len(windows)))
         assert len(windows) and fetched == []
     victim = cache / os.listdir(cache)[0]
     victim.write_bytes(b"short")  # a file of the wrong size there: fetched again, whole
     with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache) as windows:
+        windows.gather(np.arange(len(windows)))
         assert len(fetched) == 1 and victim.stat().st_size > 5
 
 
-def test_the_cache_is_bounded_least_recently_used_first(object_place, tmp_path):
-    corpora = []
-    for name, n in (("a", 2), ("b", 3)):
-        d = tmp_path / f"in-{name}"
-        d.mkdir()
-        inputs = [str(p) for p in make_inputs(d, n)]
-        corpus.build_corpus(inputs, f"{object_place}/{name}", BuildOptions(durable=False))
-        corpora.append(f"{object_place}/{name}/shards.json")
-    sizes = []
-    for url in corpora:
-        with CorpusWindows(url, seq=SEQ) as w:
-            header = len(w.tokenizer.header(0))
-            sizes.append(sum(header + s.tokens * w.dtype.itemsize for s in w.manifest.shards))
-            shas = {s.sha256 for s in w.manifest.shards}
-            corpora[corpora.index(url)] = (url, shas)
+def shard_sizes(windows: CorpusWindows) -> list[int]:
+    return [s.bytes.size() for s in windows._state.shards]
+
+
+def shard_of(windows: CorpusWindows, k: int) -> int:
+    """A window inside shard k."""
+    offsets = windows._state.offsets
+    return -(-int(offsets[k]) // SEQ)
+
+
+def cached(cache) -> list[str]:
+    return sorted(n for n in os.listdir(cache) if names.cached_shard_sha256(n))
+
+
+def test_a_corpus_larger_than_the_cache_gives_the_same_windows(object_place, inputs, local, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(local, seq=SEQ) as here:
+        with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+            sizes = shard_sizes(w)
+        assert len(sizes) >= 4 and len(set(sizes)) > 1
+        below = sorted(sizes)[1]  # fewer bytes than most shards: those are read by ranges
+        for bound in (min(sizes) - 1, below, sum(sizes) - min(sizes), sum(sizes) // 2):
+            cache = tmp_path / f"cache-{bound}"
+            for access in ("mmap", "pread"):
+                with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache, cache_bytes=bound,
+                                   access=access) as there:
+                    same_windows(there, here)
+                    assert sum((cache / n).stat().st_size for n in cached(cache)) <= bound
+                    held = there._copies.held()
+                    assert sum(c.size for c in held.values()) <= bound
+                    assert all(size <= bound for size, s in zip(sizes, there.manifest.shards) if s.sha256 in held)
+            if bound < min(sizes):
+                assert cached(cache) == []  # no shard fits: every one read by ranges
+
+
+def test_the_cache_is_bounded_least_recently_used_first(object_place, inputs, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
     cache = tmp_path / "cache"
-    with raises("E9012", "cache_bytes=100", "more than the cache"):
-        CorpusWindows(corpora[0][0], seq=SEQ, cache_dir=cache, cache_bytes=100)
-    bound = max(sizes) + 10  # room for either corpus, not both
-    CorpusWindows(corpora[0][0], seq=SEQ, cache_dir=cache, cache_bytes=bound).close()
-    assert {names.cached_shard_sha256(n) for n in os.listdir(cache)} == corpora[0][1]
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        sizes = shard_sizes(w)
+        shas = [s.sha256 for s in w.manifest.shards]
+    bound = sizes[0] + sizes[1] + sizes[2] - 1  # room for two of shards 0, 1, 2, never three
+    assert bound >= max(sizes[:4])
+    os.makedirs(cache)
     (cache / "notes.txt").write_text("mine")  # not the cache's: never removed
-    CorpusWindows(corpora[1][0], seq=SEQ, cache_dir=cache, cache_bytes=bound).close()
-    held = {names.cached_shard_sha256(n) for n in os.listdir(cache)} - {None}
-    assert corpora[1][1] <= held and sum((cache / names.cached_shard(s)).stat().st_size for s in held) <= bound
+    (cache / (names.cached_shard(shas[3]) + ".bak")).write_text("mine too")
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache, cache_bytes=bound) as windows:
+        for k in (0, 1):
+            windows.gather([shard_of(windows, k)])
+        assert cached(cache) == sorted(names.cached_shard(shas[k]) for k in (0, 1))
+        windows.gather([shard_of(windows, 0)])  # shard 0 used again: shard 1 is the least recently used
+        windows.gather([shard_of(windows, 2)])
+        assert cached(cache) == sorted(names.cached_shard(shas[k]) for k in (0, 2))
+        windows.gather([shard_of(windows, 1)])  # shard 0 is the least recently used now
+        assert cached(cache) == sorted(names.cached_shard(shas[k]) for k in (1, 2))
     assert (cache / "notes.txt").read_text() == "mine"
+    assert (cache / (names.cached_shard(shas[3]) + ".bak")).read_text() == "mine too"
+
+
+def test_a_batch_needing_more_shards_than_fit(object_place, inputs, local, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    cache = tmp_path / "cache"
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        sizes = shard_sizes(w)
+    bound = max(sizes) + min(sizes)  # one or two shards, never all
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache, cache_bytes=bound) as there, \
+            CorpusWindows(local, seq=SEQ) as here:
+        everything = np.arange(len(there))
+        for got, want in zip(there.gather(everything), here.gather(everything)):
+            np.testing.assert_array_equal(got, want)
+        assert 1 <= len(cached(cache)) < len(sizes)
+        assert sum((cache / n).stat().st_size for n in cached(cache)) <= bound
+
+
+def test_two_windows_share_one_cache_directory(object_place, inputs, local, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    cache = tmp_path / "cache"
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        sizes = shard_sizes(w)
+    bound = sum(sorted(sizes)[-2:])  # two shards at most: each evicts what the other holds
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache, cache_bytes=bound) as a, \
+            CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=cache, cache_bytes=bound) as b, \
+            CorpusWindows(local, seq=SEQ) as here:
+        rng = np.random.default_rng(5)
+        for _ in range(12):
+            batch = rng.integers(0, len(here), 4)
+            want = here.gather(batch)
+            for one in (a, b):
+                for got, expected in zip(one.gather(batch), want):
+                    np.testing.assert_array_equal(got, expected)
+        # A file the other evicted while this one was about to open it: fetched again.
+        for n in cached(cache):
+            os.unlink(cache / n)
+        a._copies.close()  # (nothing held: the next gather opens the cache's files anew)
+        for got, expected in zip(a.gather(np.arange(len(a))), here.gather(np.arange(len(here)))):
+            np.testing.assert_array_equal(got, expected)
+    assert all(names.cached_shard_sha256(n) for n in os.listdir(cache))  # no temporary file left
+
+
+def test_the_shards_a_gather_needs_are_fetched_together(s3_bucket, inputs, tmp_path, monkeypatch):
+    place = s3_bucket.url + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    store, _ = resolve(place)
+    threads: dict[str, str] = {}
+    original = type(store).chunks
+
+    def watched(self, key, *a):
+        threads[key] = threading.current_thread().name
+        return original(self, key, *a)
+
+    monkeypatch.setattr(type(store), "chunks", watched)
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=tmp_path / "cache") as windows:
+        assert threads == {}  # nothing fetched when the windows open
+        windows.gather(np.arange(len(windows)))
+        assert len(threads) == sum(1 for s in windows.manifest.shards if s.tokens) >= 4
+        assert len(set(threads.values())) > 1 and all(n.startswith("pskd-fill") for n in threads.values())
+        threads.clear()
+        windows.gather(np.arange(len(windows)))
+        assert threads == {}
+
+
+def test_threads_gather_from_one_windows_with_a_small_cache(object_place, inputs, local, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        bound = sum(sorted(shard_sizes(w))[-2:])
+    errors: list[BaseException] = []
+    with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=tmp_path / "cache", cache_bytes=bound) as there, \
+            CorpusWindows(local, seq=SEQ) as here:
+
+        def one(seed: int) -> None:
+            try:
+                rng = np.random.default_rng(seed)
+                for _ in range(10):
+                    batch = rng.integers(0, len(here), 3)
+                    for got, want in zip(there.gather(batch), here.gather(batch)):
+                        np.testing.assert_array_equal(got, want)
+            except BaseException as e:  # (reported below)
+                errors.append(e)
+
+        workers = [threading.Thread(target=one, args=(seed,)) for seed in range(4)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        assert errors == []
+        assert sum(c.size for c in there._copies.held().values()) <= bound
 
 
 def test_threads_share_a_cache(s3_bucket, inputs, local, tmp_path):
@@ -214,10 +347,19 @@ def test_threads_share_a_cache(s3_bucket, inputs, local, tmp_path):
 def test_processes_share_a_cache(s3_bucket, inputs, local, tmp_path):
     place = s3_bucket.url + "/c"
     corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    with CorpusWindows(place + "/shards.json", seq=SEQ) as w:
+        bound = sum(sorted(shard_sizes(w))[-2:])  # two shards: the processes remove each other's
     script = textwrap.dedent(f"""
         import numpy as np
         from pskd_jax.corpus import CorpusWindows
-        with CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(tmp_path / 'cache')!r}) as w:
+        with CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(tmp_path / 'cache')!r},
+                           cache_bytes={bound}) as w:
+            here = CorpusWindows({local!r}, seq={SEQ})
+            rng = np.random.default_rng()
+            for _ in range(20):  # random batches: shards fetched, let go and removed again and again
+                batch = rng.permutation(len(w))[:8]
+                for got, want in zip(w.gather(batch), here.gather(batch)):
+                    assert np.array_equal(got, want), batch
             print(int(w.gather(np.arange(len(w)))[0].astype(np.int64).sum()))
     """)
     processes = [subprocess.Popen([sys.executable, "-c", script], env=s3_bucket.env, cwd=ROOT,
@@ -241,6 +383,46 @@ def test_refresh_against_a_bucket(remote_object, tmp_path):
             assert windows.refresh() is True
             assert windows.total_tokens == full.tokens > before
             put_manifest(store, where.key, full.tokenizer, full.shards[:2], full.build)
+
+
+def test_refresh_with_a_cache_fetches_only_what_is_read(remote_object, local, tmp_path):
+    store, where = resolve(remote_object)
+    full, _ = manifest_object(store, where.key)
+    put_manifest(store, where.key, full.tokenizer, full.shards[:2], full.build)
+    cache = tmp_path / "cache"
+    with CorpusWindows(remote_object, seq=SEQ, cache_dir=cache, cache_bytes=sum(
+            len(full.tokenizer.header(0)) + s.tokens * 2 for s in full.shards[:3])) as windows, \
+            CorpusWindows(local, seq=SEQ) as here:
+        windows.gather([0])
+        put_manifest(store, where.key, full.tokenizer, full.shards, full.build)
+        assert windows.refresh() is True
+        assert cached(cache) == [names.cached_shard(full.shards[0].sha256)]  # the new shards not fetched
+        same_windows(windows, here)  # more than the cache holds: the rest by ranges
+        assert len(cached(cache)) < len(full.shards)
+
+
+def test_an_object_replaced_under_ranged_reads_is_e9017(object_place, inputs, tmp_path):
+    place = object_place + "/c"
+    corpus.build_corpus(inputs, place, BuildOptions(durable=False))
+    store, where = resolve(place + "/shards.json")
+    for cache_bytes in (None, 1):  # by ranges; with a cache too small for any shard
+        with CorpusWindows(place + "/shards.json", seq=SEQ, cache_dir=None if cache_bytes is None else tmp_path,
+                           cache_bytes=cache_bytes or 1) as windows:
+            entry = windows.manifest.shards[1]
+            key = where.parent().child(entry.path).key
+            window = shard_of(windows, 1)
+            before = windows[window]
+            data = bytearray(store.get(key)[0])
+            data[-1] ^= 1  # another version, of the same size
+            store.put(key, bytes(data))
+            with raises("E9017", f"{place}/{entry.path}", "replaced since it was opened"):
+                windows.gather([window])
+            with raises("E9017", f"{place}/{entry.path}", "replaced since it was opened"):
+                windows.stream(0, windows.total_tokens)
+            np.testing.assert_array_equal(windows[0][0], windows.gather([0])[0][0])  # shard 0 unchanged
+            data[-1] ^= 1
+            store.put(key, bytes(data))  # (as it was, for the next round)
+        assert len(before[0]) == SEQ
 
 
 def test_windows_of_a_store_pickle_and_reopen(tmp_path, inputs):
@@ -300,8 +482,9 @@ def test_a_fault_that_persists_is_e9018_naming_the_shard_object(faulty_bucket, f
         assert len(windows.gather([0])[0]) == 1  # the other shards still read
     fault_proxy.plan(Rule(answer(503), method="GET", path=r"shard-00002\.psk\.d", ranged=False, times=None))
     cache = tmp_path / "cache"
-    with raises("E9018", f"{place}/shard-00002.psk.d"):
-        CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache)
+    with CorpusWindows(place + "/shards.json", seq=SEQ, storage=QUICK, cache_dir=cache) as windows:
+        with raises("E9018", f"{place}/shard-00002.psk.d"):
+            windows.gather([shard_of(windows, 2)])
     assert all(names.cached_shard_sha256(n) for n in os.listdir(cache))  # nothing partial left
 
 
@@ -320,7 +503,8 @@ def test_a_fill_killed_midway_leaves_no_shard_and_the_next_open_completes(faulty
     fault_proxy.plan(Rule(slow(pause=0.5, pieces=40), method="GET", path=r"shard-0000[0-9]\.psk\.d", ranged=False,
                           times=None))
     script = (f"from pskd_jax.corpus import CorpusWindows\n"
-              f"CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(cache)!r})\n")
+              f"w = CorpusWindows({place + '/shards.json'!r}, seq={SEQ}, cache_dir={str(cache)!r})\n"
+              f"w.gather(range(len(w)))\n")
     process = subprocess.Popen([sys.executable, "-c", script], env=faulty_bucket.env, cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pskd_jax.errors import TruncatedError
-from pskd_jax.storage import StorageOptions, locate, resolve
+from pskd_jax.storage import Changed, StorageOptions, locate, resolve
 
 PAYLOAD = np.random.default_rng(3).integers(0, 256, 700_001, dtype=np.uint8)
 
@@ -46,3 +46,24 @@ def test_read_spans_past_the_end_is_e9003(any_place):
     store, key = _put(any_place, "t.bin", PAYLOAD[:1000].tobytes(), StorageOptions(part_bytes=1 << 16))
     with pytest.raises(TruncatedError):
         store.read_spans(key, [memoryview(np.zeros(100, np.uint8))], [950])
+
+
+def test_ranges_read_under_a_version_tag(any_place):
+    """Every request asks for the version read before (If-Match): another version is Changed."""
+    store, key = _put(any_place, "v.bin", PAYLOAD.tobytes())
+    tag = store.info(key).tag
+    starts, stops = [0, 10, 12, 400_000, 699_990, 50], [4, 12, 20, 400_100, 700_001, 50]
+    for coalesce in (0, 16, None):  # exactly the ranges; those near merged; the client's default
+        got = store.read_ranges(key, starts, stops, coalesce=coalesce, tag=tag)
+        assert [bytes(memoryview(g).cast("B")) for g in got] == [PAYLOAD[a:b].tobytes() for a, b in zip(starts, stops)]
+    out = np.zeros(100_000, np.uint8)
+    store.read_into(key, 600_001, memoryview(out), tag=tag)
+    assert out.tobytes() == PAYLOAD[600_001:].tobytes()
+    store.put(key, PAYLOAD[::-1].tobytes())  # another version, of the same size
+    assert store.info(key).tag != tag
+    with pytest.raises(Changed) as info:
+        store.read_ranges(key, starts, stops, coalesce=0, tag=tag)
+    assert store.url(key) in str(info.value)
+    with pytest.raises(Changed):
+        store.read_into(key, 0, memoryview(out), tag=tag)
+    assert bytes(store.read_ranges(key, [0], [3], tag=store.info(key).tag)[0]) == PAYLOAD[::-1][:3].tobytes()
