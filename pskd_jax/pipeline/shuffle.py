@@ -546,8 +546,9 @@ def permute_together(permutations: tuple[Permutation, ...], which: np.ndarray, p
     """``permutations[which[i]](positions[i])`` for every i, as int64, in one pass over all the
     positions: their round tables stacked, each position tagged with its permutation's number
     above its half-words (a table gather then lands in its own table's rows, and the tag rides
-    along through the xors). The few positions that walk finish with their own permutation's
-    lanes. ``None`` where the pass does not apply (a permutation without its tables yet, ``h``
+    along through the xors). Positions that walk take more such passes while there are many of
+    them, and the last few finish one by one in Python integers with their own permutation's
+    tables (eight look-ups a step). ``None`` where the pass does not apply (a permutation without its tables yet, ``h``
     over 16, n over 2**63, or more stacked entries than :data:`STACKED_TABLE_ENTRIES`): the
     caller then evaluates each permutation by itself. ``positions`` are int64 in ``0..n-1`` of
     their permutation (unchecked); the numbers are those of calling each permutation.
