@@ -9,10 +9,12 @@ For a batch of input windows ``(n, T)`` :func:`segment_ids_and_positions` gives,
 
 Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`: int16 for T
 up to 32767), the form flax, MaxText and levanter attention masks take. The computation is
-vectorised over the whole batch: the segments' starts are found with one comparison (and a scan
-eight tokens a step), their lengths and ids are a few arrays of one entry a segment, and each
-output is one ``np.repeat`` of those (the positions one subtraction more). No Python work per
-token or per segment. See ``docs/training.md`` (Packed segments and a mixture of corpora).
+vectorised over the whole batch, with as few passes over its tokens as numpy allows: one
+comparison makes the mask of the segments' starts, a test of its words of eight finds the few
+words holding a start, their lengths and ids are a few arrays of one entry a segment, and each
+output is one ``np.repeat`` of those (the positions one in-place addition more, in the output's
+own dtype). No Python work per token or per segment, no temporary of the batch's size beyond the
+mask. See ``docs/training.md`` (Packed segments and a mixture of corpora).
 """
 
 from __future__ import annotations
@@ -36,34 +38,23 @@ def segment_dtype(seq: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
-_columns_held: dict[tuple[int, str], np.ndarray] = {}
+_counts_held: dict[tuple[int, str], np.ndarray] = {}
+HELD_COUNT = 1 << 20  # flat counts of batches up to this many tokens are kept (2 MiB in int16)
 
 
-def _columns(seq: int, dtype: np.dtype) -> np.ndarray:
-    """``arange(seq)`` of ``dtype`` (read-only, kept for the last few window lengths)."""
-    key = (seq, dtype.str)
-    held = _columns_held.get(key)
+def _count_up(size: int, dtype: np.dtype) -> np.ndarray:
+    """``0, 1, …, size - 1`` in ``dtype``, wrapping as the dtype does (read-only; kept for the
+    last few sizes up to :data:`HELD_COUNT`)."""
+    key = (size, dtype.str)
+    held = _counts_held.get(key)
     if held is None:
-        held = np.arange(seq, dtype=dtype)
+        held = np.arange(size, dtype=np.int64).astype(dtype)  # (wraps: only differences are used)
         held.flags.writeable = False
-        if len(_columns_held) >= 8:
-            _columns_held.clear()
-        _columns_held[key] = held
+        if size <= HELD_COUNT:
+            if len(_counts_held) >= 8:
+                _counts_held.clear()
+            _counts_held[key] = held
     return held
-
-
-def _true_positions(mask: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero`` of a one-axis bool array where True is rare: words of eight are scanned
-    first, and only the words holding a True are looked into."""
-    size = mask.size
-    whole = size - size % 8
-    words = mask[:whole].view(np.uint64)
-    hit = np.flatnonzero(words != 0)  # (faster than np.flatnonzero of the integers)
-    inside = np.flatnonzero(mask[:whole].reshape(-1, 8)[hit])
-    found = (hit[inside >> 3] << 3) + (inside & 7)
-    if whole < size:
-        found = np.concatenate([found, whole + np.flatnonzero(mask[whole:])])
-    return found
 
 
 def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,19 +71,30 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     size, dtype = n * seq, segment_dtype(seq)
     if size == 0:
         return np.zeros((n, seq), dtype), np.zeros((n, seq), dtype)
-    # Whether each token starts a segment: the window's first, and each one after a boundary.
-    first = np.empty(size, dtype=bool)
-    np.equal(np.ascontiguousarray(inputs).reshape(-1)[:-1], boundary, out=first[1:])
-    first.reshape(n, seq)[:, 0] = True  # (also over a boundary that ends the window before)
-    starts = _true_positions(first)  # the segments' starts, flat, in order
-    count = len(starts)
-    lengths = np.empty(count, dtype=np.int64)
-    np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
-    lengths[-1] = size - starts[-1]
-    local = starts % seq  # a start's column in its window
+    # Whether each token starts a segment (the window's first, and each one after a boundary),
+    # padded with False to whole words of eight.
+    first = np.empty(size + (-size) % 8, dtype=bool)
+    np.equal(np.ascontiguousarray(inputs).reshape(-1)[:-1], boundary, out=first[1:size])
+    first[size:] = False
+    first[:size:seq] = True  # (also over a boundary that ends the window before)
+    # The starts, flat and in order: the words holding one, then the bytes inside those words.
+    hit = (first.view(np.uint64) != 0).nonzero()[0]
+    inside = first.reshape(-1, 8).take(hit, axis=0).reshape(-1).nonzero()[0]
+    starts = hit.take(inside >> 3)
+    starts <<= 3
+    starts |= inside & 7
+    count = starts.size
+    ends = np.empty(count + 1, dtype=np.int64)
+    ends[:-1] = starts
+    ends[-1] = size
+    lengths = ends[1:] - starts
     # A segment's id: its ordinal among the segments of its window, from 1.
-    ids = np.arange(1, count + 1, dtype=np.int64) - np.flatnonzero(local == 0)[starts // seq]
-    segment_ids = np.repeat(ids.astype(dtype), lengths).reshape(n, seq)
-    positions = np.repeat(local.astype(dtype), lengths).reshape(n, seq)
-    np.subtract(_columns(seq, dtype), positions, out=positions)
-    return segment_ids, positions
+    window = starts // seq
+    ids = np.arange(1, count + 1, dtype=np.int64)
+    ids -= (starts == window * seq).nonzero()[0].take(window)  # (each window's first segment)
+    segment_ids = ids.astype(dtype).repeat(lengths).reshape(n, seq)
+    # A token's position: its flat index less its segment's start. Both are taken modulo the
+    # dtype's range (they wrap alike), and the difference, below T, is exact.
+    positions = np.negative(starts).astype(dtype).repeat(lengths)
+    np.add(positions, _count_up(size, dtype), out=positions)
+    return segment_ids, positions.reshape(n, seq)

@@ -43,6 +43,15 @@ def _pairs(sources: np.ndarray, indices: np.ndarray) -> np.ndarray:
     return pairs.T
 
 
+def _block_pairs(block: tuple[int, np.ndarray, np.ndarray]) -> tuple[int, np.ndarray]:
+    """A block's first batch number and its pairs ``(batches, 2, B)``: batch k's are ``[k].T``."""
+    j, sources, indices = block
+    pairs = np.empty((len(sources), 2, sources.shape[1]), dtype=np.int64)
+    pairs[:, 0] = sources
+    pairs[:, 1] = indices
+    return j, pairs
+
+
 class MixedBatches:
     """A mixture over its sources' counts with the methods a loader walks a pipeline by (the
     ``n`` they take is ignored: the counts are the mixture's). Each batch is a ``(B, 2)`` array
@@ -65,8 +74,9 @@ class MixedBatches:
 
     def iter_batches(self, n: int, state: IteratorState | None = None, *,
                      epochs: int | None = None) -> Iterator[tuple[IteratorState, np.ndarray]]:
-        for following, (sources, indices) in self.mixture.iter_batches(self.counts, state, epochs=epochs):
-            yield following, _pairs(sources, indices)
+        blocks = self.mixture.iter_blocks(self.counts, state, epochs=epochs)  # (checked now)
+        return ((IteratorState(1, j + k + 1), pairs[k].T) for j, pairs in map(_block_pairs, blocks)
+                for k in range(len(pairs)))
 
 
 class MixedSource:
@@ -121,7 +131,7 @@ class MixedSource:
             if joint is None:
                 self._mapped = []
                 return None
-        return _joint_windows(self._mapped[0], joint, which, indices)
+        return _joint_windows(self._mapped, joint, which, indices)
 
     def close(self) -> None:
         self._joint, self._mapped = None, []
@@ -190,7 +200,7 @@ def _joint_views(windows: list[CorpusWindows], states: list[Any]) -> _Joint | No
                   shard_starts, np.concatenate([state.data_offsets for state in states]))
 
 
-def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indices: np.ndarray
+def _joint_windows(corpora: list[CorpusWindows], joint: _Joint, which: np.ndarray, indices: np.ndarray
                    ) -> list[np.ndarray] | None:
     """A batch of windows from several mapped corpora in one fancy index a leaf, or None when
     this path does not apply (then each source reads its own rows).
@@ -199,17 +209,23 @@ def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indic
     an address (see its ``_address_views``): record r is the T tokens at the view's base address
     plus r bytes. The corpora of a mixture are mapped in one process, so one view from the lowest
     of their bases serves them all (:class:`_Joint`). It applies when every source is such windows,
-    alike (token dtype, T, vocabulary, segments and boundary), and every window of the batch lies
-    in one shard; anything else (a window across
-    two shards, an index out of range, a shard cut short, a token at or above the vocabulary size)
-    goes to the sources' own reads, which give or refuse it as they do alone."""
+    alike (token dtype, T, vocabulary, segments and boundary). The rare window across two shards
+    is read by its own source afterwards (the batch's other windows still read as one); anything
+    else (an index out of range, a shard cut short, a token at or above the vocabulary size) goes
+    to the sources' own reads, which give or refuse it as they do alone."""
     if indices.min() < 0 or not (indices < joint.length.take(which)).all():
         return None
+    first = corpora[0]
     starts = indices * joint.stride.take(which)
     starts += joint.start.take(which)
     shard = joint.bounds.searchsorted(starts, side="right")
-    if not (starts < joint.inside_end.take(shard)).all():
+    inside = starts < joint.inside_end.take(shard)
+    crossing = (~inside).nonzero()[0]
+    if crossing.size == len(indices):
         return None
+    if crossing.size:  # (read as one of the windows inside, then each from its own source)
+        some = int(np.argmax(inside))
+        starts[crossing], shard[crossing] = starts[some], shard[some]
     n, seq, dtype = len(indices), first.seq, first.dtype
     if joint.inputs is None or joint.targets is None:  # access="pread": each window one run of its file
         starts -= joint.shard_start.take(shard)
@@ -232,6 +248,9 @@ def _joint_windows(first: CorpusWindows, joint: _Joint, which: np.ndarray, indic
         targets = joint.targets[records].view(dtype).reshape(n, seq)
         if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
             return None
+    for row in crossing.tolist():
+        own = corpora[int(which[row])].gather(indices[row : row + 1])
+        inputs[row], targets[row] = own[0][0], own[1][0]
     leaves = [inputs, targets]
     if first.segments:
         leaves.extend(segment_ids_and_positions(inputs, first.boundary))

@@ -21,8 +21,8 @@ from pskd_jax._os.checks import is_integer
 from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.sample_type import format_type, parse_type
 from pskd_jax.pipeline.batches import BLOCK_POSITIONS, IteratorState, check_batch_type
-from pskd_jax.pipeline.schedule import MAX_POSITION, Schedule
-from pskd_jax.pipeline.shuffle import MAX_SEED, held_permutation
+from pskd_jax.pipeline.schedule import COUNTED_SPAN, MAX_POSITION, PATTERN_PERIOD, Schedule
+from pskd_jax.pipeline.shuffle import HELD_PERMUTATIONS, MAX_SEED, Permutation, held_permutation, permute_together
 
 __all__ = ["MAX_SOURCES", "MixSource", "Mixture", "weight_text"]
 
@@ -196,9 +196,7 @@ class Mixture:
                 raise BadValueError(f"{name} must be an integer in [0, {self.batch_size}], got {name}={value!r}")
         if stop < start:
             raise BadValueError(f"stop must be at least start, got start={start!r}, stop={stop!r}")
-        first = int(j) * self.batch_size + int(start)
-        sources, before = self.schedule.sources(first, int(stop) - int(start))
-        return sources, self._samples(sources, before, counts)
+        return self._run(int(j) * self.batch_size + int(start), int(stop) - int(start), counts)
 
     def iter_batch_numbers(self, counts: Sequence[int], state: IteratorState | None = None, *,
                            epochs: int | None = None) -> Iterator[tuple[IteratorState, int, int]]:
@@ -213,6 +211,15 @@ class Mixture:
         0): the state names the batch after the one yielded. The stream ends after ``take``
         batches, or runs on forever without take; ``epochs=0`` yields nothing, any other value
         the whole stream (its one epoch)."""
+        blocks = self.iter_blocks(counts, state, epochs=epochs)  # (checked now, not at the first batch)
+        return ((IteratorState(1, j + k + 1), (sources[k], indices[k]))
+                for j, sources, indices in blocks for k in range(len(sources)))
+
+    def iter_blocks(self, counts: Sequence[int], state: IteratorState | None = None, *,
+                    epochs: int | None = None) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """The batches :meth:`iter_batches` yields, a block of them at a time: ``(j, sources,
+        indices)`` with the number of the block's first batch and two ``(batches, B)`` int64
+        arrays (a reader that makes something of every batch can make it for a block at once)."""
         stop = self._check_iteration(counts, state, epochs)
         return self._iterate(self.check_counts(counts), (state or IteratorState()).batch, stop)
 
@@ -236,20 +243,16 @@ class Mixture:
         """One past the last batch whose positions stay below 2**63 - 1."""
         return MAX_POSITION // self.batch_size
 
-    def _iterate(self, counts: tuple[int, ...], j: int, stop: int) -> Iterator[
-            tuple[IteratorState, tuple[np.ndarray, np.ndarray]]]:
+    def _iterate(self, counts: tuple[int, ...], j: int, stop: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         # Blocks of batches at once, as a single stream's iterator does: the schedule and the
         # shuffles cost little more for BLOCK_POSITIONS positions than for one batch's.
         size = self.batch_size
         per_block = max(1, self._block_positions(counts) // size)
         while j < stop:
             block = min(per_block, stop - j)
-            sources, before = self.schedule.sources(j * size, block * size)
-            indices = self._samples(sources, before, counts).reshape(block, size)
-            sources = sources.reshape(block, size)
-            for k in range(block):
-                yield IteratorState(1, j + 1), (sources[k], indices[k])
-                j += 1
+            sources, indices = self._run(j * size, block * size, counts)
+            yield j, sources.reshape(block, size), indices.reshape(block, size)
+            j += block
 
     def _block_positions(self, counts: tuple[int, ...]) -> int:
         """Positions computed at once: BLOCK_POSITIONS, or fewer where a shuffled source is so
@@ -258,6 +261,55 @@ class Mixture:
         limits = [2 * n * self.schedule.period // w for source, n, w in zip(self.sources, counts, weights)
                   if source.seed is not None]
         return min([BLOCK_POSITIONS, *limits])
+
+    def _run(self, first: int, length: int, counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(sources, indices) of positions ``first … first + length - 1``: in one pass over all
+        of them where :meth:`_together` applies, else source by source."""
+        together = self._together(first, length, counts)
+        if together is not None:
+            return together
+        sources, before = self.schedule.sources(first, length)
+        return sources, self._samples(sources, before, counts)
+
+    def _together(self, first: int, length: int, counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(sources, indices) with all sources at once: a source's count ``c`` (a closed form of
+        the schedule, :meth:`Schedule.counted`) is at position ``c - e·n`` of its epoch e + 1, and
+        every shuffled source's order is evaluated in one :func:`permute_together` call. ``None``
+        (the caller goes source by source) when a source's counts in the run cross into its next
+        epoch, the schedule's arrays are not kept for the run, or the shuffles cannot be stacked."""
+        schedule = self.schedule
+        if schedule.period > PATTERN_PERIOD or length > COUNTED_SPAN:
+            return None
+        before, after = schedule.before(first), schedule.before(first + length)
+        epochs, wraps = [], False
+        for source, n, b, a in zip(self.sources, counts, before, after):
+            epoch = b // n
+            if (a > b and (a - 1) // n != epoch) or n > 2**63:
+                if source.seed is not None or n > 2**63:
+                    return None
+                wraps = True  # (a source in file order: its counts modulo n)
+            epochs.append(epoch)
+        plan = _plan(tuple(s.seed for s in self.sources), counts, tuple(epochs))
+        if plan is None:
+            return None
+        epoch_starts, permutations, number = plan
+        counted = schedule.counted(first, length, epoch_starts)
+        assert counted is not None  # (the run is one the schedule keeps)
+        kind, positions = counted
+        if wraps:  # (the other sources' positions are below their n already)
+            np.remainder(positions, np.array(counts, dtype=np.int64).take(kind), out=positions)
+        if not permutations:
+            return kind, positions
+        if number is None:
+            values = permute_together(permutations, kind, positions)
+            return None if values is None else (kind, values)
+        which = number.take(kind)
+        rows = (which >= 0).nonzero()[0]
+        values = permute_together(permutations, which.take(rows), positions.take(rows))
+        if values is None:
+            return None
+        positions[rows] = values
+        return kind, positions
 
     def _samples(self, sources: np.ndarray, before: tuple[int, ...], counts: tuple[int, ...]) -> np.ndarray:
         """The sample index of each position: in its source's own order at its own epoch.
@@ -288,6 +340,27 @@ def _source_samples(seed: int | None, n: int, start: int, length: int) -> np.nda
             parts.append(held_permutation(n, seed=seed, epoch=epoch + 1).order(position, position + run))
         c += run
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+@functools.lru_cache(maxsize=4)
+def _plan(seeds: tuple[int | None, ...], counts: tuple[int, ...], epochs: tuple[int, ...]
+          ) -> tuple[np.ndarray, tuple[Permutation, ...], np.ndarray | None] | None:
+    """For sources at epochs ``epochs`` (from 0): the first count of each one's epoch (int64), the
+    shuffled ones' permutations, and each source's number among those (-1 for a source in file
+    order; None when all are shuffled). None for more shuffled sources than are held at once."""
+    shuffled = [s for s, seed in enumerate(seeds) if seed is not None]
+    if len(shuffled) > HELD_PERMUTATIONS:
+        return None
+    epoch_starts = np.array([e * n for e, n in zip(epochs, counts)], dtype=np.int64)
+    epoch_starts.flags.writeable = False
+    permutations = tuple(held_permutation(counts[s], seed=seeds[s], epoch=epochs[s] + 1)  # type: ignore[arg-type]
+                         for s in shuffled)
+    if len(shuffled) == len(seeds) or not shuffled:
+        return epoch_starts, permutations, None
+    number = np.full(len(seeds), -1, dtype=np.int64)
+    number[shuffled] = np.arange(len(shuffled))
+    number.flags.writeable = False
+    return epoch_starts, permutations, number
 
 
 def _numbers(first: int, stop: int) -> Iterator[int]:

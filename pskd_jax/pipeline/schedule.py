@@ -38,6 +38,7 @@ import numpy as np
 from pskd_jax.errors import PipelineError
 
 __all__ = [
+    "COUNTED_SPAN",
     "MAX_PERIOD",
     "MAX_POSITION",
     "MAX_SEQUENTIAL_PERIOD",
@@ -61,6 +62,8 @@ TILE_SPAN = 256  # positions of whole periods evaluated once and repeated over a
 #: Schedules of a period up to this many positions keep one period's sources (a few hundred KiB at
 #: most, whatever the stream's length): any run of positions is then a slice of it.
 PATTERN_PERIOD = 1 << 15
+#: Positions :meth:`Schedule.counted` gives at once (the iterator's blocks are no longer).
+COUNTED_SPAN = 1 << 14
 
 Shape = int | tuple["Shape", "Shape"]  # a source number, or (left, right)
 
@@ -191,16 +194,63 @@ class Schedule:
         if self.period > PATTERN_PERIOD:
             return self.cursor(first).take_sources(length)
         pattern = self._pattern
-        periods, phase = divmod(first, self.period)
-        if self.kind == "splits":
-            before = self._tree.counts(first)
-        else:  # whole periods give each source its weight; the phase's own, counted
-            within = np.bincount(pattern[:phase], minlength=len(self.weights))
-            before = tuple(periods * w + int(c) for w, c in zip(self.weights, within))
+        phase = first % self.period
+        before = self.before(first)
         if length <= self.period:
             return pattern[phase : phase + length].copy(), before
         turn = pattern[phase : phase + self.period]
         return np.tile(turn, -(-length // self.period))[:length], before
+
+    def before(self, first: int) -> tuple[int, ...]:
+        """Each source's count of the positions before ``first`` (for a period up to
+        :data:`PATTERN_PERIOD`: one count of a kept period's sources, not a walk)."""
+        if self.kind == "splits":
+            return self._tree.counts(first)
+        if self.period > PATTERN_PERIOD:
+            return self.counts(first)
+        periods, phase = divmod(first, self.period)
+        # whole periods give each source its weight; the phase's own, counted
+        within = np.bincount(self._pattern[:phase], minlength=len(self.weights))
+        return tuple(periods * w + int(c) for w, c in zip(self.weights, within))
+
+    def counted(self, first: int, length: int, less: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What :meth:`run` gives (each position's source, and that source's count of the
+        positions before it), as two slices and one gather of kept arrays: ``None`` where they are
+        not kept (a period over :data:`PATTERN_PERIOD`) or do not reach (``length`` over
+        :data:`COUNTED_SPAN`). The counts come from one closed form: a position ``p = P·W + q``
+        (``q < W``) of source ``s`` has ``P·w_s`` positions of ``s`` in the whole periods before
+        it and the kept count of ``s`` before ``q`` in the kept periods from 0. With ``less`` (an
+        int64 number a source), each count less its source's number."""
+        if self.period > PATTERN_PERIOD or length > COUNTED_SPAN:
+            return None
+        if not 0 <= first <= MAX_POSITION:
+            raise PipelineError(f"a position of a mixture is in [0, 2**63 - 1], got {first}")
+        _check_end(first, length)
+        sources, before, weights = self._counted
+        periods, phase = divmod(first, self.period)
+        kind = sources[phase : phase + length]
+        whole = weights * periods  # (one number a source: P·w_s stays below 2**63)
+        if less is not None:
+            whole -= less
+        counts = whole.take(kind)
+        counts += before[phase : phase + length]
+        return kind.copy(), counts
+
+    @functools.cached_property
+    def _counted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sources of whole periods from position 0 reaching ``W + COUNTED_SPAN`` positions, each
+        position's count of its source's positions before it there, and the weights (int64)."""
+        periods = -(-(self.period + COUNTED_SPAN) // self.period)
+        sources = np.tile(self._pattern[: self.period], periods)
+        weights = np.array(self.weights, dtype=np.int64)
+        before = np.empty(sources.size, dtype=np.int64)
+        for s in range(len(self.weights)):  # (once a schedule: a pass a source)
+            mine = np.flatnonzero(sources == s)
+            before[mine] = np.arange(mine.size, dtype=np.int64)
+        for array in (sources, before, weights):
+            array.flags.writeable = False
+        return sources, before, weights
 
     @functools.cached_property
     def _pattern(self) -> np.ndarray:

@@ -23,6 +23,7 @@ __all__ = [
     "HELD_PERMUTATIONS",
     "MAX_N",
     "MAX_SEED",
+    "STACKED_TABLE_ENTRIES",
     "Permutation",
     "chacha20_block",
     "check_epoch",
@@ -31,6 +32,7 @@ __all__ = [
     "fmix32",
     "half_bits",
     "held_permutation",
+    "permute_together",
     "round_keys",
     "shuffle_order",
 ]
@@ -230,6 +232,7 @@ class Permutation:
         self._lane_bytes = 8 if 2 * h <= 62 else 16
         self._lanes: dict[int, _LaneConstants] = {}
         self._tables: np.ndarray | None = None
+        self._table_rows: tuple[np.ndarray, ...] = ()  # the tables' rows, once built
         self._asked = 0  # positions encrypted so far, to decide when tables pay for themselves
 
     def __repr__(self) -> str:
@@ -304,7 +307,7 @@ class Permutation:
         self._asked += positions.size
         if self._tables is None and self.half_bits <= TABLE_MAX_HALF_BITS and self._asked >= 1 << self.half_bits:
             # Building the tables costs about as much as encrypting 2^h positions.
-            self._tables = self._build_tables()
+            self._make_tables()
         # A numpy pass costs the same for any small array, a pass in lanes grows with the lanes.
         lane_limit = LANE_LIMIT if self._tables is None else TABLE_LANE_LIMIT
         if positions.size <= lane_limit:
@@ -325,6 +328,12 @@ class Permutation:
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         """E of a 1-d uint64 array as a new uint64 array, with numpy ufuncs."""
         return self._encrypt_rounds(x) if self._tables is None else self._encrypt_tables(x)
+
+    def _make_tables(self) -> None:
+        """Builds the round tables (their rows first: whoever sees the tables sees the rows)."""
+        tables = self._build_tables()
+        self._table_rows = tuple(tables)
+        self._tables = tables
 
     def _build_tables(self) -> np.ndarray:
         """tables[r, R] = fmix(R ^ k[r]) & m for every R in 0..2^h-1, as intp."""
@@ -523,3 +532,109 @@ def shuffle_order(n: int, *, seed: int, epoch: int, start: int = 0, stop: int | 
     [156, 421, 538, 754]
     """
     return held_permutation(n, seed=seed, epoch=epoch).order(start, stop)
+
+
+#: The most table entries (sources × 2^h) :func:`permute_together` stacks; beyond, one pass a source.
+STACKED_TABLE_ENTRIES = 1 << 20
+#: Walkers :func:`permute_together` finishes one by one in Python integers (a step is eight
+#: table look-ups), where more of them take another numpy pass first.
+SCALAR_WALKERS = 24
+
+
+def permute_together(permutations: tuple[Permutation, ...], which: np.ndarray, positions: np.ndarray
+                     ) -> np.ndarray | None:
+    """``permutations[which[i]](positions[i])`` for every i, as int64, in one pass over all the
+    positions: their round tables stacked, each position tagged with its permutation's number
+    above its half-words (a table gather then lands in its own table's rows, and the tag rides
+    along through the xors). Positions that walk take more such passes while there are many of
+    them, and the last few finish one by one in Python integers with their own permutation's
+    tables (eight look-ups a step). ``None`` where the pass does not apply (a permutation without its tables yet, ``h``
+    over 16, n over 2**63, or more stacked entries than :data:`STACKED_TABLE_ENTRIES`): the
+    caller then evaluates each permutation by itself. ``positions`` are int64 in ``0..n-1`` of
+    their permutation (unchecked); the numbers are those of calling each permutation.
+    """
+    stack = _stacks.get(permutations)
+    if stack is None:
+        for p in permutations:
+            p._asked += positions.size // len(permutations)
+            if p._tables is None and p.half_bits <= TABLE_MAX_HALF_BITS and p._asked >= 1 << p.half_bits:
+                p._make_tables()
+        if any(p._tables is None or p.n > 2**63 or p.n == 1 for p in permutations):
+            return None
+        top = max(p.half_bits for p in permutations)
+        if len(permutations) << top > STACKED_TABLE_ENTRIES:
+            return None
+        stack = _stack(permutations, top)
+    tables, n, h_each, top = stack
+    if h_each is None:
+        h: Any = permutations[0].half_bits
+        mask: Any = (1 << h) - 1
+    else:
+        h = h_each.take(which)
+        mask = np.left_shift(1, h)
+        mask -= 1
+    y = _encrypt_stacked(tables, positions, np.left_shift(which, top), h, mask)
+    walking = (y >= n.take(which)).nonzero()[0]
+    while walking.size > SCALAR_WALKERS:  # (many walkers: another pass over them alone)
+        owners = which.take(walking)
+        h_w, mask_w = (h, mask) if h_each is None else (h.take(walking), mask.take(walking))
+        walked = _encrypt_stacked(tables, y.take(walking), np.left_shift(owners, top), h_w, mask_w)
+        y[walking] = walked
+        walking = walking[walked >= n.take(owners)]
+    if walking.size:
+        for row, k in zip(walking.tolist(), which.take(walking).tolist()):
+            y[row] = _walk_with_tables(permutations[k], int(y[row]))
+    return y
+
+
+def _walk_with_tables(p: Permutation, y: int) -> int:
+    """E applied to y (>= n) until it is below n, in Python integers with the round tables."""
+    assert p._tables is not None
+    h, m, rounds = p.half_bits, p._mask, p._table_rows
+    while y >= p.n:
+        left, right = y >> h, y & m
+        for table in rounds:
+            left, right = right, left ^ table.item(right)
+        y = (left << h) | right
+    return y
+
+
+def _encrypt_stacked(tables: np.ndarray, x: np.ndarray, tag: np.ndarray, h: Any, mask: Any) -> np.ndarray:
+    """E of each of ``x`` (int64) with the table rows its tag picks, as a new int64 array."""
+    left = np.right_shift(x, h)
+    left |= tag
+    right = np.bitwise_and(x, mask)
+    right |= tag
+    t = np.empty_like(left)
+    for table in tables:
+        table.take(right, out=t, mode="clip")  # (below the stack's size: no bounds pass)
+        np.bitwise_xor(t, left, t)
+        left, right, t = right, t, left
+    left &= mask
+    left <<= h
+    right &= mask
+    left |= right
+    return left
+
+
+_Stack = tuple[np.ndarray, np.ndarray, "np.ndarray | None", int]
+
+
+def _stack(permutations: tuple[Permutation, ...], top: int) -> _Stack:
+    """The permutations' round tables side by side, 2^top entries apart; their n (int64); their
+    half-word bits (int64), or None when they share one; and top. Kept for the last few."""
+    tables = np.zeros((ROUNDS, len(permutations) << top), dtype=np.intp)
+    for k, p in enumerate(permutations):
+        assert p._tables is not None
+        tables[:, k << top : (k << top) + p._tables.shape[1]] = p._tables
+    n = np.array([p.n for p in permutations], dtype=np.int64)
+    h = np.array([p.half_bits for p in permutations], dtype=np.int64)
+    stack = (tables, n, None if (h == top).all() else h, top)
+    if len(_stacks) >= HELD_STACKS:
+        _stacks.pop(next(iter(_stacks)), None)
+    _stacks[permutations] = stack
+    return stack
+
+
+HELD_STACKS = 4  # stacks of tables kept by _stacked_tables
+_stacks: dict[tuple[Permutation, ...], _Stack] = {}  # (by the permutations themselves)

@@ -14,7 +14,7 @@ import pytest
 
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline import IteratorState, MixSource, Mixture, parse_pipeline
-from pskd_jax.pipeline.shuffle import shuffle_order
+from pskd_jax.pipeline.shuffle import held_permutation, shuffle_order
 
 # The first 16 positions as SOURCE:INDEX, as docs/pipeline.md pins them.
 PINNED = [
@@ -201,3 +201,45 @@ def test_docs_pin_the_same_vectors():
     table = docs[docs.index("### Mixture test vectors"):]
     rows = [line for line in table.splitlines() if line.startswith("| ") and ":" in line.split("|")[-2]]
     assert [row.split("|")[-2].strip() for row in rows[: len(PINNED)]] == [expected for _, _, expected in PINNED]
+
+
+def definition(mixture: Mixture, counts, first: int, length: int) -> tuple[list[int], list[int]]:
+    """Position by position from the schedule's run and each source's scalar permutation: source
+    s's count c is position c mod n of its epoch ⌊c / n⌋ + 1."""
+    sources, taken = mixture.schedule.run(first, length)
+    indices = []
+    for s, c in zip(sources.tolist(), taken.tolist()):
+        n, seed = counts[s], mixture.sources[s].seed
+        epoch, position = divmod(c, n)
+        indices.append(position if seed is None else held_permutation(n, seed=seed, epoch=epoch + 1).at(position))
+    return sources.tolist(), indices
+
+
+@pytest.mark.parametrize("weights, counts, seeds, together", [
+    ((3, 1), (1000, 1000), (1, 2), True),  # one half-word size: stacked tables side by side
+    ((3, 1), (5000, 70), (1, None), True),  # one source in file order
+    ((5, 3, 1), (3000, 40000, 700), (4, 5, 6), True),  # half-words of 6, 8 and 5 bits
+    # The deadline schedule; a source in file order that takes several of its epochs a batch.
+    ((1, 1, 9, 1), (1 << 16, 1700, 3000, 2), (None, 8, 9, None), True),
+    (("0.7", "0.3"), (1, 13), (3, 4), False),  # a source of one sample: source by source
+])
+def test_batches_in_one_pass_equal_the_definition(weights, counts, seeds, together):
+    sources = tuple(MixSource(chr(97 + k), seed, Fraction(w)) for k, (w, seed) in enumerate(zip(weights, seeds)))
+    mixture = Mixture(sources, batch_size=48)
+    warm = 700 if together else 20  # (a source of one sample starts ~34 epochs a batch: slow)
+    for _ in itertools.islice(mixture.iter_batches(counts), warm):  # the shuffles' tables get built
+        pass
+    passes = [mixture._together(48 * j, 48, counts) is not None for j in range(warm - 20, warm)]
+    rng = np.random.default_rng(len(counts))
+    numbers = [0, 1, 2**40 + 3, *rng.integers(0, 10**6, 25).tolist()]
+    # Batches where a source's counts cross into its next epoch (those go source by source).
+    numbers += [(k * counts[0] * sum(map(Fraction, weights)) / Fraction(weights[0])) // 48 for k in (1, 2)]
+    # (Each number three times: a permutation's tables are built once it has been asked enough.)
+    for j in map(int, numbers * 3 if together else numbers[:6]):
+        got_sources, got_indices = mixture.batch_indices(counts, 1, j)
+        assert (got_sources.tolist(), got_indices.tolist()) == definition(mixture, counts, 48 * j, 48), j
+    # The last batches the iterator gave went in one pass, but where a source has one sample.
+    assert sum(passes) >= 17 if together else not any(passes)
+    state = IteratorState(1, 12345)  # and the iterator's blocks of batches
+    for k, (_, (got_sources, got_indices)) in enumerate(itertools.islice(mixture.iter_batches(counts, state), 3)):
+        assert (got_sources.tolist(), got_indices.tolist()) == definition(mixture, counts, 48 * (12345 + k), 48)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline import shuffle
-from pskd_jax.pipeline.shuffle import Permutation, chacha20_block, round_keys, shuffle_order
+from pskd_jax.pipeline.shuffle import Permutation, chacha20_block, permute_together, round_keys, shuffle_order
 from tests.helpers import run_python
 
 # RFC 8439 §2.3.2: key 00..1f, nonce 00 00 00 09 00 00 00 4a 00 00 00 00, block counter 1.
@@ -215,3 +215,26 @@ def test_bad_positions_beyond_2_pow_63():
     with pytest.raises(PskdError) as raised:
         Permutation(2**63 + 1, seed=0, epoch=1)(np.array([2**63 + 1], dtype=np.uint64))
     assert f"got {2**63 + 1}" in raised.value.message
+
+
+def test_permutations_together_equal_each_alone():
+    """permute_together: stacked tables (one half-word size, and several), many walkers (another
+    numpy pass) and few (Python integers) give each permutation's own numbers; it declines where
+    a permutation has no tables yet or one sample."""
+    rng = np.random.default_rng(5)
+    for ns in [(10**6, 10**6), (1000, 10**6, 5), (2, 3, 4**8 + 1), (4**8, 4**8 + 1)]:
+        permutations = tuple(Permutation(n, seed=k + 3, epoch=2) for k, n in enumerate(ns))
+        assert permute_together(permutations, np.zeros(1, np.int64), np.zeros(1, np.int64)) is None  # no tables
+        for p in permutations:
+            p._make_tables()
+        for size in (1, 40, 5000):
+            which = rng.integers(0, len(ns), size)
+            positions = (rng.random(size) * np.array(ns).take(which)).astype(np.int64)
+            got = permute_together(permutations, which, positions)
+            assert got is not None and got.dtype == np.int64
+            want = [permutations[w](np.array([x]))[0] for w, x in zip(which.tolist(), positions.tolist())]
+            assert got.tolist() == want, (ns, size)
+    one = (Permutation(1, seed=0, epoch=1), Permutation(9, seed=0, epoch=1))
+    for p in one:
+        p._make_tables()
+    assert permute_together(one, np.array([0, 1]), np.array([0, 3])) is None
