@@ -33,7 +33,9 @@ from pskd_jax.loader import opening
 from pskd_jax.pipeline.batches import IteratorState
 
 _DONE = object()
-GROUP_SIZE = 8  # host batches moved to the device by one device_put call
+GROUP_SIZE = 32  # the most host batches gathered in one read and moved to the device by one device_put call
+PREFETCH_BYTES = 16 << 20  # the default prefetch: as many batches as this many bytes hold, 2 to GROUP_SIZE
+UNSIZED_PREFETCH = 8  # the default prefetch over a source that does not say how large its samples are
 PART_ROWS = 1 << 20  # a batch of more rows is gathered in parts: its indices never all at once
 
 
@@ -69,7 +71,12 @@ class Loader:
     (E9010 when it reads another file). See :mod:`pskd_jax.loader.opening`.
 
     ``state`` resumes at a saved :class:`IteratorState`; ``epochs`` bounds the run (default:
-    forever); ``prefetch`` is how many batches may wait on the device ahead of the step.
+    forever); ``prefetch`` is how many batches wait on the device ahead of the step (default: as
+    many as 16 MiB hold, from 2 to 32). Batches are gathered in groups of up to ``prefetch`` (at
+    most 32): one read of the source and one ``device_put`` call a group, handed to the loop
+    whole. A group's batches are views of one host buffer that the CPU backend's ``device_put``
+    uses in place, so a batch kept alive keeps its group's host memory; no buffer is ever
+    filled twice, so a batch the loop holds never changes.
 
     Iterate it in a ``for`` loop; ``loader.state`` is then the state to save with a checkpoint
     (the next batch the loop will receive). Breaking out of the loop, or an exception in it, stops
@@ -91,10 +98,11 @@ class Loader:
         sharding: jax.sharding.Sharding | None = None,
         state: IteratorState | None = None,
         epochs: int | None = None,
-        prefetch: int = 8,
+        prefetch: int | None = None,
     ):
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise PipelineError(f"prefetch must be an integer >= 1, got {prefetch!r}")
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+            raise PipelineError(f"prefetch must be an integer >= 1 (or None: sized by the batch's bytes), got "
+                                f"{prefetch!r}")
         if pipeline is not None:
             if source is not None:
                 raise UsageError("a source given twice: Loader(source, pipeline) or Loader(pipeline, source=…)")
@@ -107,15 +115,16 @@ class Loader:
         self._owned = opened.owned  # the sources opened here, closed when a with block ends
         self.sharding = sharding
         self.epochs = epochs
-        self.prefetch = prefetch
+        self.prefetch = prefetch if prefetch is not None else self._default_prefetch()
+        prefetch = self.prefetch
         self.state = state if state is not None else IteratorState()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._queue: queue.Queue | None = None
         self._taking: list[tuple[IteratorState, Any]] = []  # the rest of the group the loop takes from
         self.waited_seconds = 0.0  # time the consumer spent waiting for a batch
-        # Batches are moved to the device in groups (see _place): at most ``prefetch`` wait in
-        # the queue, and one group (no larger than ``prefetch``) is being gathered and placed.
+        # Batches are gathered and moved to the device in groups (see _host_groups and _place):
+        # whole groups wait in the queue, about ``prefetch`` batches.
         self.group_size = min(prefetch, GROUP_SIZE)
         # At most: the groups in the queue (``prefetch`` batches, rounded down to whole groups),
         # the group being gathered and placed, and the group the loop is taking its batches from.
@@ -127,6 +136,16 @@ class Loader:
         except BaseException:
             self.close_sources()
             raise
+
+    def _default_prefetch(self) -> int:
+        """As many batches as PREFETCH_BYTES hold (2 to GROUP_SIZE): the fixed cost of a gather
+        and of a device_put call is then shared by many small batches, and large ones are not
+        held by the dozen."""
+        sample = opening.sample_bytes(self.source)
+        if sample is None:
+            return UNSIZED_PREFETCH
+        batch = sample * self.pipeline.batch_size
+        return GROUP_SIZE if batch == 0 else min(GROUP_SIZE, max(2, PREFETCH_BYTES // batch))
 
     # -- placing one batch -------------------------------------------------------------------
 
