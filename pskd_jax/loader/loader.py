@@ -74,9 +74,10 @@ class Loader:
     forever); ``prefetch`` is how many batches wait on the device ahead of the step (default: as
     many as 16 MiB hold, from 2 to 32). Batches are gathered in groups of up to ``prefetch`` (at
     most 32): one read of the source and one ``device_put`` call a group, handed to the loop
-    whole. A group's batches are views of one host buffer that the CPU backend's ``device_put``
-    uses in place, so a batch kept alive keeps its group's host memory; no buffer is ever
-    filled twice, so a batch the loop holds never changes.
+    whole. A group's batches are views of one new host buffer, which the CPU backend's
+    ``device_put`` uses in place when it is 64-byte aligned (a Reader's gathers are), so a batch
+    kept alive may keep its group's host memory; no buffer is ever filled twice, so a batch the
+    loop holds never changes. A source that fails stops the loop at the group it fails in.
 
     Iterate it in a ``for`` loop; ``loader.state`` is then the state to save with a checkpoint
     (the next batch the loop will receive). Breaking out of the loop, or an exception in it, stops
