@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import math
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,21 @@ from pskd_jax._os.positional import pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
 from pskd_jax.storage import Changed, Location, ObjectInfo, StorageOptions, Store, locate, merged_ranges, store_for
+
+BATCH_ALIGNMENT = 64  # bytes: what JAX's CPU backend needs to take a host array without copying it
+
+
+def aligned_empty(shape: int | Sequence[int], dtype: np.dtype | type) -> np.ndarray:
+    """A new uninitialised C-contiguous array whose first byte sits on a ``BATCH_ALIGNMENT``
+    boundary: what every gather fills. ``jax.device_put`` on the CPU backend then aliases it
+    (numpy's own allocations are only 16-byte aligned, and are copied). The array is fresh: the
+    caller owns it, and nothing here writes to it again."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = dtype.itemsize * math.prod(shape)
+    raw = np.empty(nbytes + BATCH_ALIGNMENT, np.uint8)
+    skip = -raw.__array_interface__["data"][0] % BATCH_ALIGNMENT
+    return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -488,6 +504,6 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes", "all_done",
-           "cut_short", "first_cut_short", "merged_ranges", "open_bytes", "read_object", "read_runs", "read_small",
-           "release_map"]
+__all__ = ["BATCH_ALIGNMENT", "COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes",
+           "aligned_empty", "all_done", "cut_short", "first_cut_short", "merged_ranges", "open_bytes", "read_object",
+           "read_runs", "read_small", "release_map"]

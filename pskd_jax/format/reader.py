@@ -30,7 +30,16 @@ from pskd_jax.errors import (
 )
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format import tree as tree_lib
-from pskd_jax.format.byte_sources import ByteSource, FileBytes, Runs, StoreBytes, cut_short, open_bytes, read_runs
+from pskd_jax.format.byte_sources import (
+    ByteSource,
+    FileBytes,
+    Runs,
+    StoreBytes,
+    aligned_empty,
+    cut_short,
+    open_bytes,
+    read_runs,
+)
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
@@ -350,16 +359,23 @@ class Reader(RandomAccessSource):
             if self.access == "pread":
                 leaves = [self._read_leaf_rows(i, positions) for i in range(leaf_count)]
             else:
-                leaves = [np.ascontiguousarray(view.take(positions, axis=0)) for view in self._leaf_views()]
+                leaves = [self._take(view, positions) for view in self._leaf_views()]
         else:
             records = None
             if self._record is not None and len(positions):
                 records = self._read_records(positions) if self.access == "pread" else \
-                    self._record_array().take(positions)
+                    self._take(self._record_array(), positions)
             leaves = [self._leaf_of_records(records, i, len(positions)) for i in range(leaf_count)]
         for i in self._bounded:
             self._check_bound(i, leaves[i], positions)
         return leaves
+
+    @staticmethod
+    def _take(view: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The rows of a view of the map at ``positions`` (checked already) in a new aligned array:
+        one copy, straight into it."""
+        out = aligned_empty((len(positions), *view.shape[1:]), view.dtype)
+        return view.take(positions, axis=0, out=out, mode="clip")  # ("raise" would copy twice)
 
     def _check_still_whole(self) -> None:
         """Refuses to copy out of the map a file cut short since it was opened (E9003): one
@@ -377,7 +393,7 @@ class Reader(RandomAccessSource):
         too large for a numpy record under ``access="pread"``."""
         placement = self._require_layout()
         leaf, disk = placement.layout.leaves[i], placement.disk_dtypes[i]
-        out = np.empty((len(positions), *leaf.shape), dtype=disk)
+        out = aligned_empty((len(positions), *leaf.shape), disk)
         if out.size:
             offsets = (self.header.data_offset + placement.offsets[i]
                        + positions.astype(np.int64) * placement.sample_bytes)
@@ -430,7 +446,7 @@ class Reader(RandomAccessSource):
         into the batch (``access="pread"``)."""
         record = self._record
         assert record is not None  # (read as records only when a sample is one)
-        out = np.empty(len(positions), dtype=record)
+        out = aligned_empty(len(positions), record)
         runs = Runs.of_records(positions, record.itemsize, self.header.data_offset)
         return read_runs([self._bytes], runs, out, self.path)
 
@@ -469,7 +485,9 @@ class Reader(RandomAccessSource):
         inner = c_strides(leaf.shape, disk.itemsize)
         strided = np.ndarray((n, *leaf.shape), dtype=disk, buffer=records, offset=placement.offsets[i],
                              strides=(placement.sample_bytes, *inner))
-        return np.ascontiguousarray(strided).view(value_dtype)
+        out = aligned_empty(strided.shape, disk)
+        np.copyto(out, strided)
+        return out.view(value_dtype)
 
     def leaves(self) -> list[np.ndarray]:
         """Every leaf of every sample as a read-only view of the map, shape (count, *leaf.shape)."""

@@ -33,7 +33,9 @@ from pskd_jax.loader import opening
 from pskd_jax.pipeline.batches import IteratorState
 
 _DONE = object()
-GROUP_SIZE = 4  # host batches moved to the device by one device_put call
+GROUP_SIZE = 32  # the most host batches gathered in one read and moved to the device by one device_put call
+PREFETCH_BYTES = 16 << 20  # the default prefetch: as many batches as this many bytes hold, 2 to GROUP_SIZE
+UNSIZED_PREFETCH = 8  # the default prefetch over a source that does not say how large its samples are
 PART_ROWS = 1 << 20  # a batch of more rows is gathered in parts: its indices never all at once
 
 
@@ -69,7 +71,13 @@ class Loader:
     (E9010 when it reads another file). See :mod:`pskd_jax.loader.opening`.
 
     ``state`` resumes at a saved :class:`IteratorState`; ``epochs`` bounds the run (default:
-    forever); ``prefetch`` is how many batches may wait on the device ahead of the step.
+    forever); ``prefetch`` is how many batches wait on the device ahead of the step (default: as
+    many as 16 MiB hold, from 2 to 32). Batches are gathered in groups of up to ``prefetch`` (at
+    most 32): one read of the source and one ``device_put`` call a group, handed to the loop
+    whole. A group's batches are views of one new host buffer, which the CPU backend's
+    ``device_put`` uses in place when it is 64-byte aligned (a Reader's gathers are), so a batch
+    kept alive may keep its group's host memory; no buffer is ever filled twice, so a batch the
+    loop holds never changes. A source that fails stops the loop at the group it fails in.
 
     Iterate it in a ``for`` loop; ``loader.state`` is then the state to save with a checkpoint
     (the next batch the loop will receive). Breaking out of the loop, or an exception in it, stops
@@ -91,10 +99,11 @@ class Loader:
         sharding: jax.sharding.Sharding | None = None,
         state: IteratorState | None = None,
         epochs: int | None = None,
-        prefetch: int = 4,
+        prefetch: int | None = None,
     ):
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
-            raise PipelineError(f"prefetch must be an integer >= 1, got {prefetch!r}")
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+            raise PipelineError(f"prefetch must be an integer >= 1 (or None: sized by the batch's bytes), got "
+                                f"{prefetch!r}")
         if pipeline is not None:
             if source is not None:
                 raise UsageError("a source given twice: Loader(source, pipeline) or Loader(pipeline, source=…)")
@@ -107,22 +116,37 @@ class Loader:
         self._owned = opened.owned  # the sources opened here, closed when a with block ends
         self.sharding = sharding
         self.epochs = epochs
-        self.prefetch = prefetch
+        self.prefetch = prefetch if prefetch is not None else self._default_prefetch()
+        prefetch = self.prefetch
         self.state = state if state is not None else IteratorState()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._queue: queue.Queue | None = None
+        self._taking: list[tuple[IteratorState, Any]] = []  # the rest of the group the loop takes from
         self.waited_seconds = 0.0  # time the consumer spent waiting for a batch
-        # Batches are moved to the device in groups (see _place): at most ``prefetch`` wait in
-        # the queue, and one group (no larger than ``prefetch``) is being gathered and placed.
+        # Batches are gathered and moved to the device in groups (see _host_groups and _place):
+        # whole groups wait in the queue, about ``prefetch`` batches.
         self.group_size = min(prefetch, GROUP_SIZE)
+        # At most: the groups in the queue (``prefetch`` batches, rounded down to whole groups),
+        # the group being gathered and placed, and the group the loop is taking its batches from.
+        self.in_flight = max(self.group_size, prefetch - prefetch % self.group_size) + 2 * self.group_size
         self._wide_leaves: list[int] | None = None
         try:
             opening.check_divides(sharding, self.pipeline.batch_size)
-            opening.check_batch_fits(self.source, self.pipeline.batch_size, prefetch + self.group_size + 1)
+            opening.check_batch_fits(self.source, self.pipeline.batch_size, self.in_flight)
         except BaseException:
             self.close_sources()
             raise
+
+    def _default_prefetch(self) -> int:
+        """As many batches as PREFETCH_BYTES hold (2 to GROUP_SIZE): the fixed cost of a gather
+        and of a device_put call is then shared by many small batches, and large ones are not
+        held by the dozen."""
+        sample = opening.sample_bytes(self.source)
+        if sample is None:
+            return UNSIZED_PREFETCH
+        batch = sample * self.pipeline.batch_size
+        return GROUP_SIZE if batch == 0 else min(GROUP_SIZE, max(2, PREFETCH_BYTES // batch))
 
     # -- placing one batch -------------------------------------------------------------------
 
@@ -161,8 +185,6 @@ class Loader:
     def _place(self, host_batches: list[Any], batch_size: int) -> list[Any]:
         """Host batches → device batches. One ``device_put`` call moves a whole group: its fixed
         cost is then paid once a group, not once a batch."""
-        for host in host_batches:
-            self._check_fits_jax(host)
         if self.sharding is None:
             return jax.device_put(host_batches)
         if jax.process_count() == 1:
@@ -179,18 +201,58 @@ class Loader:
 
     # -- the background thread ---------------------------------------------------------------
 
-    def _host_batches(self, state: IteratorState) -> Iterator[tuple[IteratorState, Any]]:
-        """(following state, host batch) for every batch from ``state`` on: the rows this process
-        holds, gathered at once, or in parts of PART_ROWS indices for a batch larger than that
-        (its indices would take more memory than the batch itself when samples are small)."""
+    def _host_groups(self, state: IteratorState) -> Iterator[list[tuple[IteratorState, Any]]]:
+        """Groups of up to ``group_size`` (following state, host batch) for every batch from
+        ``state`` on, each batch the rows this process holds. A group's rows are gathered in one
+        read (one call of the source for the group, not one a batch) and the group's batches are
+        views of it, each starting where the one before ends; their leaves are checked against
+        JAX's x64 once a group. A batch larger than PART_ROWS rows is gathered on its own, in parts
+        of PART_ROWS indices (its indices would take more memory than the batch itself when
+        samples are small)."""
         n = len(self.source)
         batch_size = self.pipeline.batch_size
-        if batch_size <= PART_ROWS:
-            rows = None
-            for following, indices in self.pipeline.iter_batches(n, state, epochs=self.epochs):
-                rows = self._local_rows(batch_size) if rows is None else rows
-                yield following, self.source.gather(indices[rows[0] : rows[1]])
+        if batch_size * self.group_size > PART_ROWS:
+            group: list[tuple[IteratorState, Any]] = []
+            for following, host in self._large_batches(state):
+                self._check_fits_jax(host)
+                group.append((following, host))
+                if len(group) == self.group_size:
+                    yield group
+                    group = []
+            if group:
+                yield group
             return
+        rows = None
+        pending: list[tuple[IteratorState, np.ndarray]] = []
+        for following, indices in self.pipeline.iter_batches(n, state, epochs=self.epochs):
+            rows = self._local_rows(batch_size) if rows is None else rows
+            pending.append((following, indices[rows[0] : rows[1]]))
+            if len(pending) == self.group_size:
+                yield self._gather_group(pending)
+                pending = []
+        if pending:
+            yield self._gather_group(pending)
+
+    def _gather_group(self, pending: list[tuple[IteratorState, np.ndarray]]) -> list[tuple[IteratorState, Any]]:
+        if len(pending) == 1:
+            host = self.source.gather(pending[0][1])
+            self._check_fits_jax(host)
+            return [(pending[0][0], host)]
+        joined = self.source.gather(np.concatenate([indices for _, indices in pending]))
+        self._check_fits_jax(joined)
+        leaves, structure = jax.tree_util.tree_flatten(joined)
+        group, start = [], 0
+        for following, indices in pending:
+            stop = start + len(indices)
+            group.append((following, jax.tree_util.tree_unflatten(structure, [leaf[start:stop] for leaf in leaves])))
+            start = stop
+        return group
+
+    def _large_batches(self, state: IteratorState) -> Iterator[tuple[IteratorState, Any]]:
+        """(following state, host batch) for batches of more than PART_ROWS rows, each gathered
+        in parts of PART_ROWS indices."""
+        n = len(self.source)
+        batch_size = self.pipeline.batch_size
         rows = None
         for following, epoch, j in self.pipeline.iter_batch_numbers(n, state, epochs=self.epochs):
             rows = self._local_rows(batch_size) if rows is None else rows
@@ -203,26 +265,16 @@ class Loader:
         out = self._queue
         assert out is not None  # (made by _start before the thread that runs this)
         try:
-            group: list[tuple[IteratorState, Any]] = []
             batch_size = self.pipeline.batch_size
-            for following, host in self._host_batches(state):
-                group.append((following, host))
-                if len(group) == self.group_size and not self._send(out, group, batch_size):
+            for group in self._host_groups(state):
+                placed = self._place([host for _, host in group], batch_size)
+                # A group is one item of the queue: one hand-over between the threads a group.
+                if not self._put(out, [(following, batch) for (following, _), batch in zip(group, placed)]):
                     return
-            if not self._send(out, group, batch_size):
-                return
+                del group, placed
             self._put(out, _DONE)
         except BaseException as e:  # handed to the consumer, which re-raises it
             self._put(out, e)
-
-    def _send(self, out: queue.Queue, group: list[tuple[IteratorState, Any]], batch_size: int) -> bool:
-        """Places a group of host batches on the device and queues them; empties the group."""
-        if not group:
-            return True
-        placed = self._place([host for _, host in group], batch_size)
-        states = [following for following, _ in group]
-        group.clear()
-        return all(self._put(out, item) for item in zip(states, placed))
 
     def _put(self, out: queue.Queue, item: Any) -> bool:
         while not self._stop.is_set():
@@ -236,7 +288,7 @@ class Loader:
     def _start(self) -> None:
         self.close()
         self._stop = threading.Event()
-        self._queue = queue.Queue(maxsize=self.prefetch)
+        self._queue = queue.Queue(maxsize=max(1, self.prefetch // self.group_size))  # (of groups)
         self._thread = threading.Thread(target=self._produce, args=(self.state,), name="pskd-loader",
                                         daemon=True)
         self._thread.start()
@@ -257,10 +309,24 @@ class Loader:
                                         "in memory; a smaller B (or prefetch)") from item
                 if isinstance(item, BaseException):
                     raise item
-                self.state, batch = item
-                yield batch
+                item.reverse()  # (popped from the end: a batch yielded is no longer held here)
+                self._taking = item
+                while item:
+                    self.state, batch = item.pop()
+                    yield batch
+                    del batch
         finally:
             self.close()
+
+    def waiting(self) -> int:
+        """How many batches are ready on the device for the loop's next steps: the rest of the
+        group the loop takes its batches from, and those of the groups in the queue."""
+        made = self._queue
+        if made is None:
+            return 0
+        with made.mutex:
+            queued = sum(len(item) for item in made.queue if isinstance(item, list))
+        return len(self._taking) + queued
 
     def close(self) -> None:
         """Stops the background thread and drops the batches in flight."""
@@ -271,6 +337,7 @@ class Loader:
         thread.join()
         self._thread = None
         self._queue = None
+        self._taking = []
 
     def close_sources(self) -> None:
         """Closes the sources the loader opened itself (none when it was given its source)."""

@@ -221,17 +221,25 @@ def physical_memory() -> int | None:
         return None
 
 
-def check_batch_fits(source: Any, batch_size: int, in_flight: int) -> None:
-    """E9010 when ``in_flight`` batches of ``batch_size`` samples (as many as the loader may hold
-    at once) are more bytes than the machine's memory: they would fail with a MemoryError later."""
+def sample_bytes(source: Any) -> int | None:
+    """The largest sample of the source (of a mixture's sources) in bytes, None when the source
+    cannot say before a read (a source of its own kind)."""
     sources = source.sources if isinstance(source, MixedSource) else [source]
     sizes = [getattr(s, "_sample_bytes", None) for s in sources]
     if any(size is None for size in sizes):
-        return  # (a source of its own kind: its samples' size is not known before a read)
+        return None
     try:
-        sample = max(size() for size in sizes if size is not None)
+        return max(size() for size in sizes if size is not None)
     except Exception:
-        return  # (a source that cannot say: its first read names why)
+        return None  # (a source that cannot say: its first read names why)
+
+
+def check_batch_fits(source: Any, batch_size: int, in_flight: int) -> None:
+    """E9010 when ``in_flight`` batches of ``batch_size`` samples (as many as the loader may hold
+    at once) are more bytes than the machine's memory: they would fail with a MemoryError later."""
+    sample = sample_bytes(source)
+    if sample is None:
+        return
     memory = physical_memory()
     need = batch_size * sample * in_flight
     if memory is not None and need > memory:

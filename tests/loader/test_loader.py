@@ -103,28 +103,33 @@ def test_f64_leaves_are_refused_while_x64_is_disabled(tmp_path):
     assert error.value.code == "E9004"
 
 
-def test_the_loader_keeps_ahead_of_a_slow_step(windows):
-    """While the step runs, the loader gathers and places the next batches, up to ``prefetch``
-    ahead: each time the loop asks, a batch is waiting. The "training step" here lasts until the
-    loader has filled its queue (or has no batch left), however fast the machine is; nothing is
-    timed."""
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_the_loader_keeps_ahead_of_a_slow_step(windows, prefetch):
+    """While the step runs, the loader gathers and places the next batches, ``prefetch`` ahead
+    in whole groups of batches: each time the loop asks, a batch is waiting. The "training
+    step" here lasts until the loader has filled its queue (or has no batch left), however fast
+    the machine is; nothing is timed."""
     pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
     with pskd_jax.Reader(windows) as reader:
-        loader = Loader(reader, pipeline, epochs=3, prefetch=2)
+        loader = Loader(reader, pipeline, epochs=3, prefetch=prefetch)
+        assert loader.group_size == prefetch  # (groups of up to GROUP_SIZE batches)
         iterator = iter(loader)
         next(iterator)
         waiting, batches = [], 1
         while True:
             queue, producer = loader._queue, loader._thread
             wait_until(lambda: queue.full() or not producer.is_alive(), what="the loader filling its queue")
-            waiting.append(queue.qsize())
+            waiting.append(loader.waiting())
             try:
                 next(iterator)
             except StopIteration:
+                assert waiting.pop() == 0  # (asked when no batch was left)
                 break
             batches += 1
         assert batches == 3 * pipeline.batches_per_epoch(len(reader))
-    assert min(waiting) >= 1 and max(waiting) == 2, waiting  # one ready each time; two ahead at most
+    # One ready each time; a full group of ``prefetch`` queued and the rest of the group being
+    # taken at most.
+    assert min(waiting) >= 1 and max(waiting) == 2 * prefetch - 1, waiting
 
 
 SHARDED = r"""
@@ -191,11 +196,13 @@ def test_two_processes_each_read_only_their_rows_and_resume_elastically(windows,
     two = run_processes(2, windows, tmp_path)
     for process, result in enumerate(two):
         assert result["batches"] == single[:5]
-        # Each process gathered only its half of each global batch (after the one-sample probe).
-        # (The loader may have read a batch or two ahead before the loop stopped.)
+        # Each process gathered only its half of each global batch (after the one-sample probe),
+        # a group of batches in one read. (The loader may have read a group ahead before the loop
+        # stopped.)
         reads = [g for g in result["gathered"] if len(g) != 1]
-        assert all(len(g) == 4 for g in reads)
-        assert reads[:5] == [b[process * 4 : process * 4 + 4] for b in all_indices[:5]]
+        assert all(len(g) % 4 == 0 for g in reads)
+        rows = [index for g in reads for index in g]
+        assert [rows[k : k + 4] for k in range(0, 20, 4)] == [b[process * 4 : process * 4 + 4] for b in all_indices[:5]]
     # Saved under two processes after batch 3, resumed under one process with two devices.
     saved = two[0]["states"][2]
     (one,) = run_processes(1, windows, tmp_path, resume=saved)

@@ -186,9 +186,11 @@ def test_a_batch_larger_than_the_machine_is_refused_at_construction(tmp_path):
 
 def test_the_memory_check_counts_the_batches_in_flight(data, monkeypatch):
     monkeypatch.setattr(opening, "physical_memory", lambda: 10_000)
-    # 8 samples of 8 bytes (4 u8 tokens, an f32), (prefetch 4 + a group of 4 + 1) batches in flight: 576 bytes.
+    # 8 samples of 8 bytes (4 u8 tokens, an f32); the default prefetch of such small batches is 32:
+    # (32 in the queue + a group of 32 being placed + the group the loop takes from) batches in
+    # flight: 6144 bytes.
     Loader(FILE, base_dir=data).close_sources()
-    refused = r"E9010.*batch\(B = 8\) of samples of 8 bytes is 64 bytes.* 9 batches.*576 bytes"
+    refused = r"E9010.*batch\(B = 8\) of samples of 8 bytes is 64 bytes.* 96 batches.*6144 bytes"
     with pytest.raises(PskdError, match=refused):
         monkeypatch.setattr(opening, "physical_memory", lambda: 500)
         Loader(FILE, base_dir=data)
@@ -307,3 +309,19 @@ def test_a_shard_cut_short_under_a_mixture_is_named_as_its_source_names_it(data,
         reader.gather(pairs)
     for s in sources:
         s.close()
+
+
+def test_the_default_prefetch_is_sized_by_the_bytes_of_a_batch(tmp_path):
+    pskd_jax.write(tmp_path / "small.psk.d", "idx[256][seq: 4]", np.zeros((64, 4), np.uint8))
+    with Loader('stream "small.psk.d" |> batch(B = 8)', base_dir=tmp_path) as loader:
+        assert (loader.prefetch, loader.group_size) == (32, 32)  # 32 bytes a batch: the most
+    with Loader('stream "small.psk.d" |> batch(B = 8)', base_dir=tmp_path, prefetch=3) as loader:
+        assert (loader.prefetch, loader.group_size) == (3, 3)
+    # Samples of 2 MiB (a sparse file), 4 a batch: 8 MiB a batch, 2 of them in 16 MiB.
+    header = encode_header("ℝ[524288]", 4, [Encoding.F32])
+    with open(tmp_path / "large.psk.d", "wb") as f:
+        f.write(header)
+        f.truncate(len(header) + 4 * (2 << 20))
+    with Loader('stream "large.psk.d" |> batch(B = 4)', base_dir=tmp_path) as loader:
+        assert (loader.prefetch, loader.group_size) == (2, 2)
+        assert np.asarray(next(iter(loader))).shape == (4, 524288)
