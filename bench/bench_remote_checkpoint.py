@@ -80,8 +80,10 @@ def start_server() -> subprocess.Popen:
     """moto's S3 server in a process of its own, so that its Python work does not contend with
     the client's for this process's interpreter lock (which would penalise whichever side of a
     ratio does more in Python); the bucket made. Stop it with :func:`stop_server`."""
+    # (Objects held in memory: by default moto spools any object over 5 MiB to a temporary file,
+    # and a multipart upload of 1 GiB then writes several GiB to the disk when it completes.)
     server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+                              text=True, env={**os.environ, "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(1 << 40)})
     assert server.stdout is not None
     line = server.stdout.readline().strip()
     if not line.isdigit():
