@@ -4,7 +4,8 @@ loopback interface (moto's, the ``test`` extra), measured side by side in one ru
 
 The tree: 8 bf16 and 8 f32 arrays of ``--gib`` GiB in all (default 1/32 GiB, so that ``make bench``
 stays under a minute; the figure is taken at ``--gib 1``). The cases, interleaved round after
-round (after one warm-up each), report their median and min–max seconds:
+round (after one warm-up each), report their median and min–max seconds, and the CPU seconds
+this process and the server's spent on each (which the machine's other work does not change):
 
 - ``save``: ``checkpoint.save("s3://…", tree)`` (one multipart upload of the data, then its layout
   object), against ``raw put``: the client's ``put`` of the saved object's bytes, held in memory,
@@ -33,6 +34,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import time
 import urllib.request
 
 import numpy as np
@@ -109,6 +111,18 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait()
 
 
+def _cpu_seconds(server: subprocess.Popen) -> float:
+    """The CPU seconds this process and the server's have used (the server's from ``/proc``, 0
+    where there is none): what a case costs both sides, whatever else the machine runs."""
+    mine = time.process_time()
+    try:
+        with open(f"/proc/{server.pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return mine + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return mine
+
+
 def shown(times: list[float]) -> str:
     return f"{statistics.median(times):.3f} s ({min(times):.3f}–{max(times):.3f})"
 
@@ -160,16 +174,28 @@ def main() -> int:
         }
         if args.only:
             runs = {name: run for name, run in runs.items() if (name in ("save", "raw put")) == (args.only == "save")}
-        times = interleaved_times(runs, args.rounds)
+        cpu: dict[str, list[float]] = {name: [] for name in runs}
+
+        def counted(name: str, run):
+            def counted_run() -> None:
+                before = _cpu_seconds(server)
+                run()
+                cpu[name].append(_cpu_seconds(server) - before)
+            return counted_run
+
+        times = interleaved_times({name: counted(name, run) for name, run in runs.items()}, args.rounds)
         back = ck.restore(url, target, digests=result.digests)
         assert all(np.array_equal(back[k].view(np.uint8), tree[k].view(np.uint8)) for k in tree)
         print(f"{size / (1 << 20):.1f} MiB object (8 bf16 + 8 f32 leaves), {options.concurrency} requests in flight, "
               f"parts of {part / (1 << 20):g} MiB, {args.rounds} rounds, loopback moto server in its own process")
         for name, values in times.items():
-            print(f"  {name:18s} {shown(values)}  {size / statistics.median(values) / (1 << 20):7.1f} MiB/s")
+            print(f"  {name:18s} {shown(values)}  {size / statistics.median(values) / (1 << 20):7.1f} MiB/s"
+                  f"   CPU {shown(cpu[name][1:])}")  # (the warm-up's left out)
         median = {name: statistics.median(values) for name, values in times.items()}
+        work = {name: statistics.median(values[1:]) for name, values in cpu.items()}
         if "save" in median:
             print(f"save / raw put             {median['save'] / median['raw put']:.2f}  (goal ≤ 1.2)")
+            print(f"  its CPU seconds          {work['save'] / work['raw put']:.2f}")
         if "restore" in median:
             print(f"restore / raw get          {median['restore'] / median['raw get']:.2f}  (goal ≤ 1.2)")
             print(f"restore verified / raw get {median['restore verified'] / median['raw get']:.2f}")
