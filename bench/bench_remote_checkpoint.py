@@ -184,8 +184,6 @@ def main() -> int:
             return counted_run
 
         times = interleaved_times({name: counted(name, run) for name, run in runs.items()}, args.rounds)
-        back = ck.restore(url, target, digests=result.digests)
-        assert all(np.array_equal(back[k].view(np.uint8), tree[k].view(np.uint8)) for k in tree)
         print(f"{size / (1 << 20):.1f} MiB object (8 bf16 + 8 f32 leaves), {options.concurrency} requests in flight, "
               f"parts of {part / (1 << 20):g} MiB, {args.rounds} rounds, loopback moto server in its own process")
         for name, values in times.items():
@@ -199,6 +197,12 @@ def main() -> int:
         if "restore" in median:
             print(f"restore / raw get          {median['restore'] / median['raw get']:.2f}  (goal ≤ 1.2)")
             print(f"restore verified / raw get {median['restore verified'] / median['raw get']:.2f}")
+        # (after the figures: a check that fails does not lose them)
+        if "restore" in runs:
+            back = ck.restore(url, target, digests=result.digests)
+            assert all(np.array_equal(back[k].view(np.uint8), tree[k].view(np.uint8)) for k in tree)
+        else:  # (one whole GET: ranged ones of a large object are slow on this server)
+            assert bytes(obstore.get(client, "ckpt/step.psk.d").bytes()) == data
         pool.shutdown()
     finally:
         stop_server(server)
