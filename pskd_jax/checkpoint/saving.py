@@ -161,13 +161,19 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
     return SaveResult.of(path, plan_, reports, found, store.url(beside) if writes_layout else None)
 
 
+_LAYOUT_HEAD_BYTES = 1 << 20  # the first read of the object where a save's layout goes
+
+
 def _own_store_layout(store: Any, beside: str, key: str, path: str, *, writes: bool) -> bool:
     """Whether the object where ``key``'s layout goes is the toolkit's own layout of ``key`` (a
     layout file recording that name, or one of an earlier version recording none); refuses (E9012)
     a save that would put its layout over anything else, before anything is put."""
-    if store.info(beside) is None:
+    first = store.head(beside, _LAYOUT_HEAD_BYTES)  # (one request: a layout is most often whole in it)
+    if first is None:
         return False
-    raw, _ = store.get(beside)
+    raw, info = first
+    if len(raw) < info.size:
+        raw, _ = store.get(beside)
     try:
         found = layout_from_bytes(raw, store.url(beside))
     except PskdError:

@@ -129,6 +129,28 @@ def test_closed_save_removes_only_a_layout_object(any_place):
     assert store.get(beside)[0] == b"my own notes"  # not a layout file: not the toolkit's
 
 
+def test_a_save_reads_the_whole_object_where_its_layout_goes(object_place, monkeypatch):
+    """The save looks at the object at its layout's key with one read of its first bytes, and
+    reads the rest when the object is longer: its own layout is replaced, anything else refused."""
+    from pskd_jax.checkpoint import saving
+
+    url = _place(object_place, "long.psk.d")
+    store, where = resolve(url)
+    beside = layout_path_for(where.key)
+    tree = {"w": np.arange(6, dtype=np.float32), "step": np.int64(4)}
+    ck.save(url, tree)
+    monkeypatch.setattr(saving, "_LAYOUT_HEAD_BYTES", 64)  # (a layout is longer than that)
+    assert len(store.get(beside)[0]) > 64
+    tree["step"] = np.int64(5)
+    ck.save(url, tree)  # its own layout, known once read whole
+    assert ck.restore(url, as_numpy=True)["step"] == 5
+    foreign = b'{"notes": "' + b"x" * 200 + b'"}'
+    store.put(beside, foreign)
+    with raises("E9012", "another object stands there"):
+        ck.save(url, tree)
+    assert store.get(beside)[0] == foreign
+
+
 def test_object_replaced_while_read_is_refused(object_place, monkeypatch):
     # (a local restore reads one open file: a replace does not reach it)
     url = _place(object_place, "r.psk.d")
