@@ -6,45 +6,64 @@ else lives in its subpackage (:mod:`pskd_jax.format`, :mod:`pskd_jax.data`,
 :mod:`pskd_jax.pipeline`, :mod:`pskd_jax.corpus`, :mod:`pskd_jax.checkpoint`,
 :mod:`pskd_jax.errors`); ``docs/layout.md`` says what each one holds.
 
-Importing ``pskd_jax`` does not import JAX, so the data tools answer at once: ``pskd_jax.Loader``
-imports :mod:`pskd_jax.loader` (and JAX) the first time it is asked for.
+Importing ``pskd_jax`` imports none of its subpackages: each name is taken from its subpackage the
+first time it is asked for, so a command loads only what it uses (the data tools answer at once,
+a corpus build never loads the checkpoint code), and ``pskd_jax.Loader`` imports
+:mod:`pskd_jax.loader` (and JAX) only then.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
-from pskd_jax.corpus import BuildOptions, CorpusWindows, Tokenizer, build_corpus, verify_corpus
-from pskd_jax.data import char_vocab, decode, diff, encode
-from pskd_jax.errors import PskdError
-from pskd_jax.format import Reader, Writer, write, write_encoded
-from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
-
 if TYPE_CHECKING:
+    from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
+    from pskd_jax.corpus import BuildOptions, CorpusWindows, Tokenizer, build_corpus, verify_corpus
+    from pskd_jax.data import char_vocab, decode, diff, encode
+    from pskd_jax.errors import PskdError
+    from pskd_jax.format import Reader, Writer, write, write_encoded
     from pskd_jax.loader import Loader
+    from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
     __version__: str
 else:  # hidden from type checkers, which then still catch a misspelt name of this module
+    # Each name's subpackage, imported when the name is first asked for: a command imports the
+    # subpackages it uses only (``pskd corpus build`` never loads the checkpoint code), and the
+    # loader (with JAX) only when ``Loader`` is asked for.
+    _HOMES = {
+        "checkpoint": ("CheckpointManager", "Retention", "SaveOptions", "restore", "save"),
+        "corpus": ("BuildOptions", "CorpusWindows", "Tokenizer", "build_corpus", "verify_corpus"),
+        "data": ("char_vocab", "decode", "diff", "encode"),
+        "errors": ("PskdError",),
+        "format": ("Reader", "Writer", "write", "write_encoded"),
+        "loader": ("Loader",),
+        "pipeline": ("IteratorState", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"),
+    }
+    _HOME = {name: package for package, names in _HOMES.items() for name in names}
+    _SUBPACKAGES = ("_os", "storage", *_HOMES)
 
     def __getattr__(name: str) -> Any:
-        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for;
-        ``__version__``: read from the installed metadata (the one source of the version is
-        pyproject.toml) when first asked for, as reading it costs tens of milliseconds."""
-        if name == "Loader":
-            from pskd_jax.loader import Loader
+        """A top-level name, from its subpackage (imported on first use, then kept here); a
+        subpackage (``pskd_jax.corpus`` after ``import pskd_jax``); ``__version__``, read from the
+        installed metadata (the one source of the version is pyproject.toml) when first asked
+        for, as reading it costs tens of milliseconds."""
+        if name in _HOME:
+            value = getattr(importlib.import_module(f"pskd_jax.{_HOME[name]}"), name)
+        elif name in _SUBPACKAGES:
+            value = importlib.import_module(f"pskd_jax.{name}")
+        elif name == "__version__":
+            from importlib.metadata import version
 
-            return Loader
-        if name == "__version__":
-            import importlib.metadata
-
-            version = globals()["__version__"] = importlib.metadata.version("pskd_jax")
-            return version
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            value = version("pskd_jax")
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "Loader", "__version__"})
+    return sorted({*globals(), *__all__, "__version__"})
 
 
 __all__ = [
