@@ -14,8 +14,9 @@ a corpus build never loads the checkpoint code), and ``pskd_jax.Loader`` imports
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from pskd_jax._os.lazy import lazy_names
 
 if TYPE_CHECKING:
     from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
@@ -28,42 +29,29 @@ if TYPE_CHECKING:
 
     __version__: str
 else:  # hidden from type checkers, which then still catch a misspelt name of this module
-    # Each name's subpackage, imported when the name is first asked for: a command imports the
-    # subpackages it uses only (``pskd corpus build`` never loads the checkpoint code), and the
-    # loader (with JAX) only when ``Loader`` is asked for.
-    _HOMES = {
-        "checkpoint": ("CheckpointManager", "Retention", "SaveOptions", "restore", "save"),
-        "corpus": ("BuildOptions", "CorpusWindows", "Tokenizer", "build_corpus", "verify_corpus"),
-        "data": ("char_vocab", "decode", "diff", "encode"),
-        "errors": ("PskdError",),
-        "format": ("Reader", "Writer", "write", "write_encoded"),
-        "loader": ("Loader",),
-        "pipeline": ("IteratorState", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"),
-    }
-    _HOME = {name: package for package, names in _HOMES.items() for name in names}
-    _SUBPACKAGES = ("_os", "storage", *_HOMES)
+    _names, _dir = lazy_names(__name__, {
+        "pskd_jax.checkpoint": ("CheckpointManager", "Retention", "SaveOptions", "restore", "save"),
+        "pskd_jax.corpus": ("BuildOptions", "CorpusWindows", "Tokenizer", "build_corpus", "verify_corpus"),
+        "pskd_jax.data": ("char_vocab", "decode", "diff", "encode"),
+        "pskd_jax.errors": ("PskdError",),
+        "pskd_jax.format": ("Reader", "Writer", "write", "write_encoded"),
+        "pskd_jax.loader": ("Loader",),
+        "pskd_jax.pipeline": ("IteratorState", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"),
+    }, modules=("_os", "storage", "errors", "format", "data", "pipeline", "corpus", "checkpoint", "loader"))
 
     def __getattr__(name: str) -> Any:
-        """A top-level name, from its subpackage (imported on first use, then kept here); a
-        subpackage (``pskd_jax.corpus`` after ``import pskd_jax``); ``__version__``, read from the
-        installed metadata (the one source of the version is pyproject.toml) when first asked
-        for, as reading it costs tens of milliseconds."""
-        if name in _HOME:
-            value = getattr(importlib.import_module(f"pskd_jax.{_HOME[name]}"), name)
-        elif name in _SUBPACKAGES:
-            value = importlib.import_module(f"pskd_jax.{name}")
-        elif name == "__version__":
+        """A top-level name, from its subpackage (see :mod:`pskd_jax._os.lazy`); ``__version__``,
+        read from the installed metadata (the one source of the version is pyproject.toml) when
+        first asked for, as reading it costs tens of milliseconds."""
+        if name == "__version__":
             from importlib.metadata import version
 
-            value = version("pskd_jax")
-        else:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        globals()[name] = value
-        return value
+            globals()[name] = found = version("pskd_jax")
+            return found
+        return _names(name)
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__, "__version__"})
+    def __dir__() -> list[str]:
+        return sorted({*_dir(), "__version__"})
 
 
 __all__ = [
