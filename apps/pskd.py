@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -24,9 +25,15 @@ import pskd_jax
 from pskd_jax._os.names import layout_path_for
 from pskd_jax.errors import PskdError, UsageError
 
-from . import checkpoint_commands, corpus_commands, data_commands, pipeline_commands
-
-COMMAND_GROUPS = (data_commands, pipeline_commands, checkpoint_commands, corpus_commands)
+# The command groups, in the order ``pskd --help`` lists them: each a module beside this one and the
+# commands its ``register`` adds. A command line that starts with a command imports that command's
+# module only (and what it imports): ``pskd corpus build`` never loads the checkpoint code.
+COMMAND_GROUPS = {
+    "data_commands": ("chars", "encode", "decode", "pack", "lm-windows", "info", "diff", "export"),
+    "pipeline_commands": ("pipeline",),
+    "checkpoint_commands": ("verify", "convert"),
+    "corpus_commands": ("corpus",),
+}
 
 USAGE_EXIT = 2  # argparse's status for a command line that does not parse
 
@@ -107,12 +114,21 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
-def make_parser() -> CommandParser:
+def command_groups(command: str | None = None) -> list[str]:
+    """The modules of the command groups to register: the one adding ``command``, or every group
+    when ``command`` is None or no group adds it."""
+    chosen = [group for group, commands in COMMAND_GROUPS.items() if command in commands]
+    return chosen or list(COMMAND_GROUPS)
+
+
+def make_parser(command: str | None = None) -> CommandParser:
+    """The ``pskd`` parser: with ``command``, the parser of that command's group only (what its
+    command line needs, and all a run of it imports); without, of every command."""
     parser = CommandParser(prog="pskd", description="Data and checkpoint tools for .psk.d files.")
     parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in COMMAND_GROUPS:
-        group.register(subparsers)
+    for group in command_groups(command):
+        importlib.import_module(f"pskd_jax.apps.{group}").register(subparsers)
     return parser
 
 
@@ -133,8 +149,12 @@ def join_dash_values(args: Sequence[str]) -> list[str]:
 
 
 def parse_flags(argv: Sequence[str]):
+    """The parsed command line. When it starts with a command (``pskd corpus build …``), argparse
+    takes that word for the command whatever follows, so only its group is registered; anything
+    else (``pskd --help``, an option before the command) is parsed by the parser of every command."""
+    args = join_dash_values(argv[1:])
     try:
-        return make_parser().parse_args(join_dash_values(argv[1:]))
+        return make_parser(args[0] if args else None).parse_args(args)
     except flags.Error as e:  # absl's own flags (--flagfile naming no file, …)
         usage_error(f"pskd: {str(e).removeprefix('ERROR::').strip()}")
 

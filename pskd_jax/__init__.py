@@ -6,45 +6,52 @@ else lives in its subpackage (:mod:`pskd_jax.format`, :mod:`pskd_jax.data`,
 :mod:`pskd_jax.pipeline`, :mod:`pskd_jax.corpus`, :mod:`pskd_jax.checkpoint`,
 :mod:`pskd_jax.errors`); ``docs/layout.md`` says what each one holds.
 
-Importing ``pskd_jax`` does not import JAX, so the data tools answer at once: ``pskd_jax.Loader``
-imports :mod:`pskd_jax.loader` (and JAX) the first time it is asked for.
+Importing ``pskd_jax`` imports none of its subpackages: each name is taken from its subpackage the
+first time it is asked for, so a command loads only what it uses (the data tools answer at once,
+a corpus build never loads the checkpoint code), and ``pskd_jax.Loader`` imports
+:mod:`pskd_jax.loader` (and JAX) only then.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
-from pskd_jax.corpus import BuildOptions, CorpusWindows, Tokenizer, build_corpus, verify_corpus
-from pskd_jax.data import char_vocab, decode, diff, encode
-from pskd_jax.errors import PskdError
-from pskd_jax.format import Reader, Writer, write, write_encoded
-from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
+from pskd_jax._os.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from pskd_jax.checkpoint import CheckpointManager, Retention, SaveOptions, restore, save
+    from pskd_jax.corpus import BuildOptions, CorpusWindows, Tokenizer, build_corpus, verify_corpus
+    from pskd_jax.data import char_vocab, decode, diff, encode
+    from pskd_jax.errors import PskdError
+    from pskd_jax.format import Reader, Writer, write, write_encoded
     from pskd_jax.loader import Loader
+    from pskd_jax.pipeline import IteratorState, Pipeline, load_pipeline, parse_pipeline, shuffle_order
 
     __version__: str
 else:  # hidden from type checkers, which then still catch a misspelt name of this module
+    _names, _dir = lazy_names(__name__, {
+        "pskd_jax.checkpoint": ("CheckpointManager", "Retention", "SaveOptions", "restore", "save"),
+        "pskd_jax.corpus": ("BuildOptions", "CorpusWindows", "Tokenizer", "build_corpus", "verify_corpus"),
+        "pskd_jax.data": ("char_vocab", "decode", "diff", "encode"),
+        "pskd_jax.errors": ("PskdError",),
+        "pskd_jax.format": ("Reader", "Writer", "write", "write_encoded"),
+        "pskd_jax.loader": ("Loader",),
+        "pskd_jax.pipeline": ("IteratorState", "Pipeline", "load_pipeline", "parse_pipeline", "shuffle_order"),
+    }, modules=("_os", "storage", "errors", "format", "data", "pipeline", "corpus", "checkpoint", "loader"))
 
     def __getattr__(name: str) -> Any:
-        """``pskd_jax.Loader``: its module imports JAX, so it is loaded when first asked for;
-        ``__version__``: read from the installed metadata (the one source of the version is
-        pyproject.toml) when first asked for, as reading it costs tens of milliseconds."""
-        if name == "Loader":
-            from pskd_jax.loader import Loader
-
-            return Loader
+        """A top-level name, from its subpackage (see :mod:`pskd_jax._os.lazy`); ``__version__``,
+        read from the installed metadata (the one source of the version is pyproject.toml) when
+        first asked for, as reading it costs tens of milliseconds."""
         if name == "__version__":
-            import importlib.metadata
+            from importlib.metadata import version
 
-            version = globals()["__version__"] = importlib.metadata.version("pskd_jax")
-            return version
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            globals()[name] = found = version("pskd_jax")
+            return found
+        return _names(name)
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), "Loader", "__version__"})
+    def __dir__() -> list[str]:
+        return sorted({*_dir(), "__version__"})
 
 
 __all__ = [
