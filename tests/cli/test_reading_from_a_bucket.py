@@ -198,6 +198,7 @@ def test_every_command_refuses_a_url_it_cannot_serve_and_makes_nothing(bad, corp
                 ("corpus", "build", document, "-o", f"{bad}/c"), ("corpus", "build", f"{bad}/in.txt", "-o", "c"),
                 ("corpus", "verify", f"{bad}/shards.json"), ("corpus", "info", f"{bad}/shards.json"),
                 ("corpus", "merge", f"{local}/shards.json", "-o", f"{bad}/shards.json"),
+                ("corpus", "merge", f"{bad}/a/shards.json", "-o", "shards.json"),  # (a part: parsed as an argument)
                 ("pipeline", f'stream "{bad}/shards.json" |> batch(B = 2)', "--seq", "4")]
     ok("lm-windows", "--vocab", "10", "--seq", "4", tokens, "-o", tmp_path / "w.psk.d")
     for command in commands:
