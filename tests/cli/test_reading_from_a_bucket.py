@@ -216,9 +216,13 @@ def test_without_the_client_extra_every_command_names_it(s3_bucket, tmp_path):
     here.mkdir()
     url = s3_bucket.url
     (tmp_path / "doc.txt").write_text("some text\n")
-    for command in [("info", f"{url}/a.psk.d"), ("export", f"{url}/a.psk.d", "-o", "a.json"), ("verify", url),
-                    ("corpus", "build", tmp_path / "doc.txt", "-o", f"{url}/c"), ("corpus", "verify", url),
-                    ("pipeline", f'stream "{url}/c/shards.json" |> batch(B = 2)', "--seq", "4")]:
+    for named, command in [(f"{url}/a.psk.d", ("info", f"{url}/a.psk.d")),  # the file given, not its layout's
+                           (f"{url}/a.psk.d", ("export", f"{url}/a.psk.d", "-o", "a.json")),
+                           (url, ("verify", url)),
+                           (f"{url}/c", ("corpus", "build", tmp_path / "doc.txt", "-o", f"{url}/c")),
+                           (url, ("corpus", "verify", url)),
+                           (f"{url}/c/shards.json",
+                            ("pipeline", f'stream "{url}/c/shards.json" |> batch(B = 2)', "--seq", "4"))]:
         message = fails("E9018", *command, env=env, cwd=here)
-        assert url in message and "pip install 'pskd_jax[storage]'" in message, (command, message)
+        assert message.startswith(f"pskd: E9018: {named}") and "pip install 'pskd_jax[storage]'" in message, message
         assert os.listdir(here) == [], command
