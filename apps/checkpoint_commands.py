@@ -40,13 +40,14 @@ def _verify(args) -> Iterator[str]:
 
 
 def _is_directory(path: str) -> bool:
-    """A local directory, or a key prefix of a bucket with no object at the key itself (a
-    manager's prefix: its index is below it)."""
+    """A local directory, or a key prefix of a bucket with no object at the key itself and objects
+    below it (a manager's prefix: its index is below it). A key with nothing at it nor below it is
+    a missing file, which verifying names (never "0 checkpoints verified")."""
     where = storage.locate(path)
     if where.is_local:
         return os.path.isdir(where.path)
     store = storage.store_for(where)
-    return not where.key or store.info(where.key) is None
+    return not where.key or (store.info(where.key) is None and bool(store.list(where.key)))
 
 
 def _written(entry: checkpoint.CheckpointEntry) -> str:

@@ -157,6 +157,9 @@ def parse_flags(argv: Sequence[str]):
         return make_parser(args[0] if args else None).parse_args(args)
     except flags.Error as e:  # absl's own flags (--flagfile naming no file, …)
         usage_error(f"pskd: {str(e).removeprefix('ERROR::').strip()}")
+    except PskdError as e:  # a value's converter refused it (a URL the toolkit cannot serve): no traceback
+        print(f"pskd: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def check_output_is_no_input(args) -> None:

@@ -62,7 +62,7 @@ from pskd_jax.errors import (
     UsageError,
 )
 from pskd_jax.storage import Conflict, Location, Version, locate, resolve
-from pskd_jax.storage.urls import is_url
+from pskd_jax.storage.urls import SCHEMES, is_url
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_RUNNER = "FnApiRunner"  # Beam's in-process (or multi-process) local runner; it fetches nothing
@@ -91,8 +91,10 @@ def find_sources(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
 
 
 def _served(url: str) -> bool:
-    """Whether the toolkit's own storage reads ``url`` (rather than one of Beam's file systems)."""
-    return url.split("://", 1)[0].lower() in ("s3", "gs", "memory", "file")
+    """Whether the toolkit's own storage takes ``url`` (rather than one of Beam's file systems): its
+    schemes, and anything not written ``scheme://`` (``s3:/x``), which it refuses naming it."""
+    scheme, slashes, _ = url.partition("://")
+    return not slashes or scheme.lower() in SCHEMES
 
 
 def _match_urls(given: str) -> list[str]:

@@ -58,11 +58,11 @@ from typing import Any
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.checks import is_integer
-from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import CorpusDirectoryError, PskdError
-from pskd_jax.storage import OVERWRITE, Location, ObjectInfo, Store, Version
+from pskd_jax.pipeline.streams import is_corpus_manifest
+from pskd_jax.storage import OVERWRITE, Location, ObjectInfo, Store, Version, locate, store_for
 
 FORMAT = "pskd-corpus"
 
@@ -401,13 +401,16 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def is_manifest(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a corpus manifest: a regular file holding a JSON object whose format is
-    ``pskd-corpus``."""
+    """Whether ``path`` (a local file, or an object: ``s3://…/shards.json``) is a corpus manifest: a
+    JSON object whose format is ``pskd-corpus``. E9018 for a URL the toolkit cannot serve."""
+    if not is_corpus_manifest(path):  # not JSON (a .psk.d file starts with PSKD): read no further
+        return False
+    where = locate(os.fspath(path))
     try:
-        with open_regular(path, CorpusDirectoryError) as f:
-            if f.read(1) != b"{":  # not JSON (a .psk.d file starts with PSKD): read no further
-                return False
-        data = read_strict(path, CorpusDirectoryError)
+        if where.is_local:
+            data = read_strict(where.path, CorpusDirectoryError)
+        else:
+            data = loads_strict(store_for(where).get(where.key)[0], where.url, CorpusDirectoryError)
     except (PskdError, OSError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT

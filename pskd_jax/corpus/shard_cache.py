@@ -31,7 +31,7 @@ from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.errors import ShardMismatchError, TruncatedError, UsageError
-from pskd_jax.storage import Store
+from pskd_jax.storage import Store, locate
 
 DEFAULT_CACHE_BYTES = 32 << 30  # the cache's default bound
 
@@ -41,7 +41,7 @@ class ShardCache:
     beyond those in use."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_CACHE_BYTES):
-        self.directory = os.fspath(directory)
+        self.directory = locate(directory).path  # a local directory: E9018 for a URL, never a directory "s3:"
         self.max_bytes = checked_integer(max_bytes, "cache_bytes", low=1)
         try:
             os.makedirs(self.directory, exist_ok=True)

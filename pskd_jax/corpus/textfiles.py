@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import os
 
-from pskd_jax._os.atomic import text_output
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.text import iter_text_blocks
 from pskd_jax.data.tokens import read_tokens
+from pskd_jax.storage import whole_output
 
 
 def encode_text_file(text_path: str | os.PathLike, tokenizer: Tokenizer, out_path: str | os.PathLike) -> int:
     """Writes the ids of a UTF-8 text (E9004 naming the line where it is not UTF-8); returns how many."""
     text = b"".join(block for _, block, _ in iter_text_blocks(text_path)).decode("utf-8")
     ids = tokenizer.encode(text)
-    with text_output(os.fspath(out_path)) as out:
+    with whole_output(os.fspath(out_path)) as out:
         if len(ids):
             out.write(" ".join(map(str, ids.tolist())).encode("ascii") + b"\n")
     return len(ids)
@@ -33,7 +33,7 @@ def decode_tokens_file(tokens_path: str | os.PathLike, tokenizer: Tokenizer, out
     and the characters written."""
     ids = read_tokens(tokens_path, bound=tokenizer.vocab_size)
     text = tokenizer.decode(ids)
-    with text_output(os.fspath(out_path)) as out:
+    with whole_output(os.fspath(out_path)) as out:
         out.write(text.encode("utf-8"))
     return len(ids), len(text)
 

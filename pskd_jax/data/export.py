@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from pskd_jax._os.atomic import text_output
 from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import is_bfloat16
@@ -21,6 +20,7 @@ from pskd_jax.format.keypaths import check_json_keys
 from pskd_jax.format.layout_file import LayoutFile, check_belongs
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.stored_dtypes import shown_values
+from pskd_jax.storage import whole_output
 
 CHUNK_ELEMENTS = 1 << 20  # bounds the memory of export, whatever the file's size
 
@@ -169,7 +169,7 @@ def _export(path: str, output: str, layout: Any, forms: list[sd.Form | None] | N
             ],
             "count": count,
         }
-        with text_output(output) as f:
+        with whole_output(output) as f:
             f.write(_dumps(head)[:-1])
             f.write(b', "samples": [')
             for k, run in enumerate(_sample_runs(reader, ShownLeaves(reader, forms))):

@@ -17,11 +17,11 @@ from typing import BinaryIO
 
 import numpy as np
 
-from pskd_jax._os.atomic import text_output
 from pskd_jax._os.files import line_at, open_regular, read_some
 from pskd_jax.data.tokens import CHUNK_SIZE, PathLike, cut_blocks, iter_tokens
 from pskd_jax.errors import BadValueError, PskdError, VocabularyError
 from pskd_jax.format.encodings import index_dtype
+from pskd_jax.storage import whole_output
 
 __all__ = [
     "CODE_POINTS",
@@ -141,7 +141,7 @@ def write_vocab(path: PathLike, vocab: Sequence[str]) -> None:
     """Writes ``vocab`` as a JSON array (UTF-8, non-ASCII kept as is), atomically."""
     check_vocab(vocab, os.fspath(path))
     data = (json.dumps(list(vocab), ensure_ascii=False) + "\n").encode("utf-8")
-    with text_output(os.fspath(path)) as f:
+    with whole_output(os.fspath(path)) as f:
         f.write(data)
 
 
@@ -288,7 +288,7 @@ def encode_file(
     vocab, name = _load_vocab(vocab)
     tables = _encode_tables(vocab, name or "vocabulary")
     count = 0
-    with open_regular(text_path, buffering=-1) as f, text_output(os.fspath(out_path)) as out:
+    with open_regular(text_path, buffering=-1) as f, whole_output(os.fspath(out_path)) as out:
         for offset, block in _utf8_blocks(f, text_path, chunk_size):
             words = _encode_block(tables, _code_points(text_path, offset, block))
             if np.count_nonzero(words) < len(words):
@@ -364,7 +364,7 @@ def decode_file(
     decode = _decoder(vocab)
     count = 0
     lengths = np.array([len(t.encode("utf-8")) for t in vocab] or [1], dtype=np.int64)
-    with text_output(os.fspath(out_path)) as out:
+    with whole_output(os.fspath(out_path)) as out:
         for ids in iter_tokens(tokens_path, bound=len(vocab), chunk_size=chunk_size):
             for part in _output_parts(ids, lengths):
                 out.write(decode(part))

@@ -386,7 +386,8 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     where none stands there, a layout file under the name an earlier version gave it
     (:func:`~pskd_jax._os.names.older_layout_paths`) is read when it proves to belong to the
     checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
-    locate(checkpoint)  # (E9018 naming the data's own URL when the toolkit cannot serve it)
+    # E9018 naming the data's own URL when the toolkit cannot serve it, or without the client
+    resolve(checkpoint)
     candidate = layout_path_for(checkpoint)
     if is_object_url(candidate):  # a layout object beside the object (older names are not looked for)
         store, where = resolve(candidate)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
@@ -30,6 +31,7 @@ from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import MAX_RECORD_BYTES
 from pskd_jax.format.sample_type import header_text
+from pskd_jax.storage import Store, resolve
 
 
 @dataclasses.dataclass
@@ -73,11 +75,20 @@ class Writer:
         self.count = 0
         self.rounding: dict[int, Rounding] = {}
         self._header_length = len(self._header())
-        # What stands at the path is looked at once: a link is written through, a FIFO, device
-        # or directory is refused (E9012) before anything is written.
-        self._destination = destination_for(self.path)
-        fd, self._tmp = temporary_path_for(self._destination)
-        self._file: BinaryIO | None = os.fdopen(fd, "w+b")
+        # An object (s3://…) is written to an anonymous local file, put whole on close; a URL the
+        # toolkit cannot serve is E9018 here, before anything is written. What stands at a local
+        # path is looked at once: a link is written through, a FIFO, device or directory is
+        # refused (E9012) before anything is written.
+        store, where = resolve(self.path)
+        self._object: tuple[Store, str] | None = None if where.is_local else (store, where.key)
+        self._file: BinaryIO | None
+        if self._object is None:
+            self._destination = destination_for(where.path)
+            fd, self._tmp = temporary_path_for(self._destination)
+            self._file = os.fdopen(fd, "w+b")
+        else:
+            self._destination = self._tmp = ""
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close or abort)
         self._file.write(b"\0" * self._header_length)  # rewritten with the count on close
 
     def _open_file(self) -> BinaryIO:
@@ -183,6 +194,9 @@ class Writer:
             raise TruncatedError(f"{self.path}: writer already closed")
         try:
             self.flush()
+            if self._object is not None:
+                self._put(self._file, *self._object)
+                return self._result()
             if self.durable:
                 os.fsync(self._file.fileno())
             check_destination(self._destination)
@@ -197,6 +211,15 @@ class Writer:
             raise
         if self.durable:
             fsync_directory(os.path.dirname(os.path.abspath(self._destination)))
+        return self._result()
+
+    def _put(self, spool: BinaryIO, store: Store, key: str) -> None:
+        spool.seek(0)
+        store.put(key, iter(lambda: spool.read(8 << 20), b""))
+        spool.close()
+        self._file = None
+
+    def _result(self) -> WriteResult:
         return WriteResult(
             self.path,
             self.type_text,
@@ -211,6 +234,8 @@ class Writer:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._object is not None:
+            return
         try:
             os.unlink(self._tmp)
         except OSError:

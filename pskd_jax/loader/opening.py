@@ -75,9 +75,10 @@ def as_pipeline(pipeline: Any, base_dir: str | os.PathLike[str] | None) -> Pipel
 
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:
     """The source a stream's path names: windows of a corpus manifest, or a ``.psk.d`` Reader
-    (a URL: a corpus when it names a ``.json`` object, its reader says what else is wrong)."""
+    (a URL: a corpus when its object starts like JSON, as a local file; its reader says what else
+    is wrong, and a URL the toolkit cannot serve is E9018)."""
     if is_url(path):
-        corpus = path.endswith(".json")
+        corpus = is_corpus_manifest(path)
     elif os.path.isdir(path):
         manifest = os.path.join(path, MANIFEST)
         hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""

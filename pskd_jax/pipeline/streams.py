@@ -15,10 +15,11 @@ from typing import Any
 
 from pskd_jax._os.checks import checked_integer, is_integer
 from pskd_jax._os.files import open_regular
-from pskd_jax._os.jsonfile import json_kind, read_strict
+from pskd_jax._os.jsonfile import json_kind, loads_strict, read_strict
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import CorpusDirectoryError, PskdError, UsageError
 from pskd_jax.format.reader import Reader
+from pskd_jax.storage import locate, store_for
 
 __all__ = ["CORPUS_FORMAT", "StreamFacts", "is_corpus_manifest", "stream_facts"]
 
@@ -39,11 +40,20 @@ class StreamFacts:
 
 
 def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file that starts like JSON (a ``.psk.d`` file starts with
-    ``PSKD``): it is then read as a corpus manifest. Anything unreadable answers False, and the
-    reader of a ``.psk.d`` file names what is wrong with it."""
+    """Whether ``path`` (a local file or an object, ``s3://…/shards.json``) starts like JSON (a
+    ``.psk.d`` file starts with ``PSKD``): it is then read as a corpus manifest. Anything unreadable
+    answers False, and the reader of a ``.psk.d`` file names what is wrong with it; a URL the
+    toolkit cannot serve, or an object URL without the client, is E9018."""
+    where = locate(os.fspath(path))
+    if not where.is_local:
+        store = store_for(where)
+        try:
+            found = store.head(where.key, 1)
+        except PskdError:
+            return False
+        return found is not None and found[0][:1] == b"{"
     try:
-        with open_regular(path, UsageError) as f:
+        with open_regular(where.path, UsageError) as f:
             return f.read(1) == b"{"
     except (PskdError, OSError):
         return False
@@ -69,7 +79,11 @@ def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride
 
 def _manifest_counts(path: str) -> tuple[int, int]:
     """(vocabulary size, tokens of all the shards listed) of a corpus manifest (E9016)."""
-    data = read_strict(path, CorpusDirectoryError, what="the corpus manifest", kind="a JSON manifest")
+    where = locate(path)
+    if where.is_local:
+        data = read_strict(path, CorpusDirectoryError, what="the corpus manifest", kind="a JSON manifest")
+    else:
+        data = loads_strict(store_for(where).get(where.key)[0], path, CorpusDirectoryError, kind="a JSON manifest")
     if not isinstance(data, dict) or data.get("format") != CORPUS_FORMAT:
         found = json_kind(data.get("format")) if isinstance(data, dict) else json_kind(data)
         raise CorpusDirectoryError(f"{path}: not a corpus manifest (its format is {found}, expected {CORPUS_FORMAT!r})")

@@ -13,9 +13,15 @@ b'ell'
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import threading
+from collections.abc import Iterator
+from typing import BinaryIO
 
+from pskd_jax._os import names
+from pskd_jax._os.atomic import text_output
 from pskd_jax.errors import StorageError
 from pskd_jax.storage.base import (
     CREATE,
@@ -65,6 +71,29 @@ def resolve(place: str | os.PathLike[str] | Location, options: StorageOptions | 
     return store_for(where, options), where
 
 
+@contextlib.contextmanager
+def whole_output(place: str | os.PathLike[str] | Location, *, durable: bool = True,
+                 options: StorageOptions | None = None) -> Iterator[BinaryIO]:
+    """A binary file whose bytes become ``place`` once the ``with`` ends without an error: a local
+    file replaced atomically (``-``: the standard output), or an object put whole. An error midway
+    leaves ``place`` as it was; a URL the toolkit cannot serve (or an object URL without the
+    client) is E9018 before anything is written."""
+    if not isinstance(place, Location) and os.fspath(place) == names.STANDARD_STREAM:
+        with text_output(names.STANDARD_STREAM, durable=durable) as f:
+            yield f
+        return
+    store, where = resolve(place, options)
+    if where.is_local:
+        with text_output(where.path, durable=durable) as f:
+            yield f
+        return
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.flush()
+        spool.seek(0)
+        store.put(where.key, iter(lambda: spool.read(8 << 20), b""))
+
+
 def _after_fork_in_child() -> None:
     global _STORES_LOCK
     _STORES_LOCK = threading.Lock()
@@ -101,4 +130,5 @@ __all__ = [
     "redact",
     "resolve",
     "store_for",
+    "whole_output",
 ]

@@ -96,8 +96,14 @@ DEFAULT_OPTIONS = StorageOptions()
 
 
 def redact(text: str, options: StorageOptions = DEFAULT_OPTIONS) -> str:
-    """``text`` with every credential the options and the environment hold replaced by ``***``."""
-    for secret in [*options.secrets(), *(os.environ.get(name, "") for name in _SECRET_VARIABLES)]:
+    """``text`` with every credential the options, the environment and the AWS profile files hold
+    replaced by ``***`` (a server's error page may repeat the request's headers, which carry the
+    key's id and the session token, wherever the client found them)."""
+    try:
+        profile = [v for k, v in aws_profile_config().items() if k in _SECRET_KEYS]
+    except StorageError:  # (a profile file that does not read: the client could not have used it)
+        profile = []
+    for secret in [*options.secrets(), *(os.environ.get(name, "") for name in _SECRET_VARIABLES), *profile]:
         if len(secret) >= 4:
             text = text.replace(secret, "***")
     return text

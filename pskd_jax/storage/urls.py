@@ -3,7 +3,9 @@
 Every place of the toolkit that takes a path takes a URL too: ``s3://bucket/key``,
 ``gs://bucket/key``, ``memory://bucket/key`` (one process's memory, for tests), ``file:///path``
 or a plain path. A string that starts like a URL (``scheme://``) with a scheme the toolkit cannot
-serve is refused (E9018 naming it); it never becomes a local directory named ``scheme:``.
+serve is refused (E9018 naming it), and so is one that starts with a scheme and a colon but not
+``//`` (``s3:/x``, ``gs:key``): neither ever becomes a local directory named ``scheme:``. A local
+file whose name holds a colon in its first part is written ``./name``.
 See ``docs/storage.md``.
 """
 
@@ -19,6 +21,7 @@ from pskd_jax.errors import StorageError
 OBJECT_SCHEMES = ("s3", "gs", "memory")  # served by the object-store client
 SCHEMES = ("file", *OBJECT_SCHEMES)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # how every URL starts, "//" or not
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")  # S3's and GCS's common rule (3 to 63 characters)
 
 
@@ -79,12 +82,13 @@ class Location:
 
 
 def is_url(text: str | os.PathLike) -> bool:
-    """Whether ``text`` is written as a URL (``scheme://…``), served or not.
+    """Whether ``text`` is written as a URL (``scheme:…``), served or not, well formed or not: such a
+    string is never a local path (:func:`locate` refuses what it cannot serve).
 
-    >>> is_url("gs://b/k"), is_url("ftp://host/x"), is_url("data/x.psk.d"), is_url("s3:x")
-    (True, True, False, False)
+    >>> is_url("gs://b/k"), is_url("ftp://host/x"), is_url("s3:x"), is_url("data/x.psk.d"), is_url("./a:b")
+    (True, True, True, False, False)
     """
-    return isinstance(text, str) and _URL.match(text) is not None
+    return isinstance(text, str) and _SCHEME.match(text) is not None
 
 
 def is_object_url(text: str | os.PathLike) -> bool:
@@ -102,6 +106,11 @@ def locate(place: str | os.PathLike[str] | Location) -> Location:
         return Location("file", "", os.fspath(place))
     match = _URL.match(place)
     if match is None:
+        started = _SCHEME.match(place)
+        if started is not None:
+            raise StorageError(f"{place}: starts like a URL ({started.group(1)}:) but not with "
+                               f"{started.group(1)}://; write s3://bucket/key (or gs://, memory://, file:///path), "
+                               f"or ./{place} for a local file whose name holds a colon")
         return Location("file", "", place)
     scheme, rest = match.group(1).lower(), match.group(2)
     if scheme == "file":

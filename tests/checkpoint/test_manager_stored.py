@@ -262,3 +262,30 @@ def test_train_lm_checkpoints_into_a_bucket_and_resumes_from_it(s3_bucket, tmp_p
     ends = [CheckpointManager(p, read_only=True).path() for p in (str(tmp_path / "whole"), place)]
     assert pathlib.Path(ends[0]).read_bytes() == _get(place, step_file(8))  # the same bytes as the local run's
     assert ends[1] == _url(place, step_file(8))
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_train_lm_streams_a_corpus_in_a_bucket_and_refuses_a_checkpoint_url_it_cannot_serve(s3_bucket, tmp_path):
+    import pskd_jax
+
+    (tmp_path / "doc.txt").write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    pskd_jax.build_corpus([str(tmp_path / "doc.txt")], f"{s3_bucket.url}/corpus")
+    here = tmp_path / "cwd"
+    here.mkdir()
+
+    def train(*extra: str) -> subprocess.CompletedProcess:
+        pipeline = f'stream "{s3_bucket.url}/corpus/shards.json" |> shuffle(seed = 1) |> batch(B = 4)'
+        return subprocess.run([sys.executable, "-m", "apps.train_lm", f"--pipeline={pipeline}", "--seq=8",
+                               "--width=16", "--layers=1", "--heads=2", "--log_every=1", *extra],
+                              capture_output=True, text=True, cwd=here, timeout=600,
+                              env=dict(s3_bucket.env, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)))
+
+    done = train("--steps=2", "--save_every=2", f"--checkpoint_dir={s3_bucket.url}/run")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert CheckpointManager(f"{s3_bucket.url}/run", read_only=True).all_steps() == [2]
+    for bad in ("s3:/x/run", "gs:run"):
+        refused = train("--steps=2", f"--checkpoint_dir={bad}")
+        assert refused.returncode == 1 and f"E9018: {bad}: " in refused.stderr, refused.stderr[-3000:]
+        assert "Traceback" not in refused.stderr
+    assert os.listdir(here) == []

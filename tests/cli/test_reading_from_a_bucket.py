@@ -8,6 +8,7 @@ local files (or single object); failures are E9xxx naming the URL, without a cre
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -154,3 +155,74 @@ def test_a_checkpoint_saved_in_parts_reads_as_the_single_object(s3_bucket, tmp_p
         message = fails("E9003", *command, env=env)
         assert many in message and store.url(part) in message and "missing" in message
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_outputs_to_a_bucket_and_a_stream_of_a_corpus_in_it(corpora, s3_bucket, tmp_path):
+    local, remote = corpora
+    env = s3_bucket.env
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(" ".join(str(i % 7) for i in range(100)))
+    (line,) = ok("lm-windows", "--vocab", "7", "--seq", "8", tokens, "-o", f"{remote}/w.psk.d", env=env, cwd=tmp_path)
+    assert line.startswith(f"pskd: wrote {remote}/w.psk.d (12 windows ")
+    ok("lm-windows", "--vocab", "7", "--seq", "8", tokens, "-o", tmp_path / "w.psk.d")
+    store, where = resolve(f"{remote}/w.psk.d")
+    assert store.get(where.key)[0] == (tmp_path / "w.psk.d").read_bytes()
+    (line,) = ok("export", f"{remote}/w.psk.d", "-o", f"{remote}/w.json", env=env, cwd=tmp_path)
+    assert line == f"pskd: wrote {remote}/w.json (12 samples as JSON)"
+    ok("export", tmp_path / "w.psk.d", "-o", tmp_path / "w.json")
+    assert store.get(where.parent().child("w.json").key)[0] == (tmp_path / "w.json").read_bytes()
+    text = 'stream "{}" |> shuffle(seed = 3) |> batch(B = 4)'
+    there = ok("pipeline", text.format(f"{remote}/shards.json"), "--seq", "16", env=env, cwd=tmp_path)
+    here = ok("pipeline", text.format(f"{local}/shards.json"), "--seq", "16", cwd=tmp_path)
+    assert there[1:] == here[1:] and f"stream \"{remote}/shards.json\"" in there[0]
+    message = fails("E9003", "verify", f"{remote}/none.psk.d", env=env, cwd=tmp_path)  # never "0 verified"
+    assert f"{remote}/none.psk.d" in message
+    assert sorted(os.listdir(tmp_path)) == ["in", "local", "tokens.txt", "w.json", "w.psk.d"]
+
+
+BAD_URLS = ["s3:/bkt/x", "gs:relative", "hdfs://x/y"]
+
+
+@pytest.mark.parametrize("bad", BAD_URLS)
+def test_every_command_refuses_a_url_it_cannot_serve_and_makes_nothing(bad, corpora, tmp_path):
+    local, _ = corpora
+    here = tmp_path / "cwd"
+    here.mkdir()
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("1 2 3 4 5 6 7 8 9")
+    document = sorted((tmp_path / "in").iterdir())[0]
+    commands = [("info", f"{bad}/a.psk.d"), ("diff", f"{bad}/a.psk.d", f"{bad}/b.psk.d"),
+                ("export", f"{bad}/a.psk.d", "-o", "out.json"), ("export", tmp_path / "w.psk.d", "-o", f"{bad}/o.json"),
+                ("verify", bad), ("convert", f"{bad}/a.psk.d", "-o", "a.safetensors"),
+                ("lm-windows", "--vocab", "10", "--seq", "4", tokens, "-o", f"{bad}/w.psk.d"),
+                ("corpus", "build", document, "-o", f"{bad}/c"), ("corpus", "build", f"{bad}/in.txt", "-o", "c"),
+                ("corpus", "verify", f"{bad}/shards.json"), ("corpus", "info", f"{bad}/shards.json"),
+                ("corpus", "merge", f"{local}/shards.json", "-o", f"{bad}/shards.json"),
+                ("corpus", "merge", f"{bad}/a/shards.json", "-o", "shards.json"),  # (a part: parsed as an argument)
+                ("pipeline", f'stream "{bad}/shards.json" |> batch(B = 2)', "--seq", "4")]
+    ok("lm-windows", "--vocab", "10", "--seq", "4", tokens, "-o", tmp_path / "w.psk.d")
+    for command in commands:
+        message = fails("E9018", *command, cwd=here)
+        assert bad in message, (command, message)
+        assert os.listdir(here) == [], command
+
+
+def test_without_the_client_extra_every_command_names_it(s3_bucket, tmp_path):
+    fake = tmp_path / "fake" / "obstore"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('obstore is not installed (test)')\n")
+    env = {**s3_bucket.env, "PYTHONPATH": f"{fake.parent}{os.pathsep}{s3_bucket.env['PYTHONPATH']}"}
+    here = tmp_path / "cwd"
+    here.mkdir()
+    url = s3_bucket.url
+    (tmp_path / "doc.txt").write_text("some text\n")
+    for named, command in [(f"{url}/a.psk.d", ("info", f"{url}/a.psk.d")),  # the file given, not its layout's
+                           (f"{url}/a.psk.d", ("export", f"{url}/a.psk.d", "-o", "a.json")),
+                           (url, ("verify", url)),
+                           (f"{url}/c", ("corpus", "build", tmp_path / "doc.txt", "-o", f"{url}/c")),
+                           (url, ("corpus", "verify", url)),
+                           (f"{url}/c/shards.json",
+                            ("pipeline", f'stream "{url}/c/shards.json" |> batch(B = 2)', "--seq", "4"))]:
+        message = fails("E9018", *command, env=env, cwd=here)
+        assert message.startswith(f"pskd: E9018: {named}") and "pip install 'pskd_jax[storage]'" in message, message
+        assert os.listdir(here) == [], command

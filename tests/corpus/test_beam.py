@@ -17,7 +17,7 @@ from pskd_jax._os import names
 from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.errors import CorpusInputError, UsageError
+from pskd_jax.errors import CorpusInputError, StorageError, UsageError
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
 
@@ -318,3 +318,11 @@ def test_on_a_dask_cluster_into_a_directory_and_a_bucket(tmp_path, docs, bpe, s3
     place = s3_bucket.url + "/dask"
     corpus.build_corpus_beam(inputs, place, options, beam_options=flags)
     assert store_listing(place) == without_lock(listing(tmp_path / "local"))
+
+
+@pytest.mark.parametrize("given", ["s3:/bkt/a.jsonl", "gs:relative.jsonl", "S3:bkt/a.jsonl"])
+def test_a_served_scheme_without_its_slashes_is_refused_not_handed_to_beam(given, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageError, match=f"E9018: {given}: starts like a URL"):
+        corpus_beam.find_sources([given])
+    assert os.listdir(tmp_path) == []

@@ -18,6 +18,7 @@ from pskd_jax.errors import PskdError
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import encode_header
 from pskd_jax.pipeline import IteratorState, parse_pipeline
+from pskd_jax.storage import resolve
 from tests.corpus.helpers import write_corpus
 from tests.helpers import ENV, run_python
 
@@ -90,6 +91,30 @@ def test_the_loader_opens_a_corpus_with_segments(data):
         want_ids, want_positions = segment_ids_and_positions(want_inputs, 256)
         assert np.array_equal(ids, want_ids) and np.array_equal(positions, want_positions)
     assert any((ids > 1).any() for _, _, ids, _ in got)
+
+
+def test_the_loader_opens_what_a_url_streams_by_what_it_holds(data, object_place):
+    """A manifest in a store is a corpus whatever its name, a .psk.d object a Reader; a URL the
+    toolkit cannot serve is E9018 naming it."""
+    (data / "doc.txt").write_text("a b c d " * 40)
+    store, where = resolve(f"{object_place}/c/manifest")
+    build = pskd_jax.build_corpus([str(data / "doc.txt")], f"{object_place}/c")
+    store.put(where.key, store.get(where.parent().child("shards.json").key)[0])  # the manifest, under another name
+    local = pskd_jax.build_corpus([str(data / "doc.txt")], str(data / "c"))
+    text = 'stream "{}" |> batch(B = 4) |> take(n = 3)'
+    with Loader(text.format(data / "c" / "shards.json"), seq=8, epochs=1) as loader:
+        want = [host(b) for b in loader]
+    for streamed in (build.manifest.path, where.url):
+        with Loader(text.format(streamed), seq=8, epochs=1) as loader:
+            assert isinstance(loader.source, CorpusWindows)
+            assert all(same(host(g), w) for g, w in zip(loader, want)) and len(want) == 3
+    pskd_jax.write(f"{object_place}/w.json", "idx[4][]", np.arange(5) % 4)  # a .psk.d, whatever its name
+    with Loader('stream "{}" |> batch(B = 5)'.format(f"{object_place}/w.json"), epochs=1) as loader:
+        assert isinstance(loader.source, pskd_jax.Reader)
+    for bad in ("s3:/bkt/c/shards.json", "hdfs://x/shards.json"):
+        with pytest.raises(PskdError, match=f"E9018: {bad}"):
+            Loader(text.format(bad), seq=8, epochs=1)
+    assert local.manifest.shards[0].sha256 == build.manifest.shards[0].sha256
 
 
 def test_a_wrong_path_or_missing_seq_is_an_error_naming_it(data):

@@ -402,3 +402,25 @@ def test_messages_hold_no_credentials(faulty_bucket, fault_proxy, monkeypatch):
         for credential in ("AKIATESTEXPLICIT", secret, "session-token-of-the-test", "pskdtestsecretvalue"):
             assert credential not in message  # …but not what it echoed of the credentials
         assert "***" in message
+
+
+def test_messages_hold_no_credentials_of_an_aws_profile(faulty_bucket, fault_proxy, monkeypatch, tmp_path):
+    """Keys read from the shared credentials file (no key in the environment) are kept out of a
+    message too, when the server's error page echoes the headers that carry them."""
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[audit]\naws_access_key_id = AKIAPROFILEKEYID\n"
+                           "aws_secret_access_key = profile-secret-words\naws_session_token = profile-session-token\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_PROFILE", "audit")
+    store = ObjectStore("s3", faulty_bucket.name, StorageOptions(retries=1, backoff_seconds=0.001))
+    fault_proxy.plan(Rule(answer(503, echo=True), times=None))
+    for attempt in (lambda: store.get("k"), lambda: store.put("k", b"x", mode=CREATE), lambda: store.list("")):
+        with pytest.raises(StorageError) as failed:
+            attempt()
+        message = str(failed.value)
+        assert "injected by the test proxy" in message and "***" in message
+        for credential in ("AKIAPROFILEKEYID", "profile-secret-words", "profile-session-token"):
+            assert credential not in message

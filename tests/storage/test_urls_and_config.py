@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pskd_jax.errors import StorageError, UsageError
-from pskd_jax.storage import StorageOptions, is_object_url, locate, redact, resolve
+from pskd_jax.storage import StorageOptions, is_object_url, is_url, locate, redact, resolve
 from pskd_jax.storage.config import aws_profile_config, gcs_settings, s3_settings
 
 
@@ -21,7 +21,8 @@ from pskd_jax.storage.config import aws_profile_config, gcs_settings, s3_setting
     ("file:///tmp/a%20b", "file", "", "/tmp/a b"),
     ("file://localhost/tmp/x", "file", "", "/tmp/x"),
     ("relative/path.psk.d", "file", "", "relative/path.psk.d"),
-    ("s3:not-a-url", "file", "", "s3:not-a-url"),
+    ("./s3:not-a-url", "file", "", "./s3:not-a-url"),  # a local name holding a colon: written ./name
+    ("dir/a:b", "file", "", "dir/a:b"),
 ])
 def test_locations(text, scheme, bucket, key):
     where = locate(text)
@@ -37,11 +38,22 @@ def test_locations(text, scheme, bucket, key):
     ("gs://bkt/a/../b", "empty, '.' or '..' part"),
     ("file://otherhost/x", "not of host"),
     ("memory:///k", "names a store first"),
+    ("s3:/bkt/x", "starts like a URL (s3:) but not with s3://"),
+    ("s3:bkt/x", "starts like a URL (s3:) but not with s3://"),
+    ("gs:relative", "starts like a URL (gs:) but not with gs://"),
+    ("S3:/bkt/x", "starts like a URL (S3:) but not with S3://"),
+    ("hdfs:x", "starts like a URL (hdfs:) but not with hdfs://"),
+    ("file:/tmp/x", "starts like a URL (file:) but not with file://"),
 ])
 def test_refused_urls_name_themselves(text, words):
     with pytest.raises(StorageError, match="E9018") as refused:
         locate(text)
     assert words in str(refused.value) and text in str(refused.value)
+
+
+def test_a_url_without_its_slashes_is_a_url_never_a_path():
+    assert is_url("s3:/x") and is_url("gs:relative") and is_url("hdfs://x/y")
+    assert not is_url("./gs:relative") and not is_url("runs/a:b") and not is_url("/abs/s3:x")
 
 
 def test_object_url_test():
