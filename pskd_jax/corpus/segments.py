@@ -11,17 +11,30 @@ Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`
 up to 32767), the form flax, MaxText and levanter attention masks take. The computation is
 vectorised over the whole batch, with as few passes over its tokens as numpy allows: one
 comparison makes the mask of the segments' starts, a test of its words of eight finds the few
-words holding a start, their lengths and ids are a few arrays of one entry a segment, and each
-output is one ``np.repeat`` of those (the positions one in-place addition more, in the output's
-own dtype). No Python work per token or per segment, no temporary of the batch's size beyond the
-mask. See ``docs/training.md`` (Packed segments and a mixture of corpora).
+words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,
+and one ``np.repeat`` of those makes both outputs (the positions one addition more, in the
+outputs' own dtype). No Python work per token or per segment. The two outputs of a batch are the
+halves of one array; while a caller keeps many batches alive, they are written into pieces of
+blocks of memory aligned to huge pages instead (:class:`_Pieces`: at most a few blocks of 8 MiB
+held for reuse), which takes fresh memory with far fewer page faults. See ``docs/training.md``
+(Packed segments and a mixture of corpora).
 """
 
 from __future__ import annotations
 
+import collections
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["segment_dtype", "segment_ids_and_positions"]
+
+
+_INT16, _INT32, _INT64 = np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)
 
 
 def segment_dtype(seq: int) -> np.dtype:
@@ -32,10 +45,7 @@ def segment_dtype(seq: int) -> np.dtype:
     >>> segment_dtype(1024), segment_dtype(32768)
     (dtype('int16'), dtype('int32'))
     """
-    for dtype in (np.int16, np.int32):
-        if seq <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
+    return _INT16 if seq <= 32767 else _INT32 if seq <= 2147483647 else _INT64
 
 
 _counts_held: dict[tuple[int, str], np.ndarray] = {}
@@ -88,13 +98,87 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     ends[:-1] = starts
     ends[-1] = size
     lengths = ends[1:] - starts
-    # A segment's id: its ordinal among the segments of its window, from 1.
+    # Per segment, in one array of the outputs' dtype: its id (its ordinal among the segments of
+    # its window, from 1) and its start negated; one repeat by the segments' lengths makes both outputs.
     window = starts // seq
-    ids = np.arange(1, count + 1, dtype=np.int64)
-    ids -= (starts == window * seq).nonzero()[0].take(window)  # (each window's first segment)
-    segment_ids = ids.astype(dtype).repeat(lengths).reshape(n, seq)
+    pair = np.empty((2, count), dtype)
+    firsts = (starts == window * seq).nonzero()[0]  # each window's first segment
+    np.subtract(np.arange(1, count + 1, dtype=np.int64), firsts.take(window), out=pair[0], casting="unsafe")
+    np.negative(starts, out=pair[1], casting="unsafe")
+    both = pair.repeat(lengths, axis=1)
+    out = _OUTPUTS.place(both)  # (the repeat's own array, or a piece of a block: see _Pieces)
+    if out is not both:
+        np.copyto(out[0], both[0])
     # A token's position: its flat index less its segment's start. Both are taken modulo the
     # dtype's range (they wrap alike), and the difference, below T, is exact.
-    positions = np.negative(starts).astype(dtype).repeat(lengths)
-    np.add(positions, _count_up(size, dtype), out=positions)
-    return segment_ids, positions.reshape(n, seq)
+    np.add(both[1], _count_up(size, dtype), out=out[1])
+    return out[0].reshape(n, seq), out[1].reshape(n, seq)
+
+
+class _Pieces:
+    """Where the outputs of batches are written. While callers let batches go within a few batches
+    (a training loop, a short queue of prefetched batches), in the repeat's own array: the
+    allocator gives back memory just freed, with no page to fault in. While they keep more (a
+    list of batches, a long queue), in a piece of a block of :data:`BLOCK` bytes, aligned to huge
+    pages (numpy asks for them on arrays this large), so that fresh memory is taken a huge page
+    at a time rather than 4 KiB at a time: either a piece handed out before that nothing refers to any more
+    (its reference count says so; the most recent such, likely still in the cache) or a new one.
+    A batch's arrays stay its caller's as long as they are kept. The last :data:`KEPT` pieces are
+    held for reuse (at most that many batches' outputs, and the blocks they lie in); a block
+    lives while any piece of it does (a batch kept alone keeps its 8 MiB block)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pieces: list[tuple[np.ndarray, int]] = []  # (piece, its count of references when unused)
+        self._block = memoryview(b"")
+        self._at = 0
+        # Whether each of the last batches' outputs is still referred to (the oldest first).
+        self._held: collections.deque[Callable[[], bool]] = collections.deque(maxlen=LOOK_BACK)
+
+    def place(self, made: np.ndarray) -> np.ndarray:
+        """The array a batch's outputs go to: ``made`` itself, or (when the outputs of the batch
+        :data:`LOOK_BACK` batches ago are still held and ``made``'s size is within :data:`PIECES`)
+        a piece of that dtype and shape."""
+        with self._lock:
+            held = self._held
+            if not (PIECES[0] <= made.nbytes <= PIECES[1] and len(held) == LOOK_BACK and held[0]()):
+                ref = weakref.ref(made)
+                held.append(lambda: ref() is not None)
+                return made
+            entry = self._take(made.nbytes)
+            held.append(lambda: sys.getrefcount(entry[0]) > entry[1])
+            return entry[0].view(made.dtype).reshape(made.shape)
+
+    def _take(self, nbytes: int) -> tuple[np.ndarray, int]:
+        """A piece of ``nbytes`` bytes nothing refers to, or a new one (its entry)."""
+        pieces = self._pieces
+        for i in range(len(pieces) - 1, -1, -1):  # (the most recent first)
+            if pieces[i][0].nbytes == nbytes and sys.getrefcount(pieces[i][0]) == pieces[i][1]:
+                pieces.append(pieces.pop(i))
+                return pieces[-1]
+        if self._at + nbytes > len(self._block):
+            memory = np.empty(BLOCK + HUGE_PAGE, np.uint8)
+            skip = -memory.ctypes.data % HUGE_PAGE
+            self._block, self._at = memoryview(memory[skip : skip + BLOCK]), 0  # type: ignore[arg-type]
+            del memory
+        # A piece that is its own base (made through a memoryview, not a view of the block's
+        # memory), so that its references are those of the arrays made from it.
+        pieces.append((np.frombuffer(self._block[self._at : self._at + nbytes], np.uint8), 0))
+        self._at += -(-nbytes // 64) * 64
+        unused = sys.getrefcount(pieces[-1][0])
+        pieces[-1] = (pieces[-1][0], unused)
+        del pieces[:-KEPT]
+        return pieces[-1]
+
+    def _forget(self) -> None:
+        self.__init__()  # type: ignore[misc]  # (a forked child: its parent's lock may be held)
+
+
+BLOCK = 8 << 20  # bytes of a block of outputs (32 batches of B = 64, T = 1024)
+HUGE_PAGE = 2 << 20
+PIECES = (64 << 10, BLOCK // 4)  # the sizes of outputs taken from blocks (bytes, both outputs)
+KEPT = 16  # pieces held for reuse
+LOOK_BACK = 4  # outputs go to pieces while those of the batch this many batches ago are held
+_OUTPUTS = _Pieces()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_OUTPUTS._forget)

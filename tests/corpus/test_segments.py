@@ -134,3 +134,35 @@ def test_segments_through_grain(tmp_path):
         for got, want in zip((inputs, targets, ids, positions), windows.gather(picked)):
             np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(ids, reference(inputs, BOUNDARY)[0])
+
+
+def test_batches_kept_are_never_written_over_and_batches_let_go_are_reused():
+    """Outputs go to pieces of shared blocks while many batches are kept: each kept batch keeps
+    its numbers however many batches follow, and the memory of batches let go is used again."""
+    from pskd_jax.corpus import segments
+
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(0, 200, (64, 1024)).astype(np.uint16) for _ in range(3)]
+    for batch in inputs:
+        batch[rng.random(batch.shape) < 0.01] = 250
+    kept = [segment_ids_and_positions(inputs[k % 3], 250) for k in range(3 * segments.KEPT)]
+    pieces = [(piece.ctypes.data, piece.ctypes.data + piece.nbytes) for piece, _ in segments._OUTPUTS._pieces]
+
+    def in_a_piece(ids):
+        return any(low <= ids.ctypes.data < high for low, high in pieces)
+
+    assert sum(in_a_piece(ids) for ids, _ in kept) >= segments.KEPT
+    for k in range(2 * segments.KEPT):  # more batches, some let go at once
+        segment_ids_and_positions(inputs[k % 3], 250)
+    for k, (ids, positions) in enumerate(kept):
+        want_ids, want_positions = reference(inputs[k % 3][:2], 250)
+        np.testing.assert_array_equal(ids[:2], want_ids)
+        np.testing.assert_array_equal(positions[:2], want_positions)
+        assert ids.flags.c_contiguous and positions.flags.c_contiguous and not np.shares_memory(ids, positions)
+    del kept
+    again = [segment_ids_and_positions(inputs[0], 250) for _ in range(3 * segments.KEPT)]
+    assert any(in_a_piece(ids) for ids, _ in again)  # let go: used again
+    for ids, positions in again:
+        want_ids, want_positions = reference(inputs[0][:2], 250)
+        np.testing.assert_array_equal(ids[:2], want_ids)
+        np.testing.assert_array_equal(positions[:2], want_positions)
