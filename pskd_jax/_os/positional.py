@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import numpy as np
+
+from pskd_jax._os import uring
 from pskd_jax.errors import TruncatedError
 
 PIECE = 1 << 30  # one call moves at most this many bytes
@@ -45,6 +48,32 @@ def pread_spans(fds: int | Sequence[int], spans: Sequence[memoryview], offsets: 
                                      "it announced (cut short since it was opened)") from None
 
 
+def pread_runs(fds: np.ndarray, out: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
+               path: str) -> bool:
+    """Fills bytes ``[starts[j], starts[j] + lengths[j])`` of ``out`` (C-contiguous, writable)
+    from ``fds[j]`` at ``offsets[j]``, for every j (int64 arrays), in one batched system call
+    (:mod:`pskd_jax._os.uring`); a read that ends early is finished, or refused with E9003, as
+    :func:`pread_spans` does. Returns False, having read nothing, where io_uring is not to be
+    had (the caller then reads with :func:`pread_spans`)."""
+    ring = uring.ring()
+    if ring is None or not len(lengths) or int(lengths.max()) > uring.MAX_LENGTH:
+        return False
+    flat = out.reshape(-1).view(np.uint8)
+    if not flat.flags.writeable or int(starts.min()) < 0 or int((starts + lengths).max()) > flat.nbytes:
+        raise ValueError(f"{path}: runs outside the output buffer of {flat.nbytes} bytes")  # (a caller's bug)
+    results = ring.read(fds, flat.ctypes.data + starts, lengths, offsets)
+    for j in np.flatnonzero(results != lengths).tolist():
+        got, start, length = int(results[j]), int(starts[j]), int(lengths[j])
+        if got < 0:
+            raise TruncatedError(f"{path}: cannot read: {os.strerror(-got)}")
+        try:
+            read_into(int(fds[j]), flat.data[start + got : start + length], int(offsets[j]) + got, path)
+        except TruncatedError:
+            raise TruncatedError(f"{path}: the file ends before byte {int(offsets[j]) + length}, inside the data "
+                                 "it announced (cut short since it was opened)") from None
+    return True
+
+
 def write_at(fd: int, data: bytes | memoryview, offset: int, path: str) -> None:
     """Writes all of ``data`` at ``offset``; E9003 naming the file when the system refuses."""
     view = memoryview(data).cast("B")
@@ -59,4 +88,4 @@ def write_at(fd: int, data: bytes | memoryview, offset: int, path: str) -> None:
         raise TruncatedError(f"{path}: write failed: {e.strerror or e}") from e
 
 
-__all__ = ["PIECE", "pread_spans", "read_into", "write_at"]
+__all__ = ["PIECE", "pread_runs", "pread_spans", "read_into", "write_at"]

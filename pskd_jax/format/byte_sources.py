@@ -36,7 +36,7 @@ import numpy as np
 
 from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import open_fd, read_whole
-from pskd_jax._os.positional import pread_spans, read_into
+from pskd_jax._os.positional import pread_runs, pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
 from pskd_jax.storage import Changed, Location, ObjectInfo, StorageOptions, Store, locate, merged_ranges, store_for
@@ -160,6 +160,8 @@ class ByteSource(abc.ABC):
 def read_runs(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: str) -> np.ndarray:
     """Fills ``out`` (C-contiguous) with the bytes of ``runs``, and returns it. ``name`` (what the
     caller opened: a file, a manifest) names a failure that more than one source shares."""
+    if len(runs.lengths) >= MANY_RUNS and _read_files_together(sources, runs, out, name):
+        return out
     spans = runs.spans(out)
     if spans:
         offsets = runs.offsets.tolist()
@@ -176,6 +178,30 @@ def read_runs(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: 
                     kind.read_spans_of(sources, [which[j] for j in mine], [spans[j] for j in mine],
                                        [offsets[j] for j in mine], name)
     return out
+
+
+MANY_RUNS = 4  # runs of local files read in one batched system call from this many on
+
+
+def _read_files_together(sources: Sequence[ByteSource], runs: Runs, out: np.ndarray, name: str) -> bool:
+    """Reads ``runs`` in one batched call when every one is of an open local file (one system call
+    for a gather's windows rather than one a window); False, having read nothing, otherwise."""
+    if runs.sources is None:
+        first = sources[0]
+        if type(first) is not FileBytes or first.fd is None:
+            return False
+        fds = np.full(len(runs.lengths), first.fd, np.int64)
+    else:
+        used = range(len(sources)) if len(sources) <= 16 else np.unique(runs.sources).tolist()
+        table = np.full(len(sources), -1, np.int64)
+        for k in used:  # (the sources the runs touch: a few shards of a corpus of thousands)
+            source = sources[k]
+            if type(source) is FileBytes and source.fd is not None:
+                table[k] = source.fd
+        fds = table.take(runs.sources)
+        if int(fds.min()) < 0:  # (a run of an object, or of a closed file: read the usual way)
+            return False
+    return pread_runs(fds, out, runs.starts, runs.lengths, runs.offsets, name)
 
 
 def cut_short(where: str, size: int, needed: int, what: str) -> TruncatedError:
