@@ -55,13 +55,14 @@ def pread_runs(fds: np.ndarray, out: np.ndarray, starts: np.ndarray, lengths: np
     (:mod:`pskd_jax._os.uring`); a read that ends early is finished, or refused with E9003, as
     :func:`pread_spans` does. Returns False, having read nothing, where io_uring is not to be
     had (the caller then reads with :func:`pread_spans`)."""
-    ring = uring.ring()
-    if ring is None or not len(lengths) or int(lengths.max()) > uring.MAX_LENGTH:
+    if not len(lengths) or int(lengths.max()) > uring.MAX_LENGTH or uring.ring() is None:
         return False
     flat = out.reshape(-1).view(np.uint8)
     if not flat.flags.writeable or int(starts.min()) < 0 or int((starts + lengths).max()) > flat.nbytes:
         raise ValueError(f"{path}: runs outside the output buffer of {flat.nbytes} bytes")  # (a caller's bug)
-    results = ring.read(fds, flat.ctypes.data + starts, lengths, offsets)
+    results = uring.read(fds, flat.ctypes.data + starts, lengths, offsets)
+    if results is None:
+        return False
     for j in np.flatnonzero(results != lengths).tolist():
         got, start, length = int(results[j]), int(starts[j]), int(lengths[j])
         if got < 0:

@@ -17,6 +17,7 @@ E9003, by the caller's own positional read.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import errno
 import mmap
@@ -162,6 +163,52 @@ class Ring:
             self.close()
 
 
+SHARED_RUNS = 512  # a batch of at least this many reads is shared with helper threads
+HELPERS = max(0, min(3, (os.cpu_count() or 1) - 1))  # helper threads (each with its own ring)
+
+_pool: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def read(fds: np.ndarray, addresses: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
+    """:meth:`Ring.read` of the reads given (None where io_uring cannot be used), a large batch in
+    pieces read at once by this thread's ring and helper threads' rings: the kernel's copies
+    from the page cache, the bulk of a batch's cost, then run on several cores. Returns once
+    every piece is read, whatever fails."""
+    own = ring()
+    if own is None:
+        return None
+    count = len(fds)
+    pieces = min(HELPERS + 1, count // (SHARED_RUNS // 2)) if HELPERS else 1
+    if pieces <= 1:
+        return own.read(fds, addresses, lengths, offsets)
+    if not _pool:
+        _pool.append(concurrent.futures.ThreadPoolExecutor(HELPERS, thread_name_prefix="pskd-read"))
+    bounds = [count * k // pieces for k in range(pieces + 1)]
+    helped = [_pool[0].submit(_read_with_own_ring, fds[a:b], addresses[a:b], lengths[a:b], offsets[a:b])
+              for a, b in zip(bounds[1:-1], bounds[2:])]
+    try:
+        first = own.read(fds[: bounds[1]], addresses[: bounds[1]], lengths[: bounds[1]], offsets[: bounds[1]])
+    finally:
+        concurrent.futures.wait(helped)  # (no return while a helper may still write to the buffers)
+    return np.concatenate([first, *[future.result() for future in helped]])
+
+
+def _read_with_own_ring(fds: np.ndarray, addresses: np.ndarray, lengths: np.ndarray, offsets: np.ndarray
+                        ) -> np.ndarray:
+    held = ring()
+    if held is not None:
+        return held.read(fds, addresses, lengths, offsets)
+    # (the kernel gave the calling thread a ring but refuses this one: one preadv a read)
+    results = np.empty(len(fds), np.int64)
+    for j, (fd, address, length, offset) in enumerate(zip(fds.tolist(), addresses.tolist(), lengths.tolist(),
+                                                          offsets.tolist())):
+        try:
+            results[j] = os.preadv(fd, [(ctypes.c_char * length).from_address(address)], offset)
+        except OSError as e:
+            results[j] = -(e.errno or errno.EIO)
+    return results
+
+
 _local = threading.local()
 _unavailable: list[bool] = []  # [True] once the kernel refused a ring: not asked again
 
@@ -188,6 +235,7 @@ def enabled() -> bool:
 
 
 def _forget_in_child() -> None:
+    _pool.clear()  # (its threads are the parent's; the child starts its own when it needs them)
     inherited = _local.__dict__.pop("ring", None)  # (the child's rings are its own, made when it reads)
     if inherited is not None:
         inherited.close()
@@ -197,4 +245,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-__all__ = ["ENTRIES", "MAX_LENGTH", "Ring", "enabled", "ring"]
+__all__ = ["ENTRIES", "HELPERS", "MAX_LENGTH", "SHARED_RUNS", "Ring", "enabled", "read", "ring"]

@@ -212,3 +212,42 @@ def test_read_runs_of_several_files_and_a_closed_one(tmp_path):
         read_runs(sources, runs, np.empty((5, 64), np.uint8), "corpus")
     for source in sources:
         source.close()
+
+
+@needs_ring
+@pytest.mark.parametrize("helpers", [1, 3])
+def test_a_large_batch_is_shared_with_helper_threads(fd, monkeypatch, helpers):
+    """A batch of many reads is cut into pieces read at once by helper threads' rings: the same
+    bytes; a piece that meets the file's end is E9003, after every piece is done."""
+    monkeypatch.setattr(uring, "HELPERS", helpers)
+    monkeypatch.setattr(uring, "_pool", [])
+    rng = np.random.default_rng(3)
+    offsets = rng.integers(0, len(DATA) - 3000, 2000).tolist()
+    lengths = rng.integers(1, 3000, 2000).tolist()
+    starts, lengths_, offsets_ = runs_of(offsets, lengths)
+    out = np.empty(int(lengths_.sum()), np.uint8)
+    assert positional.pread_runs(np.full(2000, fd, np.int64), out, starts, lengths_, offsets_, "f")
+    assert np.array_equal(out, expected(offsets, lengths))
+    names = {thread.name for thread in threading.enumerate()}
+    assert any(name.startswith("pskd-read") for name in names)
+    for at in (5, 1999):  # (a read past the end in the first piece, and in the last)
+        broken = offsets_.copy()
+        broken[at] = len(DATA) - 1
+        with raises("E9003", "f", "ends before byte"):
+            positional.pread_runs(np.full(2000, fd, np.int64), out, starts, lengths_, broken, "f")
+    uring._pool[0].shutdown()
+
+
+@needs_ring
+def test_a_helper_refused_a_ring_reads_with_preadv(fd, monkeypatch):
+    monkeypatch.setattr(uring, "HELPERS", 1)
+    monkeypatch.setattr(uring, "_pool", [])
+    caller = uring.ring()
+    monkeypatch.setattr(uring, "ring", lambda: caller if threading.current_thread() is threading.main_thread()
+                        else None)
+    offsets, lengths = list(range(0, 2000 * 300, 300)), [200] * 2000
+    starts, lengths_, offsets_ = runs_of(offsets, lengths)
+    out = np.empty(int(lengths_.sum()), np.uint8)
+    assert positional.pread_runs(np.full(2000, fd, np.int64), out, starts, lengths_, offsets_, "f")
+    assert np.array_equal(out, expected(offsets, lengths))
+    uring._pool[0].shutdown()
