@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import errno
+import itertools
 import mmap
 import os
 import sys
@@ -185,7 +186,7 @@ def read(fds: np.ndarray, addresses: np.ndarray, lengths: np.ndarray, offsets: n
         _pool.append(concurrent.futures.ThreadPoolExecutor(HELPERS, thread_name_prefix="pskd-read"))
     bounds = [count * k // pieces for k in range(pieces + 1)]
     helped = [_pool[0].submit(_read_with_own_ring, fds[a:b], addresses[a:b], lengths[a:b], offsets[a:b])
-              for a, b in zip(bounds[1:-1], bounds[2:])]
+              for a, b in itertools.pairwise(bounds[1:])]
     try:
         first = own.read(fds[: bounds[1]], addresses[: bounds[1]], lengths[: bounds[1]], offsets[: bounds[1]])
     finally:
