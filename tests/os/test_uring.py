@@ -4,7 +4,6 @@ kernel named, a ring per thread and per process, and the fallback where io_uring
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -150,26 +149,41 @@ def test_each_thread_reads_with_its_own_ring(data_file):
     assert len({id(ring) for ring in rings}) == 4 and uring.ring() not in rings
 
 
-def _read_in_child(path: str, queue) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    starts, lengths, offsets = runs_of([1, 2, 3, 4], [10, 10, 10, 10])
+FORKED = """
+import multiprocessing, os, sys
+import numpy as np
+from pskd_jax._os import positional, uring
+
+def child(queue):
+    descriptor = os.open(sys.argv[1], os.O_RDONLY)
     out = np.empty(40, np.uint8)
-    done = positional.pread_runs(np.full(4, descriptor, np.int64), out, starts, lengths, offsets, "f")
-    queue.put((done, out.tobytes(), uring.ring().pid == os.getpid()))
+    starts, lengths = np.arange(0, 40, 10, dtype=np.int64), np.full(4, 10, np.int64)
+    done = positional.pread_runs(np.full(4, descriptor, np.int64), out, starts, lengths,
+                                 np.array([1, 2, 3, 4], np.int64), "f")
+    queue.put((done, out.tobytes().hex(), uring.ring().pid == os.getpid()))
+
+parent = uring.ring()
+context = multiprocessing.get_context("fork")
+queue = context.Queue()
+process = context.Process(target=child, args=(queue,))
+process.start()
+done, got, own = queue.get(timeout=60)
+process.join(60)
+print(done, got, own, uring.ring() is parent)
+"""
 
 
 @needs_ring
 @pytest.mark.subprocess
-def test_a_forked_child_makes_its_own_ring(data_file):
-    uring.ring()  # (the parent holds one)
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_read_in_child, args=(data_file, queue))
-    child.start()
-    done, got, own = queue.get(timeout=60)
-    child.join(60)
-    assert done and own and got == expected([1, 2, 3, 4], [10] * 4).tobytes()
-    assert uring.ring().pid == os.getpid()
+def test_a_forked_child_makes_its_own_ring(data_file, tmp_path):
+    """(In a process of its own, without JAX's threads, which a fork would copy mid-flight.)"""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    done = subprocess.run([sys.executable, str(script), data_file], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    finished, got, own, kept = done.stdout.split()
+    assert finished == own == kept == "True"
+    assert bytes.fromhex(got) == expected([1, 2, 3, 4], [10] * 4).tobytes()
 
 
 @pytest.mark.subprocess
