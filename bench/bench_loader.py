@@ -206,6 +206,7 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
     import jax
 
     from pskd_jax.loader import Loader
+    from pskd_jax.loader.placing import put_on_default_device
 
     B, T = args.batch, args.seq
     reader = pskd_jax.Reader(path)
@@ -249,7 +250,7 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
 
     # What one batch costs the producer thread, part by part, serially in this thread, as the
     # loader does it: the order of a group's batches, one gather of the group's rows, one x64
-    # check and one device_put a group.
+    # check and one move to the device a group (the Loader's own call: see pskd_jax.loader.placing).
     batches = pipeline.iter_batches(count)
     helper = Loader(reader, pipeline)
     group_size = helper.group_size
@@ -264,7 +265,7 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
         t2 = time.perf_counter()
         helper._check_fits_jax(host)
         t3 = time.perf_counter()
-        for placed in jax.device_put([host[k * B : (k + 1) * B] for k in range(group_size)]):
+        for placed in put_on_default_device([host[k * B : (k + 1) * B] for k in range(group_size)]):
             placed.block_until_ready()
         t4 = time.perf_counter()
         for name, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):

@@ -29,7 +29,7 @@ import numpy as np
 
 from pskd_jax.errors import BadValueError, PipelineError, UsageError
 from pskd_jax.format.source import Source
-from pskd_jax.loader import opening
+from pskd_jax.loader import opening, placing
 from pskd_jax.pipeline.batches import IteratorState
 
 _DONE = object()
@@ -186,7 +186,7 @@ class Loader:
         """Host batches → device batches. One ``device_put`` call moves a whole group: its fixed
         cost is then paid once a group, not once a batch."""
         if self.sharding is None:
-            return jax.device_put(host_batches)
+            return placing.put_on_default_device(host_batches)  # (jax.device_put's arrays, less its overhead)
         if jax.process_count() == 1:
             return jax.device_put(host_batches, self.sharding)
         return [
