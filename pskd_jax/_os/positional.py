@@ -55,7 +55,7 @@ def pread_runs(fds: np.ndarray, out: np.ndarray, starts: np.ndarray, lengths: np
     (:mod:`pskd_jax._os.uring`); a read that ends early is finished, or refused with E9003, as
     :func:`pread_spans` does. Returns False, having read nothing, where io_uring is not to be
     had (the caller then reads with :func:`pread_spans`)."""
-    if not len(lengths) or int(lengths.max()) > uring.MAX_LENGTH or uring.ring() is None:
+    if not len(lengths) or int(lengths.max()) > uring.MAX_LENGTH:
         return False
     flat = out.reshape(-1).view(np.uint8)
     if not flat.flags.writeable or int(starts.min()) < 0 or int((starts + lengths).max()) > flat.nbytes:

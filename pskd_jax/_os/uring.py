@@ -38,6 +38,7 @@ ENTRIES = 256  # submission slots of a ring: a longer batch is handed over in pi
 MAX_LENGTH = 1 << 30  # a read longer than this is left to preadv (a ring's length is 32 bits)
 _NUMBERS = np.arange(ENTRIES, dtype=np.uint64)
 
+
 class Ring:
     """One io_uring instance: its submission and completion rings mapped as numpy arrays."""
 

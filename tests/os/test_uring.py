@@ -20,7 +20,18 @@ from tests.helpers import raises
 
 DATA = np.random.default_rng(7).integers(0, 256, 1 << 20, dtype=np.uint8)
 
+# The ring's own tests need a kernel that grants a ring; where it refuses (a sandbox, a seccomp
+# profile), the preadv path serves every read, and the tests without this mark check that path.
 needs_ring = pytest.mark.skipif(uring.ring() is None, reason="this kernel refuses io_uring (the preadv path serves)")
+
+
+def test_without_a_ring_pread_runs_reads_nothing(fd, monkeypatch):
+    """Where no ring is to be had, pread_runs declines (False) and leaves the buffer alone."""
+    monkeypatch.setattr(uring, "ring", lambda: None)
+    starts, lengths, offsets = runs_of([0, 10, 20, 30], [10, 10, 10, 10])
+    out = np.full(40, 0xEE, np.uint8)
+    assert not positional.pread_runs(np.full(4, fd, np.int64), out, starts, lengths, offsets, "f")
+    assert (out == 0xEE).all()
 
 
 @pytest.fixture(scope="module")
