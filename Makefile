@@ -21,13 +21,17 @@ demo: $(STAMP)
 demo-corpus: $(STAMP)
 	$(PY) demo/demo.py --corpus
 
+# The suite runs in a process per core (pytest-xdist, at most 4), a test file's tests in one process,
+# so that a file's shared set-up (a server, a module fixture) is made once.
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 	$(PY) -m mypy
 	$(PY) -m ruff check .
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tracemalloc
@@ -173,11 +172,13 @@ def test_pskd_pipeline_of_a_batch_of_a_billion_prints_a_bounded_line(tmp_path):
     (tmp_path / "e.psk.d").write_bytes(encode_header("ℝ[0]", 2**40, [Encoding.F64]))
     (tmp_path / "p.pipeline").write_text('stream "e.psk.d" |> shuffle(seed = 1) |> batch(B = 1000000000)')
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, resource.RLIM_INFINITY))
-
-    run = subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", "pipeline", "p.pipeline", "--indices", "3"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    # The address space is bounded by the child itself, before the command runs: a preexec_fn
+    # would make subprocess fork this multithreaded (JAX) process and run Python in the copy.
+    limited = ("import resource, runpy, sys; "
+               "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, resource.RLIM_INFINITY)); "
+               "sys.argv = ['pskd', *sys.argv[1:]]; runpy.run_module('pskd_jax.apps.pskd', run_name='__main__')")
+    run = subprocess.run([sys.executable, "-c", limited, "pipeline", "p.pipeline", "--indices", "3"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == 6 and lines[2].endswith("… (1000000000 indices)") and len(lines[2].split()) == 10
