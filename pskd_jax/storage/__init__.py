@@ -14,6 +14,7 @@ b'ell'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import threading
@@ -40,26 +41,36 @@ from pskd_jax.storage.local import LOCAL, LocalStore
 from pskd_jax.storage.objects import ObjectStore  # (the client itself is imported on first use)
 from pskd_jax.storage.urls import OBJECT_SCHEMES, SCHEMES, Location, is_object_url, is_url, locate
 
-_STORES: dict[tuple[str, str, int], Store] = {}
+_STORES: dict[tuple[str, str, tuple[object, ...]], Store] = {}
 _STORES_LOCK = threading.Lock()
+KEPT_STORES = 32  # the clients kept for reuse (the most recently made); one dropped lives while it is used
+
+
+def _options_key(options: StorageOptions) -> tuple[object, ...]:
+    """Options by value: equal options (made afresh for every open, as values are) share a client."""
+    fields = tuple(getattr(options, field.name) for field in dataclasses.fields(options) if field.name != "config")
+    return (tuple(sorted((name, repr(value)) for name, value in options.config.items())), *fields)
 
 
 def store_for(where: Location, options: StorageOptions | None = None) -> Store:
     """The store that holds ``where``: the local file system, or a client of its bucket (made once a
-    bucket and options, then shared)."""
+    bucket and options value, then shared; the last :data:`KEPT_STORES` are kept)."""
     if where.is_local:
         return LOCAL
     options = options or DEFAULT_OPTIONS
-    key = (where.scheme, where.bucket, id(options))
+    key = (where.scheme, where.bucket, _options_key(options))
     with _STORES_LOCK:
         store = _STORES.get(key)
-        if store is None or getattr(store, "options", None) is not options:
+        if store is None:
             try:
-                store = _STORES[key] = ObjectStore(where.scheme, where.bucket, options)
+                store = ObjectStore(where.scheme, where.bucket, options)
             except StorageError as e:  # (no client installed): the message names what was asked for
                 if where.url in e.message:
                     raise
                 raise StorageError(f"{where.url}: {e.message}") from None
+            while len(_STORES) >= KEPT_STORES:
+                del _STORES[next(iter(_STORES))]  # (the oldest: its threads end once nothing uses it)
+            _STORES[key] = store
         return store
 
 

@@ -118,3 +118,23 @@ def test_unknown_scheme_never_becomes_a_directory(tmp_path, monkeypatch):
     with pytest.raises(StorageError, match="ftp://"):
         resolve("ftp://host/x")
     assert os.listdir(tmp_path) == []
+
+
+def test_equal_options_share_one_client_and_the_clients_kept_are_bounded(monkeypatch):
+    """Options are values: made afresh for every open (as a loop reopening a corpus does), equal
+    ones reach the bucket through one client, not one client (and its threads) each, and the
+    clients kept for reuse are the last few, whatever a process opens."""
+    import pskd_jax.storage as storage
+
+    where = locate("memory://shared-clients/k")
+    first, _ = resolve(where, StorageOptions(config={"a": "1"}, retries=2))
+    again, _ = resolve(where, StorageOptions(config={"a": "1"}, retries=2))
+    other, _ = resolve(where, StorageOptions(config={"a": "2"}, retries=2))
+    assert again is first and other is not first and other.options.config == {"a": "2"}
+    first.put(where.key, b"bytes")
+    first.get(where.key)  # (the client's threads started)
+    monkeypatch.setattr(storage, "KEPT_STORES", 4)
+    for n in range(20):
+        store, _ = resolve(where, StorageOptions(retries=n % 10, concurrency=1 + n))
+        assert store.get(where.key)[0] == b"bytes"  # (memory buckets are one process's, by name)
+    assert len(storage._STORES) <= 4  # (a client dropped from them ends its threads once unused)
