@@ -5,7 +5,8 @@
 A synthetic corpus (random byte tokens, documents of ``--document`` tokens on average) is written
 to a temporary directory; then the same random batches of window indices are gathered from
 ``CorpusWindows(…)`` and ``CorpusWindows(…, segments=True)``, with each access mode, and the
-segments' share of the gather is printed against its goal (≤ 20%). The segments alone
+segments' share of the gather is printed against its goal (≤ 20%); then the same batches
+gathered ``--group`` at a time, as the Loader gathers them. The segments alone
 (``segment_ids_and_positions`` of a batch already gathered) are timed too. Times are this process's
 CPU time (``time.process_time``).
 """
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=300, help="batches a measurement gathers")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--group", type=int, default=32, help="batches a Loader gathers at once")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         manifest = synthetic_corpus(directory, tokens=args.tokens, mean_document=args.document)
@@ -56,6 +58,11 @@ def main() -> None:
                 "segments alone": lambda inputs=inputs, batches=batches: [segment_ids_and_positions(inputs, 256)
                                                                           for _ in batches],
             }
+            # A Loader gathers its batches a group at a time (pskd_jax.loader: 32 a group here):
+            # the same batches as one gather each group.
+            groups = [np.concatenate(batches[k : k + args.group]) for k in range(0, len(batches), args.group)]
+            runs["group gather"] = lambda plain=plain, groups=groups: [plain.gather(g) for g in groups]
+            runs["group gather with segments"] = lambda packed=packed, groups=groups: [packed.gather(g) for g in groups]
             medians = interleaved_medians(runs, args.rounds, clock=time.process_time)
             one = medians["gather"] / args.batches
             both = medians["gather with segments"] / args.batches
@@ -64,6 +71,10 @@ def main() -> None:
             verdict = "ok" if ratio <= LIMIT else f"OVER {LIMIT}x"
             print(f"{access:>5}: gather {1e6 * one:7.1f} µs a batch, with segments {1e6 * both:7.1f} µs: "
                   f"{ratio:.2f}x ({verdict}); the segments alone {1e6 * alone:6.1f} µs")
+            grouped = medians["group gather with segments"] / medians["group gather"]
+            print(f"{access:>5}: in groups of {args.group} batches (the Loader's gathers): gather "
+                  f"{1e6 * medians['group gather'] / args.batches:7.1f} µs a batch, with segments "
+                  f"{1e6 * medians['group gather with segments'] / args.batches:7.1f} µs: {grouped:.2f}x")
             plain.close()
             packed.close()
 

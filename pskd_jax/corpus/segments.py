@@ -13,7 +13,8 @@ vectorised over the whole batch, with as few passes over its tokens as numpy all
 comparison makes the mask of the segments' starts, a test of its words of eight finds the few
 words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,
 and one ``np.repeat`` of those makes both outputs (the positions one addition more, in the
-outputs' own dtype). No Python work per token or per segment. The two outputs of a batch are the
+outputs' own dtype, of a held row of counts: a batch of any size, a Loader's group of 32 batches
+as one, costs the same per token). No Python work per token or per segment. The two outputs of a batch are the
 halves of one array; while a caller keeps many batches alive, they are written into pieces of
 blocks of memory aligned to huge pages instead (:class:`_Pieces`: at most a few blocks of 8 MiB
 held for reuse), which takes fresh memory with far fewer page faults. See ``docs/training.md``
@@ -48,23 +49,36 @@ def segment_dtype(seq: int) -> np.dtype:
     return _INT16 if seq <= 32767 else _INT32 if seq <= 2147483647 else _INT64
 
 
-_counts_held: dict[tuple[int, str], np.ndarray] = {}
-HELD_COUNT = 1 << 20  # flat counts of batches up to this many tokens are kept (2 MiB in int16)
+COUNT_ROW = 1 << 16  # the flat index is added a row of this many tokens at a time (int16 wraps after it)
+_count_rows: dict[str, np.ndarray] = {}
 
 
-def _count_up(size: int, dtype: np.dtype) -> np.ndarray:
-    """``0, 1, …, size - 1`` in ``dtype``, wrapping as the dtype does (read-only; kept for the
-    last few sizes up to :data:`HELD_COUNT`)."""
-    key = (size, dtype.str)
-    held = _counts_held.get(key)
+def _count_row(dtype: np.dtype) -> np.ndarray:
+    """``0, 1, …, COUNT_ROW - 1`` in ``dtype``, wrapping as the dtype does (read-only; one a dtype)."""
+    held = _count_rows.get(dtype.str)
     if held is None:
-        held = np.arange(size, dtype=np.int64).astype(dtype)  # (wraps: only differences are used)
+        held = np.arange(COUNT_ROW, dtype=np.int64).astype(dtype)  # (wraps: only differences are used)
         held.flags.writeable = False
-        if size <= HELD_COUNT:
-            if len(_counts_held) >= 8:
-                _counts_held.clear()
-            _counts_held[key] = held
+        _count_rows[dtype.str] = held
     return held
+
+
+def _add_flat_index(values: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] = values[i] + i`` for every i, wrapping as their dtype does: rows of
+    :data:`COUNT_ROW` tokens plus one held row of counts, then (in a dtype wider than int16,
+    where a row's start does not wrap to 0) each row's start; a batch of any size costs one add
+    a token (two for int32), with no count made for its size."""
+    dtype, size, row = values.dtype, values.size, COUNT_ROW
+    count, whole = _count_row(dtype), size - size % row
+    if whole:
+        rows = out[:whole].reshape(-1, row)
+        np.add(values[:whole].reshape(-1, row), count, out=rows)
+        if dtype.itemsize > 2:
+            rows += np.arange(0, whole, row, dtype=np.int64).astype(dtype)[:, None]
+    if whole < size:
+        np.add(values[whole:], count[: size - whole], out=out[whole:])
+        if whole and dtype.itemsize > 2:
+            np.add(out[whole:], whole, out=out[whole:], casting="unsafe")
 
 
 def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +125,7 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
         np.copyto(out[0], both[0])
     # A token's position: its flat index less its segment's start. Both are taken modulo the
     # dtype's range (they wrap alike), and the difference, below T, is exact.
-    np.add(both[1], _count_up(size, dtype), out=out[1])
+    _add_flat_index(both[1], out[1])
     return out[0].reshape(n, seq), out[1].reshape(n, seq)
 
 

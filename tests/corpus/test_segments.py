@@ -77,6 +77,42 @@ def test_segments_of_long_windows_use_int32():
     assert ids.dtype == np.int32 and positions.max() == 39999 and ids[0, -1] == 3 and positions[0, -1] == 0
 
 
+def reference_by_sums(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same definition by running sums (for batches too long for the loop)."""
+    n, seq = inputs.shape
+    after = np.zeros(inputs.shape, bool)
+    after[:, 1:] = inputs[:, :-1] == boundary
+    ids = 1 + np.cumsum(after, axis=1)
+    columns = np.broadcast_to(np.arange(seq), inputs.shape)
+    starts = np.maximum.accumulate(np.where(after, columns, 0), axis=1)
+    return ids, columns - starts
+
+
+@pytest.mark.parametrize("rows,seq", [(70, 1000), (128, 1024), (2048, 1024), (4, 40000), (7, 65536)])
+def test_segments_of_batches_longer_than_a_count_row(rows, seq):
+    """Batches of more tokens than the held row of counts (COUNT_ROW): whole rows and a rest,
+    int16 (which wraps each row) and int32 (each row's start added)."""
+    rng = np.random.default_rng(rows * seq)
+    inputs = rng.integers(0, 200, (rows, seq)).astype(np.uint16)
+    inputs[rng.random(inputs.shape) < 0.003] = BOUNDARY
+    ids, positions = segment_ids_and_positions(inputs, BOUNDARY)
+    want_ids, want_positions = reference_by_sums(inputs, BOUNDARY)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(positions, want_positions)
+    assert reference_by_sums(inputs[:3, :50], BOUNDARY)[1].tolist() == reference(inputs[:3, :50], BOUNDARY)[1].tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_the_flat_index_is_added_exactly_at_every_size(dtype):
+    from pskd_jax.corpus.segments import COUNT_ROW, _add_flat_index
+    rng = np.random.default_rng(5)
+    for size in (0, 1, 7, COUNT_ROW - 1, COUNT_ROW, COUNT_ROW + 1, 3 * COUNT_ROW + 12345):
+        values = rng.integers(-30000, 30000, size).astype(dtype)
+        out = np.empty_like(values)
+        _add_flat_index(values, out)
+        np.testing.assert_array_equal(out, (values.astype(np.int64) + np.arange(size)).astype(dtype))
+
+
 PIECES = [[5, 256, 7], [], [8, 256], list(range(20, 60)) + [256], [256, 256, 9, 10], list(range(100, 131))]
 
 
