@@ -68,8 +68,12 @@ def _add_flat_index(values: np.ndarray, out: np.ndarray) -> None:
     :data:`COUNT_ROW` tokens plus one held row of counts, then (in a dtype wider than int16,
     where a row's start does not wrap to 0) each row's start; a batch of any size costs one add
     a token (two for int32), with no count made for its size."""
-    dtype, size, row = values.dtype, values.size, COUNT_ROW
-    count, whole = _count_row(dtype), size - size % row
+    size, row = values.size, COUNT_ROW
+    count = _count_row(values.dtype)
+    if size <= row:  # (a batch of B = 64 windows of 1024 tokens: one add)
+        np.add(values, count[:size], out=out)
+        return
+    dtype, whole = values.dtype, size - size % row
     if whole:
         rows = out[:whole].reshape(-1, row)
         np.add(values[:whole].reshape(-1, row), count, out=rows)
