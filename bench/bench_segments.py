@@ -59,10 +59,12 @@ def main() -> None:
                                                                           for _ in batches],
             }
             # A Loader gathers its batches a group at a time (pskd_jax.loader: 32 a group here):
-            # the same batches as one gather each group.
+            # the same batches as one gather a group, measured apart, after the batches above.
             groups = [np.concatenate(batches[k : k + args.group]) for k in range(0, len(batches), args.group)]
-            runs["group gather"] = lambda plain=plain, groups=groups: [plain.gather(g) for g in groups]
-            runs["group gather with segments"] = lambda packed=packed, groups=groups: [packed.gather(g) for g in groups]
+            grouped_runs = {
+                "group gather": lambda plain=plain, groups=groups: [plain.gather(g) for g in groups],
+                "group gather with segments": lambda packed=packed, groups=groups: [packed.gather(g) for g in groups],
+            }
             medians = interleaved_medians(runs, args.rounds, clock=time.process_time)
             one = medians["gather"] / args.batches
             both = medians["gather with segments"] / args.batches
@@ -71,6 +73,7 @@ def main() -> None:
             verdict = "ok" if ratio <= LIMIT else f"OVER {LIMIT}x"
             print(f"{access:>5}: gather {1e6 * one:7.1f} µs a batch, with segments {1e6 * both:7.1f} µs: "
                   f"{ratio:.2f}x ({verdict}); the segments alone {1e6 * alone:6.1f} µs")
+            medians = interleaved_medians(grouped_runs, args.rounds, clock=time.process_time)
             grouped = medians["group gather with segments"] / medians["group gather"]
             print(f"{access:>5}: in groups of {args.group} batches (the Loader's gathers): gather "
                   f"{1e6 * medians['group gather'] / args.batches:7.1f} µs a batch, with segments "
