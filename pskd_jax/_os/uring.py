@@ -161,8 +161,11 @@ class Ring:
             self.fd = -1
 
     def __del__(self) -> None:
-        if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
-            self.close()
+        try:  # (at the interpreter's exit the os module's names may already be gone)
+            if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
+                self.close()
+        except Exception:
+            pass
 
 
 SHARED_RUNS = 512  # a batch of at least this many reads is shared with helper threads

@@ -14,7 +14,6 @@ iteration, grain's hooks and pickling are :mod:`pskd_jax.format.source`'s. See
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import os
 import time
@@ -83,9 +82,12 @@ class _OpenShard:
         self.bytes.close()
 
     def __del__(self) -> None:
-        # A shard a refresh dropped closes once no snapshot (no gather in flight) holds it.
-        with contextlib.suppress(Exception):
+        # A shard a refresh dropped closes once no snapshot (no gather in flight) holds it. (No
+        # module-level name here: at the interpreter's exit those may already be None.)
+        try:
             self.close()
+        except Exception:
+            pass
 
 
 @dataclasses.dataclass(eq=False)

@@ -350,3 +350,27 @@ def test_the_default_prefetch_is_sized_by_the_bytes_of_a_batch(tmp_path):
     with Loader('stream "large.psk.d" |> batch(B = 4)', base_dir=tmp_path) as loader:
         assert (loader.prefetch, loader.group_size) == (2, 2)
         assert np.asarray(next(iter(loader))).shape == (4, 524288)
+
+
+LEFT_OPEN = """
+import sys
+from pskd_jax.loader import Loader
+text = 'mix(stream "a/shards.json" |> shuffle(seed = 1) : 3, stream "b/shards.json" : 1) |> batch(B = 4)'
+for access in ("mmap", "pread"):
+    loader = Loader(text, seq=8, segments=True, access=access, base_dir=sys.argv[1])
+    for n, batch in enumerate(loader):
+        if n == 3:
+            break
+    loader.close()  # (the thread stops; the corpora it opened are left for the exit to collect)
+print("done")
+"""
+
+
+@pytest.mark.subprocess
+def test_sources_left_open_at_exit_close_quietly(data):
+    """A program that stops a Loader without closing the corpora it opened exits without an
+    ignored exception on its standard error (objects collected at the interpreter's exit close their files with
+    no module-level name, which may be gone by then)."""
+    result = run_python(LEFT_OPEN, data)
+    assert result.returncode == 0 and result.stdout == "done\n", result.stderr[-3000:]
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
