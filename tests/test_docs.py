@@ -9,6 +9,7 @@ that cannot run here (a Dataflow job, a shell session) are ``sh`` or ``console``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -137,3 +138,43 @@ def test_every_relative_link_of_the_documents_leads_to_a_file():
             if local and not (path.parent / target.split("#")[0]).exists():
                 broken.append(f"{path.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_readmes_bucket_session_runs_as_written(tmp_path):
+    """The README's ``sh`` session against moto's S3 server, run by bash as a reader pastes it:
+    its one install line left out (make test's .venv has both packages), the server's port 9000
+    moved to a free one, the .venv's commands first on PATH. Everything the session starts,
+    the server included, is stopped with its process group."""
+    import os
+    import signal
+
+    from tests.helpers import free_port
+
+    session = next(code for info, _, code in fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+                   if info == "sh" and "moto_server" in code)
+    install, rest = session.split("\n", 1)
+    assert install.startswith("pip install '.[storage]' 'moto[server]'"), install
+    assert rest.count("9000") == 3, rest  # the server's port, the endpoint, the bucket's URL
+    script = tmp_path / "session.sh"
+    script.write_text("set -e\n" + rest.replace("9000", str(free_port())))
+    directory = tmp_path / "run"
+    directory.mkdir()
+    env = {key: value for key, value in ENV.items() if not key.startswith(("AWS_", "GOOGLE_"))}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    # (files, not pipes: the server the session leaves running in the background holds them open)
+    with open(tmp_path / "out.txt", "w") as out_file, open(tmp_path / "err.txt", "w") as err_file:
+        session_process = subprocess.Popen(["bash", str(script)], cwd=directory, env=dict(env, JAX_PLATFORMS="cpu"),
+                                           stdout=out_file, stderr=err_file, start_new_session=True)
+        try:
+            session_process.wait(timeout=BLOCK_TIMEOUT_S)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(session_process.pid, signal.SIGKILL)
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert session_process.returncode == 0, f"{out}\n{err[-6000:]}"
+    lines = out.splitlines()
+    assert any(line.startswith("pskd: ok s3://demo/corpus/shards.json: 1 shards") for line in lines), out
+    assert "{'w': Array([0., 1., 2., 3.], dtype=float32)}" in lines, out
+    assert lines[-1] == "pskd: 1 checkpoint verified in s3://demo/run", out
