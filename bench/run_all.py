@@ -38,6 +38,8 @@ RUNS: dict[str, list[tuple[list[str], list[str]]]] = {
     "bench_manager.py": [(["--scale", "0.125", "--repeat", "3"], ["--jax"])],
     "bench_mixture.py": [(["--batches", "500", "--rounds", "5"], [])],
     "bench_restore_leaves.py": [(["--rounds", "20"], [])],
+    "bench_segments.py": [(["--tokens", "4000000", "--batches", "128", "--rounds", "5"],
+                           ["--tokens", "8000000", "--batches", "192", "--rounds", "7"])],
     "bench_shuffle.py": [(["--n", "1000000", "--batches", "500"], ["--n", "1000000", "--batches", "500"])],
     "bench_startup.py": [(["--rounds", "5"], [])],
     "bench_text.py": [(["--mb", "20", "--baseline-mb", "4", "--repeat", "1"], [])],
