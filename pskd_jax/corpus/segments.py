@@ -13,12 +13,12 @@ vectorised over the whole batch, with as few passes over its tokens as numpy all
 comparison makes the mask of the segments' starts, a test of its words of eight finds the few
 words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,
 and one ``np.repeat`` of those makes both outputs (the positions one addition more, in the
-outputs' own dtype, of a held row of counts: a batch of any size, a Loader's group of 32 batches
-as one, costs the same per token). No Python work per token or per segment. The two outputs of a batch are the
-halves of one array; while a caller keeps many batches alive, they are written into pieces of
-blocks of memory aligned to huge pages instead (:class:`_Pieces`: at most a few blocks of 8 MiB
-held for reuse), which takes fresh memory with far fewer page faults. See ``docs/training.md``
-(Packed segments and a mixture of corpora).
+outputs' own dtype, of a held row of counts: a batch of any size, a Loader's group of 32
+batches among them, costs the same per token). No Python work per token or per segment. The
+two outputs of a batch are the halves of one array; while a caller keeps many batches alive,
+they are written into pieces of blocks of memory aligned to huge pages instead
+(:class:`_Pieces`: at most a few blocks of 8 MiB held for reuse), which takes fresh memory with
+far fewer page faults. See ``docs/training.md`` (Packed segments and a mixture of corpora).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _add_flat_index(values: np.ndarray, out: np.ndarray) -> None:
     if whole < size:
         np.add(values[whole:], count[: size - whole], out=out[whole:])
         if whole and dtype.itemsize > 2:
-            np.add(out[whole:], whole, out=out[whole:], casting="unsafe")
+            np.add(out[whole:], np.array(whole, np.int64).astype(dtype), out=out[whole:])  # (wrapping)
 
 
 def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
