@@ -45,8 +45,14 @@ def put_on_default_device(trees: list[Any]) -> list[Any]:
     if not _state["checked"] and not _check(leaves[0], first, sharding):
         return jax.device_put(trees)
     device = [first.device]
-    placed = [first] + [_batched_device_put(_ShapedArray(leaf.shape, leaf.dtype), sharding, [leaf], device,
-                                            committed=False) for leaf in leaves[1:]]
+    avals: dict[tuple, Any] = {}  # (one abstract value a shape and dtype: a group's batches share them)
+    placed = [first]
+    for leaf in leaves[1:]:
+        key = (leaf.shape, leaf.dtype)
+        aval = avals.get(key)
+        if aval is None:
+            aval = avals[key] = _ShapedArray(leaf.shape, leaf.dtype)
+        placed.append(_batched_device_put(aval, sharding, [leaf], device, committed=False))
     return jax.tree_util.tree_unflatten(structure, placed)
 
 
