@@ -21,9 +21,9 @@ demo: $(STAMP)
 demo-corpus: $(STAMP)
 	$(PY) demo/demo.py --corpus
 
-# The suite runs in a process per core (pytest-xdist, at most 4), a test file's tests in one process,
+# The suite runs in a process per logical CPU (pytest-xdist, at most 4), a test file's tests in one process,
 # so that a file's shared set-up (a server, a module fixture) is made once.
-PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist loadfile
+PYTEST_PARALLEL ?= -n logical --maxprocesses 4 --dist loadfile
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
