@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tests.helpers import ENV, ROOT
+from tests.helpers import ENV, ROOT, free_port
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The fences a document may open; any other (```py, ```Python, ```python3) would escape this test.
@@ -147,11 +149,6 @@ def test_the_readmes_bucket_session_runs_as_written(tmp_path):
     its one install line left out (make test's .venv has both packages), the server's port 9000
     moved to a free one, the .venv's commands first on PATH. Everything the session starts,
     the server included, is stopped with its process group."""
-    import os
-    import signal
-
-    from tests.helpers import free_port
-
     session = next(code for info, _, code in fenced_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
                    if info == "sh" and "moto_server" in code)
     install, rest = session.split("\n", 1)

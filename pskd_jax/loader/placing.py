@@ -17,6 +17,7 @@ the fast call off for good.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -45,15 +46,16 @@ def put_on_default_device(trees: list[Any]) -> list[Any]:
     if not _state["checked"] and not _check(leaves[0], first, sharding):
         return jax.device_put(trees)
     device = [first.device]
-    avals: dict[tuple, Any] = {}  # (one abstract value a shape and dtype: a group's batches share them)
-    placed = [first]
-    for leaf in leaves[1:]:
-        key = (leaf.shape, leaf.dtype)
-        aval = avals.get(key)
-        if aval is None:
-            aval = avals[key] = _ShapedArray(leaf.shape, leaf.dtype)
-        placed.append(_batched_device_put(aval, sharding, [leaf], device, committed=False))
+    placed = [first] + [_batched_device_put(_aval(leaf.shape, leaf.dtype), sharding, [leaf], device,
+                                            committed=False) for leaf in leaves[1:]]
     return jax.tree_util.tree_unflatten(structure, placed)
+
+
+@functools.lru_cache(maxsize=64)
+def _aval(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """The abstract value of leaves of ``shape`` and ``dtype`` (made once: a group's batches,
+    and every group after it, share them; making one costs half the move)."""
+    return _ShapedArray(shape, dtype)
 
 
 def _plain(leaf: Any) -> bool:
@@ -73,7 +75,7 @@ def _check(leaf: np.ndarray, expected: jax.Array, sharding: Any) -> bool:
         if _state["checked"]:
             return bool(_state["usable"])
         try:
-            got = _batched_device_put(_ShapedArray(leaf.shape, leaf.dtype), sharding, [leaf], [expected.device],
+            got = _batched_device_put(_aval(leaf.shape, leaf.dtype), sharding, [leaf], [expected.device],
                                       committed=False)
             same = (got.dtype == expected.dtype and got.shape == expected.shape and got.sharding == sharding
                     and got.committed == expected.committed and type(got) is type(expected)

@@ -14,7 +14,6 @@ b'ell'
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import tempfile
 import threading
@@ -41,15 +40,9 @@ from pskd_jax.storage.local import LOCAL, LocalStore
 from pskd_jax.storage.objects import ObjectStore  # (the client itself is imported on first use)
 from pskd_jax.storage.urls import OBJECT_SCHEMES, SCHEMES, Location, is_object_url, is_url, locate
 
-_STORES: dict[tuple[str, str, tuple[object, ...]], Store] = {}
+_STORES: dict[tuple[str, str, StorageOptions], Store] = {}
 _STORES_LOCK = threading.Lock()
 KEPT_STORES = 32  # the clients kept for reuse (the most recently made); one dropped lives while it is used
-
-
-def _options_key(options: StorageOptions) -> tuple[object, ...]:
-    """Options by value: equal options (made afresh for every open, as values are) share a client."""
-    fields = tuple(getattr(options, field.name) for field in dataclasses.fields(options) if field.name != "config")
-    return (tuple(sorted((name, repr(value)) for name, value in options.config.items())), *fields)
 
 
 def store_for(where: Location, options: StorageOptions | None = None) -> Store:
@@ -58,7 +51,7 @@ def store_for(where: Location, options: StorageOptions | None = None) -> Store:
     if where.is_local:
         return LOCAL
     options = options or DEFAULT_OPTIONS
-    key = (where.scheme, where.bucket, _options_key(options))
+    key = (where.scheme, where.bucket, options)  # (by value: equal options made afresh share a client)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:

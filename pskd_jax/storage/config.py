@@ -84,6 +84,13 @@ class StorageOptions:
                 f"retry_seconds={self.retry_seconds!r}, concurrency={self.concurrency!r}, "
                 f"part_bytes={self.part_bytes!r}, backoff_seconds={self.backoff_seconds!r})")
 
+    def __hash__(self) -> int:
+        # Options are values: equal ones (the dataclass's field-by-field equality) hash alike, so
+        # that they can key what is made once for them (a bucket's client). The settings' names
+        # stand for the mapping (its values may be anything, and equal values can hash apart).
+        return hash((tuple(sorted(self.config)), self.allow_http, self.retries, self.retry_seconds,
+                     self.concurrency, self.part_bytes, self.backoff_seconds))
+
     def secrets(self) -> list[str]:
         return [str(v) for k, v in self.config.items() if k.lower() in _SECRET_KEYS and v]
 
