@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo demo-corpus test test-fast bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py pskd_jax/corpus/_segments.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

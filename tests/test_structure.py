@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import importlib.util
 import pathlib
 import re
 import shutil
@@ -30,6 +31,7 @@ APPS = ROOT / "apps"  # installed as pskd_jax.apps
 LAYERS = {"errors": 0, "_os": 1, "storage": 2, "format": 3, "data": 4, "pipeline": 4, "corpus": 5, "checkpoint": 5,
           "loader": 6, "": 7, "apps": 8}  # "" is the package's own __init__
 CODE = re.compile(r"E9\d{3}")
+COMPILED_SEGMENTS = importlib.util.find_spec("pskd_jax.corpus._segments")  # (None: built without a compiler)
 
 
 def module_files() -> dict[str, pathlib.Path]:
@@ -304,19 +306,23 @@ def test_pyproject_lists_every_package_folder_and_the_apps():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_wheel_holds_one_top_level_package(tmp_path):
+@pytest.mark.parametrize("compiler", ["found", "failing"])
+def test_a_wheel_holds_one_top_level_package(tmp_path, compiler):
     """Built from a copy of the tracked sources (the build writes build/ and egg-info beside them),
-    without the network and without build isolation: the test extra installs what the build needs."""
+    without the network and without build isolation: the test extra installs what the build needs.
+    With the machine's C compiler the wheel holds the compiled scan of packed segments; with a
+    compiler that fails (``CC=false``, as a machine without one) the build still succeeds, without it."""
     source = tmp_path / "source"
     source.mkdir()
-    shutil.copy(ROOT / "pyproject.toml", source)
-    shutil.copy(ROOT / "README.md", source)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.so")
     shutil.copytree(PACKAGE, source / "pskd_jax", ignore=ignore)
     shutil.copytree(APPS, source / "apps", ignore=ignore)
+    env = ENV if compiler == "found" else {**ENV, "CC": "false"}
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                             "--quiet", str(source), "-w", str(tmp_path / "wheels")], capture_output=True, text=True,
-                           cwd=tmp_path, env=ENV, timeout=300)
+                           cwd=tmp_path, env=env, timeout=300)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = (tmp_path / "wheels").glob("pskd_jax-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -328,6 +334,12 @@ def test_a_wheel_holds_one_top_level_package(tmp_path):
     assert {f"pskd_jax/apps/{p.name}" for p in APPS.glob("*.py")} <= set(names)
     assert {str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")} <= set(names)
     assert "pskd_jax/py.typed" in names  # a user's type checker reads the package's annotations
+    assert "pskd_jax/corpus/_segments.pyi" in names
+    compiled = [n for n in names if n.startswith("pskd_jax/corpus/_segments.") and n.endswith((".so", ".pyd"))]
+    if compiler == "failing":
+        assert compiled == []
+    elif COMPILED_SEGMENTS is not None:  # (this checkout's install built it: so does the wheel)
+        assert len(compiled) == 1, names
     assert "pskd = pskd_jax.apps.pskd:run" in entry_points
 
 

@@ -8,15 +8,17 @@ For a batch of input windows ``(n, T)`` :func:`segment_ids_and_positions` gives,
 - ``positions``: 0 at each segment's first token, counting on through the segment.
 
 Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`: int16 for T
-up to 32767), the form flax, MaxText and levanter attention masks take. The computation is
-vectorised over the whole batch, with as few passes over its tokens as numpy allows: one
+up to 32767), the form flax, MaxText and levanter attention masks take.
+
+Two implementations give the same arrays. Where the package was built with a C compiler, one
+scan of the tokens writes both outputs (``_segments.c``: 16 tokens at a time, the GIL let go).
+Elsewhere numpy does it, vectorised over the whole batch with as few passes as numpy allows: one
 comparison makes the mask of the segments' starts, a test of its words of eight finds the few
 words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,
 and one ``np.repeat`` of those makes both outputs (the positions one addition more, in the
-outputs' own dtype, of a held row of counts: a batch of any size, a Loader's group of 32
-batches among them, costs the same per token). No Python work per token or per segment. The
-two outputs of a batch are the halves of one array; while a caller keeps many batches alive,
-they are written into pieces of blocks of memory aligned to huge pages instead
+outputs' own dtype, of a held row of counts). No Python work per token or per segment either
+way. The two outputs of a batch are the halves of one array; while a caller keeps many batches
+alive, they are written into pieces of blocks of memory aligned to huge pages instead
 (:class:`_Pieces`: at most a few blocks of 8 MiB held for reuse), which takes fresh memory with
 far fewer page faults. See ``docs/training.md`` (Packed segments and a mixture of corpora).
 """
@@ -24,13 +26,21 @@ far fewer page faults. See ``docs/training.md`` (Packed segments and a mixture o
 from __future__ import annotations
 
 import collections
+import operator
 import os
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable
 
 import numpy as np
+
+_native: types.ModuleType | None
+try:  # the compiled scan, where the package was built with a C compiler (see setup.py)
+    import pskd_jax.corpus._segments as _native
+except ImportError:  # (built without one: numpy computes the same arrays)
+    _native = None
 
 __all__ = ["segment_dtype", "segment_ids_and_positions"]
 
@@ -92,13 +102,17 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     >>> ids.tolist(), positions.tolist()
     ([[1, 1, 2, 2, 2], [1, 2, 3, 3, 3]], [[0, 1, 0, 1, 2], [0, 0, 0, 1, 2]])
     """
-    inputs = np.asarray(inputs)
+    inputs, boundary = np.asarray(inputs), operator.index(boundary)
     if inputs.ndim != 2:
         raise ValueError(f"inputs are (n, T) windows, got shape {inputs.shape}")
     n, seq = inputs.shape
     size, dtype = n * seq, segment_dtype(seq)
     if size == 0:
         return np.zeros((n, seq), dtype), np.zeros((n, seq), dtype)
+    if _native is not None and 0 <= boundary < _SCANNED.get(inputs.dtype, 0) and dtype.itemsize < 8:
+        out = _OUTPUTS.place(np.empty((2, n, seq), dtype))
+        _native.fill(inputs if inputs.flags.c_contiguous else np.ascontiguousarray(inputs), boundary, seq, out)
+        return out[0], out[1]
     # Whether each token starts a segment (the window's first, and each one after a boundary),
     # padded with False to whole words of eight.
     first = np.empty(size + (-size) % 8, dtype=bool)
@@ -131,6 +145,10 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     # dtype's range (they wrap alike), and the difference, below T, is exact.
     _add_flat_index(both[1], out[1])
     return out[0].reshape(n, seq), out[1].reshape(n, seq)
+
+
+# The token dtypes the compiled scan reads (a corpus's), each with the bound of a boundary it can hold.
+_SCANNED = {np.dtype(np.uint8): 1 << 8, np.dtype(np.uint16): 1 << 16, np.dtype(np.uint32): 1 << 32}
 
 
 class _Pieces:

@@ -1,22 +1,50 @@
 """Packed segments (pskd_jax.corpus.segments, ``CorpusWindows(…, segments=True)``): segment ids and
 positions equal a plain loop's over every token, for any windows, through gather, indexing,
-pickling and grain."""
+pickling and grain; each test of the module once with the compiled scan (``_segments.c``) and
+once with numpy's."""
 
 from __future__ import annotations
 
 import pickle
+import shutil
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pskd_jax.corpus import segments
 from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
 from pskd_jax.corpus.windows import CorpusWindows
 
 from .helpers import write_corpus
 
 BOUNDARY = 256  # the bytes tokenizer's
+COMPILED = segments._native  # (None where the package was built without a C compiler)
+
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "numpy"])
+def implementation(request):
+    """Every test of the module with each implementation of the scan (module-scoped, so that
+    hypothesis's tests take it too)."""
+    if request.param == "compiled" and COMPILED is None:
+        pytest.skip("the package was built without its compiled scan (no C compiler or Python headers)")
+    segments._native = COMPILED if request.param == "compiled" else None
+    yield request.param
+    segments._native = COMPILED
+
+
+def test_the_compiled_scan_is_built_where_a_compiler_is():
+    """Where a C compiler and Python's headers are, the install (setup.py) built the scan: a
+    failed build, which setup.py lets pass so that an install without a compiler works, is
+    caught here."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = Path(sysconfig.get_paths()["include"], "Python.h")
+    if shutil.which(compiler) is None or not headers.exists():
+        pytest.skip(f"no C compiler ({compiler}) or no {headers}")
+    assert COMPILED is not None, "pskd_jax.corpus._segments is not built: reinstall (pip install -e .), read its errors"
 
 
 def reference(inputs: np.ndarray, boundary: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +81,53 @@ def test_segments_equal_a_plain_loop(rows, seq, density, seed, dtype):
     boundary = 250
     inputs[rng.random((rows, seq)) < density] = boundary
     assert_reference(inputs, boundary)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 4), seq=st.integers(1, 200), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from([np.uint8, np.uint16, np.uint32]),
+       places=st.lists(st.integers(0, 799), max_size=40))
+def test_segments_with_boundaries_at_any_place_of_the_scans_blocks(rows, seq, seed, dtype, places):
+    """Boundaries where the compiled scan's blocks of 32 tokens begin and end, in runs, in every
+    lane; windows of any length (whole blocks and a rest)."""
+    inputs = np.random.default_rng(seed).integers(0, 200, (rows, seq)).astype(dtype)
+    flat = inputs.reshape(-1)
+    flat[[p for p in places if p < flat.size]] = 250
+    assert_reference(inputs, 250)
+
+
+def test_segments_of_other_token_dtypes_and_boundaries_no_token_can_be():
+    """Signed tokens, 8-byte tokens and a boundary outside the tokens' range: the same
+    definition (numpy computes those; the compiled scan takes a corpus's dtypes only)."""
+    tokens = np.array([[5, 9, 6, 7, 9, 1], [9, 9, 1, 2, 3, 4]])
+    for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint64):
+        assert_reference(tokens.astype(dtype), 9)
+    assert_reference(np.array([[1, 2, 3, 0]], np.uint8), 256)  # (no uint8 token is 256)
+    assert_reference(np.array([[1, 65535, 3]], np.uint16), 1 << 16)
+    ids, positions = segment_ids_and_positions(np.array([[5, 9, 6]], np.uint16), np.uint16(9))
+    assert ids.tolist() == [[1, 1, 2]] and positions.tolist() == [[0, 1, 0]]
+
+
+def test_the_compiled_scan_checks_what_keeps_it_inside_its_buffers():
+    if COMPILED is None:
+        pytest.skip("not built")
+    inputs = np.zeros((2, 8), np.uint16)
+    COMPILED.fill(inputs, 9, 8, out := np.empty((2, 2, 8), np.int16))
+    assert out[0].tolist() == [[1] * 8] * 2 and out[1].tolist() == [list(range(8))] * 2
+    with pytest.raises(TypeError, match="tokens of 8 bytes"):
+        COMPILED.fill(np.zeros((2, 8), np.int64), 9, 8, np.empty((2, 2, 8), np.int16))
+    with pytest.raises(TypeError, match="outputs of 8 bytes"):
+        COMPILED.fill(inputs, 9, 8, np.empty((2, 2, 8), np.int64))
+    with pytest.raises(ValueError, match="not whole windows"):
+        COMPILED.fill(inputs, 9, 5, np.empty((2, 2, 8), np.int16))
+    with pytest.raises(ValueError, match="not whole windows"):
+        COMPILED.fill(inputs, 9, 8, np.empty((2, 8), np.int16))
+    with pytest.raises(ValueError, match="does not fit"):
+        COMPILED.fill(inputs, 1 << 16, 8, np.empty((2, 2, 8), np.int16))
+    with pytest.raises(ValueError, match="not C-contiguous"):  # (numpy's own refusal of the buffer)
+        COMPILED.fill(np.zeros((2, 16), np.uint16)[:, ::2], 9, 8, np.empty((2, 2, 8), np.int16))
+    with pytest.raises(BufferError, match="read-only|not writable"):
+        COMPILED.fill(inputs, 9, 8, bytes(64))
 
 
 def test_segments_of_edge_cases():

@@ -1,0 +1,220 @@
+/* Packed segments of a batch of windows in one pass: pskd_jax.corpus.segments, compiled.
+
+   fill(inputs, boundary, seq, outputs) writes each input token's segment id, then each one's
+   position (the rules in segments.py), into the output buffer: its first half the ids, its
+   second the positions. The inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole
+   number of windows of seq tokens; the outputs C-contiguous signed integers of 2 or 4 bytes,
+   twice as many. The caller (segments.py) chooses the types; this module checks what keeps it
+   inside the buffers.
+
+   Why compiled: numpy needs several passes and a dozen calls for what is one scan, and a
+   Loader gathers batches of 64 Ki tokens in about a hundred microseconds. The scan goes 16
+   tokens at a time: a block with no boundary (nearly every block, documents being hundreds of
+   tokens long) is one test and two stores of 16 values, which the compiler makes vector
+   instructions of; only a block holding a boundary goes token by token. The GIL is let go
+   during the scan, so a Loader's thread overlaps it with the training step. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The scan of one token: its id and position, then the next token's. */
+#define STEP(t)                                                                                \
+    do {                                                                                       \
+        ids[t] = id;                                                                           \
+        pos[t] = at;                                                                           \
+        if (in[t] == boundary) { id++; at = 0; } else { at++; }                                \
+    } while (0)
+
+#if defined(__GNUC__)
+/* With GCC's vector types (gcc, clang): blocks of BLOCK tokens as vectors of VB bytes. Each
+   block's compares with the boundary are ORed together; the ids and positions of a block with
+   no boundary (nearly all: documents are hundreds of tokens long) are two broadcasts; in a block
+   holding one, each boundary (found from its compare's bits) then adds 1 to the ids after it
+   and restarts the positions there, lanes masked in the same vectors. */
+#define BLOCK 32
+static const int16_t LANES16[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+#define DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                              \
+    typedef TOKEN NAME##_tokens __attribute__((vector_size(VB)));                              \
+    typedef OUT NAME##_outs __attribute__((vector_size(VB)));                                  \
+    /* A block holding a boundary, apart (rare, and its arrays would keep the common case's     \
+       vectors out of registers): the ids and positions as if it held none, then for each       \
+       boundary in turn (from its compare's bits) the ids after it one more and the positions  \
+       after it from 0. */                                                                      \
+    TARGET __attribute__((noinline)) static void NAME##_split(const TOKEN *in, TOKEN boundary,  \
+                                                              OUT *idp, OUT *atp, OUT *ids,     \
+                                                              OUT *pos) {                       \
+        enum { TOKENS = VB / sizeof(TOKEN), OUTS = VB / sizeof(OUT), BITS = 8 * sizeof(TOKEN) }; \
+        NAME##_outs lanes[BLOCK / OUTS], idv[BLOCK / OUTS], posv[BLOCK / OUTS];                \
+        memcpy(lanes, sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32,        \
+               sizeof lanes);                                                                  \
+        for (int m = 0; m < BLOCK / OUTS; m++) {                                               \
+            idv[m] = (NAME##_outs){0} + *idp;                                                  \
+            posv[m] = lanes[m] + *atp;                                                         \
+        }                                                                                      \
+        int last = 0;                                                                          \
+        for (int k = 0; k < BLOCK / TOKENS; k++) {                                             \
+            NAME##_tokens v;                                                                   \
+            uint64_t bits[VB / 8];                                                             \
+            memcpy(&v, in + k * TOKENS, VB);                                                   \
+            v = (NAME##_tokens)(v == boundary);                                                \
+            memcpy(bits, &v, VB);                                                              \
+            for (int w = 0; w < VB / 8; w++) {                                                 \
+                for (uint64_t word = bits[w]; word; ) {                                        \
+                    int bit = __builtin_ctzll(word);                                           \
+                    last = k * TOKENS + w * (64 / BITS) + bit / BITS;                          \
+                    for (int m = 0; m < BLOCK / OUTS; m++) {                                   \
+                        NAME##_outs after = (NAME##_outs)(lanes[m] > (OUT)last);               \
+                        idv[m] -= after;                                                       \
+                        posv[m] = (posv[m] & ~after) | ((lanes[m] - (OUT)(last + 1)) & after); \
+                    }                                                                          \
+                    word &= ~((~0ULL >> (64 - BITS)) << (bit - bit % BITS));                   \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        memcpy(ids, idv, sizeof idv);                                                          \
+        memcpy(pos, posv, sizeof posv);                                                        \
+        *atp = (OUT)(BLOCK - 1 - last);                                                        \
+        *idp = (OUT)(idv[BLOCK / OUTS - 1][OUTS - 1] + (last == BLOCK - 1));                   \
+    }                                                                                          \
+    TARGET __attribute__((always_inline)) static inline void NAME##_block(                     \
+            const TOKEN *in, TOKEN boundary, OUT *idp, OUT *atp, OUT *ids, OUT *pos) {          \
+        enum { TOKENS = VB / sizeof(TOKEN), OUTS = VB / sizeof(OUT) };                         \
+        NAME##_tokens v, any = {0};                                                            \
+        for (int k = 0; k < BLOCK; k += TOKENS) {                                              \
+            memcpy(&v, in + k, VB);                                                            \
+            any |= (NAME##_tokens)(v == boundary);                                             \
+        }                                                                                      \
+        uint64_t words[VB / 8], some = 0;                                                      \
+        memcpy(words, &any, VB);                                                               \
+        for (int k = 0; k < VB / 8; k++) some |= words[k];                                     \
+        if (some) {                                                                            \
+            NAME##_split(in, boundary, idp, atp, ids, pos);                                    \
+            return;                                                                            \
+        }                                                                                      \
+        NAME##_outs same = (NAME##_outs){0} + *idp, next;                                      \
+        memcpy(&next, sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32, VB);   \
+        next += *atp;                                                                          \
+        for (int k = 0; k < BLOCK; k += OUTS) {                                                \
+            memcpy(ids + k, &same, VB);                                                        \
+            memcpy(pos + k, &next, VB);                                                        \
+            next += (OUT)OUTS;                                                                 \
+        }                                                                                      \
+        *atp = (OUT)(*atp + BLOCK);                                                            \
+    }                                                                                          \
+    TARGET static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids,         \
+                            OUT *pos) {                                                        \
+        OUT id = 1, at = 0;                                                                    \
+        Py_ssize_t t = 0;                                                                      \
+        for (; t + BLOCK <= seq; t += BLOCK) NAME##_block(in + t, boundary, &id, &at, ids + t, pos + t); \
+        for (; t < seq; t++) STEP(t);                                                          \
+    }
+#else
+/* Elsewhere, token by token. */
+#define DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                              \
+    static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids, OUT *pos) {    \
+        OUT id = 1, at = 0;                                                                    \
+        for (Py_ssize_t t = 0; t < seq; t++) STEP(t);                                          \
+    }
+#endif
+
+/* All windows of a batch, each from id 1 and position 0. */
+#define DEFINE_BATCH(NAME, TOKEN, OUT, VB, TARGET)                                             \
+    DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                                  \
+    TARGET static void NAME##_all(const void *in, Py_ssize_t n, Py_ssize_t seq,                \
+                                  unsigned long long b, void *ids, void *pos) {                \
+        for (Py_ssize_t w = 0; w < n; w++)                                                     \
+            NAME((const TOKEN *)in + w * seq, seq, (TOKEN)b, (OUT *)ids + w * seq,             \
+                 (OUT *)pos + w * seq);                                                        \
+    }
+
+/* Every pair of a corpus's token width and an output width, in vectors of 16 bytes (every
+   x86-64 and arm64 machine) and, on x86-64, of 32 (AVX2, chosen when the processor has it). */
+#define DEFINE_ALL(SUFFIX, VB, TARGET)                                                         \
+    DEFINE_BATCH(u8_i16##SUFFIX, uint8_t, int16_t, VB, TARGET)                                 \
+    DEFINE_BATCH(u16_i16##SUFFIX, uint16_t, int16_t, VB, TARGET)                               \
+    DEFINE_BATCH(u32_i16##SUFFIX, uint32_t, int16_t, VB, TARGET)                               \
+    DEFINE_BATCH(u8_i32##SUFFIX, uint8_t, int32_t, VB, TARGET)                                 \
+    DEFINE_BATCH(u16_i32##SUFFIX, uint16_t, int32_t, VB, TARGET)                               \
+    DEFINE_BATCH(u32_i32##SUFFIX, uint32_t, int32_t, VB, TARGET)
+
+DEFINE_ALL(, 16, )
+#if defined(__GNUC__) && defined(__x86_64__)
+#define WIDE 1
+DEFINE_ALL(_avx2, 32, __attribute__((target("avx2"))))
+#endif
+
+typedef void (*fill_fn)(const void *, Py_ssize_t, Py_ssize_t, unsigned long long, void *, void *);
+
+#define PICK(SUFFIX)                                                                           \
+    if (out == 2) return token == 1 ? u8_i16##SUFFIX##_all : token == 2 ? u16_i16##SUFFIX##_all \
+                       : token == 4 ? u32_i16##SUFFIX##_all : NULL;                             \
+    if (out == 4) return token == 1 ? u8_i32##SUFFIX##_all : token == 2 ? u16_i32##SUFFIX##_all \
+                       : token == 4 ? u32_i32##SUFFIX##_all : NULL;                             \
+    return NULL;
+
+static int wide;  /* whether the processor has AVX2 (asked once, when the module loads) */
+
+static fill_fn pick(Py_ssize_t token, Py_ssize_t out) {
+#ifdef WIDE
+    if (wide) { PICK(_avx2) }
+#endif
+    PICK()
+}
+
+static PyObject *fill(PyObject *self, PyObject *args) {
+    PyObject *inputs, *outputs;
+    unsigned long long boundary;
+    Py_ssize_t seq;
+    if (!PyArg_ParseTuple(args, "OKnO", &inputs, &boundary, &seq, &outputs)) return NULL;
+    Py_buffer in, out;
+    if (PyObject_GetBuffer(inputs, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(outputs, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t count = in.itemsize ? in.len / in.itemsize : 0;
+    fill_fn run = pick(in.itemsize, out.itemsize);
+    if (run == NULL) {
+        PyErr_Format(PyExc_TypeError, "tokens of %zd bytes into outputs of %zd bytes are not scanned here",
+                     in.itemsize, out.itemsize);
+    } else if (seq <= 0 || count % seq != 0 || out.len != 2 * count * out.itemsize) {
+        PyErr_Format(PyExc_ValueError, "%zd tokens are not whole windows of %zd with twice as many outputs",
+                     count, seq);
+    } else if (in.itemsize < 8 && boundary >> (8 * in.itemsize) != 0) {
+        PyErr_Format(PyExc_ValueError, "boundary %llu does not fit tokens of %zd bytes", boundary, in.itemsize);
+    } else {
+        char *ids = out.buf, *positions = ids + count * out.itemsize;
+        Py_BEGIN_ALLOW_THREADS
+        run(in.buf, count / seq, seq, boundary, ids, positions);
+        Py_END_ALLOW_THREADS
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"fill", fill, METH_VARARGS,
+     "fill(inputs, boundary, seq, outputs): each token's segment id, then each one's position, into outputs."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "pskd_jax.corpus._segments",
+    "Packed segments of a batch of windows in one pass (see pskd_jax.corpus.segments).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__segments(void) {
+#ifdef WIDE
+    __builtin_cpu_init();
+    wide = __builtin_cpu_supports("avx2");
+#endif
+    return PyModule_Create(&module);
+}
