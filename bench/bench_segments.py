@@ -34,8 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from interleaved import interleaved_medians
 from synthetic_corpus import synthetic_corpus
 
-from pskd_jax.corpus import CorpusWindows
-from pskd_jax.corpus import segments
+from pskd_jax.corpus import CorpusWindows, segments
 from pskd_jax.corpus.segments import segment_ids_and_positions
 
 LIMIT = 1.2

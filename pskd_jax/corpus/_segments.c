@@ -8,11 +8,10 @@
    inside the buffers.
 
    Why compiled: numpy needs several passes and a dozen calls for what is one scan, and a
-   Loader gathers batches of 64 Ki tokens in about a hundred microseconds. The scan goes 16
-   tokens at a time: a block with no boundary (nearly every block, documents being hundreds of
-   tokens long) is one test and two stores of 16 values, which the compiler makes vector
-   instructions of; only a block holding a boundary goes token by token. The GIL is let go
-   during the scan, so a Loader's thread overlaps it with the training step. */
+   Loader gathers batches of 64 Ki tokens in well under a hundred microseconds. The scan takes
+   the tokens a block of 32 at a time (see DEFINE_SCAN); only the last few tokens of a window
+   that is not whole blocks go one by one. The GIL is let go during the scan, so a Loader's
+   thread overlaps it with the training step. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,31 +26,33 @@
         if (in[t] == boundary) { id++; at = 0; } else { at++; }                                \
     } while (0)
 
-#if defined(__GNUC__)
-/* With GCC's vector types (gcc, clang): blocks of BLOCK tokens as vectors of VB bytes. Each
-   block's compares with the boundary are ORed together; the ids and positions of a block with
-   no boundary (nearly all: documents are hundreds of tokens long) are two broadcasts; in a block
-   holding one, each boundary (found from its compare's bits) then adds 1 to the ids after it
-   and restarts the positions there, lanes masked in the same vectors. */
+#if defined(__GNUC__) && !defined(PSKD_SEGMENTS_BY_TOKEN)
+/* With GCC's vector types (gcc, clang), in vectors of 16 bytes, the width every x86-64 and arm64
+   processor has (AVX2's 32-byte vectors measured no faster here: the scan is bound by its
+   stores). Each block's compares with the boundary are ORed together; the ids and positions of
+   a block with no boundary (nearly all: documents are hundreds of tokens long) are two
+   broadcasts; in a block holding one, each boundary (found from its compare's bits) then adds 1
+   to the ids after it and restarts the positions there, lanes masked in the same vectors. */
 #define BLOCK 32
+#define VB 16
 static const int16_t LANES16[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-#define DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                              \
+#define LANES(OUT) (sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32)
+
+#define DEFINE_SCAN(NAME, TOKEN, OUT)                                                          \
     typedef TOKEN NAME##_tokens __attribute__((vector_size(VB)));                              \
     typedef OUT NAME##_outs __attribute__((vector_size(VB)));                                  \
-    /* A block holding a boundary, apart (rare, and its arrays would keep the common case's     \
-       vectors out of registers): the ids and positions as if it held none, then for each       \
-       boundary in turn (from its compare's bits) the ids after it one more and the positions  \
-       after it from 0. */                                                                      \
-    TARGET __attribute__((noinline)) static void NAME##_split(const TOKEN *in, TOKEN boundary,  \
-                                                              OUT *idp, OUT *atp, OUT *ids,     \
-                                                              OUT *pos) {                       \
-        enum { TOKENS = VB / sizeof(TOKEN), OUTS = VB / sizeof(OUT), BITS = 8 * sizeof(TOKEN) }; \
+    enum { NAME##_TOKENS = VB / sizeof(TOKEN), NAME##_OUTS = VB / sizeof(OUT) };               \
+    /* A block holding a boundary, apart (rare, and its arrays would keep the common case's    \
+       vectors out of registers): the ids and positions as if it held none, then for each      \
+       boundary in turn the ids after it one more and the positions after it from 0. */        \
+    __attribute__((noinline)) static void NAME##_split(const TOKEN *in, TOKEN boundary,        \
+                                                       OUT *idp, OUT *atp, OUT *ids, OUT *pos) { \
+        enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS, BITS = 8 * sizeof(TOKEN) };         \
         NAME##_outs lanes[BLOCK / OUTS], idv[BLOCK / OUTS], posv[BLOCK / OUTS];                \
-        memcpy(lanes, sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32,        \
-               sizeof lanes);                                                                  \
+        memcpy(lanes, LANES(OUT), sizeof lanes);                                               \
         for (int m = 0; m < BLOCK / OUTS; m++) {                                               \
             idv[m] = (NAME##_outs){0} + *idp;                                                  \
             posv[m] = lanes[m] + *atp;                                                         \
@@ -64,7 +65,7 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
             v = (NAME##_tokens)(v == boundary);                                                \
             memcpy(bits, &v, VB);                                                              \
             for (int w = 0; w < VB / 8; w++) {                                                 \
-                for (uint64_t word = bits[w]; word; ) {                                        \
+                for (uint64_t word = bits[w]; word; ) { /* (a boundary's lane: all ones) */    \
                     int bit = __builtin_ctzll(word);                                           \
                     last = k * TOKENS + w * (64 / BITS) + bit / BITS;                          \
                     for (int m = 0; m < BLOCK / OUTS; m++) {                                   \
@@ -72,7 +73,7 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
                         idv[m] -= after;                                                       \
                         posv[m] = (posv[m] & ~after) | ((lanes[m] - (OUT)(last + 1)) & after); \
                     }                                                                          \
-                    word &= ~((~0ULL >> (64 - BITS)) << (bit - bit % BITS));                   \
+                    word &= ~((~0ULL >> (64 - BITS)) << bit);                                  \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
@@ -81,23 +82,22 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
         *atp = (OUT)(BLOCK - 1 - last);                                                        \
         *idp = (OUT)(idv[BLOCK / OUTS - 1][OUTS - 1] + (last == BLOCK - 1));                   \
     }                                                                                          \
-    TARGET __attribute__((always_inline)) static inline void NAME##_block(                     \
+    __attribute__((always_inline)) static inline void NAME##_block(                            \
             const TOKEN *in, TOKEN boundary, OUT *idp, OUT *atp, OUT *ids, OUT *pos) {          \
-        enum { TOKENS = VB / sizeof(TOKEN), OUTS = VB / sizeof(OUT) };                         \
+        enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS };                                   \
         NAME##_tokens v, any = {0};                                                            \
         for (int k = 0; k < BLOCK; k += TOKENS) {                                              \
             memcpy(&v, in + k, VB);                                                            \
             any |= (NAME##_tokens)(v == boundary);                                             \
         }                                                                                      \
-        uint64_t words[VB / 8], some = 0;                                                      \
+        uint64_t words[VB / 8];                                                                \
         memcpy(words, &any, VB);                                                               \
-        for (int k = 0; k < VB / 8; k++) some |= words[k];                                     \
-        if (some) {                                                                            \
+        if (words[0] | words[1]) {                                                             \
             NAME##_split(in, boundary, idp, atp, ids, pos);                                    \
             return;                                                                            \
         }                                                                                      \
         NAME##_outs same = (NAME##_outs){0} + *idp, next;                                      \
-        memcpy(&next, sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32, VB);   \
+        memcpy(&next, LANES(OUT), VB);                                                         \
         next += *atp;                                                                          \
         for (int k = 0; k < BLOCK; k += OUTS) {                                                \
             memcpy(ids + k, &same, VB);                                                        \
@@ -106,16 +106,15 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
         }                                                                                      \
         *atp = (OUT)(*atp + BLOCK);                                                            \
     }                                                                                          \
-    TARGET static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids,         \
-                            OUT *pos) {                                                        \
+    static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids, OUT *pos) {    \
         OUT id = 1, at = 0;                                                                    \
         Py_ssize_t t = 0;                                                                      \
         for (; t + BLOCK <= seq; t += BLOCK) NAME##_block(in + t, boundary, &id, &at, ids + t, pos + t); \
         for (; t < seq; t++) STEP(t);                                                          \
     }
 #else
-/* Elsewhere, token by token. */
-#define DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                              \
+/* Elsewhere (and with PSKD_SEGMENTS_BY_TOKEN defined, as a test builds it), token by token. */
+#define DEFINE_SCAN(NAME, TOKEN, OUT)                                                          \
     static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids, OUT *pos) {    \
         OUT id = 1, at = 0;                                                                    \
         for (Py_ssize_t t = 0; t < seq; t++) STEP(t);                                          \
@@ -123,47 +122,29 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
 #endif
 
 /* All windows of a batch, each from id 1 and position 0. */
-#define DEFINE_BATCH(NAME, TOKEN, OUT, VB, TARGET)                                             \
-    DEFINE_SCAN(NAME, TOKEN, OUT, VB, TARGET)                                                  \
-    TARGET static void NAME##_all(const void *in, Py_ssize_t n, Py_ssize_t seq,                \
-                                  unsigned long long b, void *ids, void *pos) {                \
+#define DEFINE_BATCH(NAME, TOKEN, OUT)                                                         \
+    DEFINE_SCAN(NAME, TOKEN, OUT)                                                              \
+    static void NAME##_all(const void *in, Py_ssize_t n, Py_ssize_t seq, unsigned long long b, \
+                           void *ids, void *pos) {                                             \
         for (Py_ssize_t w = 0; w < n; w++)                                                     \
             NAME((const TOKEN *)in + w * seq, seq, (TOKEN)b, (OUT *)ids + w * seq,             \
                  (OUT *)pos + w * seq);                                                        \
     }
 
-/* Every pair of a corpus's token width and an output width, in vectors of 16 bytes (every
-   x86-64 and arm64 machine) and, on x86-64, of 32 (AVX2, chosen when the processor has it). */
-#define DEFINE_ALL(SUFFIX, VB, TARGET)                                                         \
-    DEFINE_BATCH(u8_i16##SUFFIX, uint8_t, int16_t, VB, TARGET)                                 \
-    DEFINE_BATCH(u16_i16##SUFFIX, uint16_t, int16_t, VB, TARGET)                               \
-    DEFINE_BATCH(u32_i16##SUFFIX, uint32_t, int16_t, VB, TARGET)                               \
-    DEFINE_BATCH(u8_i32##SUFFIX, uint8_t, int32_t, VB, TARGET)                                 \
-    DEFINE_BATCH(u16_i32##SUFFIX, uint16_t, int32_t, VB, TARGET)                               \
-    DEFINE_BATCH(u32_i32##SUFFIX, uint32_t, int32_t, VB, TARGET)
-
-DEFINE_ALL(, 16, )
-#if defined(__GNUC__) && defined(__x86_64__)
-#define WIDE 1
-DEFINE_ALL(_avx2, 32, __attribute__((target("avx2"))))
-#endif
+/* Every pair of a corpus's token width and an output width. */
+DEFINE_BATCH(u8_i16, uint8_t, int16_t)
+DEFINE_BATCH(u16_i16, uint16_t, int16_t)
+DEFINE_BATCH(u32_i16, uint32_t, int16_t)
+DEFINE_BATCH(u8_i32, uint8_t, int32_t)
+DEFINE_BATCH(u16_i32, uint16_t, int32_t)
+DEFINE_BATCH(u32_i32, uint32_t, int32_t)
 
 typedef void (*fill_fn)(const void *, Py_ssize_t, Py_ssize_t, unsigned long long, void *, void *);
 
-#define PICK(SUFFIX)                                                                           \
-    if (out == 2) return token == 1 ? u8_i16##SUFFIX##_all : token == 2 ? u16_i16##SUFFIX##_all \
-                       : token == 4 ? u32_i16##SUFFIX##_all : NULL;                             \
-    if (out == 4) return token == 1 ? u8_i32##SUFFIX##_all : token == 2 ? u16_i32##SUFFIX##_all \
-                       : token == 4 ? u32_i32##SUFFIX##_all : NULL;                             \
-    return NULL;
-
-static int wide;  /* whether the processor has AVX2 (asked once, when the module loads) */
-
 static fill_fn pick(Py_ssize_t token, Py_ssize_t out) {
-#ifdef WIDE
-    if (wide) { PICK(_avx2) }
-#endif
-    PICK()
+    if (out == 2) return token == 1 ? u8_i16_all : token == 2 ? u16_i16_all : token == 4 ? u32_i16_all : NULL;
+    if (out == 4) return token == 1 ? u8_i32_all : token == 2 ? u16_i32_all : token == 4 ? u32_i32_all : NULL;
+    return NULL;
 }
 
 static PyObject *fill(PyObject *self, PyObject *args) {
@@ -186,7 +167,7 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     } else if (seq <= 0 || count % seq != 0 || out.len != 2 * count * out.itemsize) {
         PyErr_Format(PyExc_ValueError, "%zd tokens are not whole windows of %zd with twice as many outputs",
                      count, seq);
-    } else if (in.itemsize < 8 && boundary >> (8 * in.itemsize) != 0) {
+    } else if (boundary >> (8 * in.itemsize) != 0) {  /* (itemsize 1, 2 or 4: a shift below 64) */
         PyErr_Format(PyExc_ValueError, "boundary %llu does not fit tokens of %zd bytes", boundary, in.itemsize);
     } else {
         char *ids = out.buf, *positions = ids + count * out.itemsize;
@@ -209,12 +190,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "pskd_jax.corpus._segments",
     "Packed segments of a batch of windows in one pass (see pskd_jax.corpus.segments).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__segments(void) {
-#ifdef WIDE
-    __builtin_cpu_init();
-    wide = __builtin_cpu_supports("avx2");
-#endif
-    return PyModule_Create(&module);
-}
+PyMODINIT_FUNC PyInit__segments(void) { return PyModule_Create(&module); }
