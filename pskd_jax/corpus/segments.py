@@ -33,7 +33,6 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
 
 import numpy as np
 
@@ -169,22 +168,23 @@ class _Pieces:
         self._pieces: list[tuple[np.ndarray, int]] = []  # (piece, its count of references when unused)
         self._block = memoryview(b"")
         self._at = 0
-        # Whether each of the last batches' outputs is still referred to (the oldest first).
-        self._held: collections.deque[Callable[[], bool]] = collections.deque(maxlen=LOOK_BACK)
+        # The outputs of the last batches, the oldest first: a weak reference to an array of
+        # their own, or the entry of their piece (still referred to while its count is higher).
+        self._held: collections.deque[weakref.ref | tuple[np.ndarray, int]] = collections.deque(maxlen=LOOK_BACK)
 
     def place(self, made: np.ndarray) -> np.ndarray:
         """The array a batch's outputs go to: ``made`` itself, or (when the outputs of the batch
         :data:`LOOK_BACK` batches ago are still held and ``made``'s size is within :data:`PIECES`)
-        a piece of that dtype and shape."""
-        with self._lock:
-            held = self._held
-            if not (PIECES[0] <= made.nbytes <= PIECES[1] and len(held) == LOOK_BACK and held[0]()):
-                ref = weakref.ref(made)
-                held.append(lambda: ref() is not None)
-                return made
-            entry = self._take(made.nbytes)
-            held.append(lambda: sys.getrefcount(entry[0]) > entry[1])
-            return entry[0].view(made.dtype).reshape(made.shape)
+        a piece of that dtype and shape. (The common case, batches let go, takes no lock: a
+        deque's append is atomic, and two threads that both choose ``made`` lose nothing.)"""
+        held = self._held
+        if len(held) == LOOK_BACK and PIECES[0] <= made.nbytes <= PIECES[1] and _still_held(held[0]):
+            with self._lock:
+                entry = self._take(made.nbytes)
+                held.append(entry)
+                return entry[0].view(made.dtype).reshape(made.shape)
+        held.append(weakref.ref(made))
+        return made
 
     def _take(self, nbytes: int) -> tuple[np.ndarray, int]:
         """A piece of ``nbytes`` bytes nothing refers to, or a new one (its entry)."""
@@ -209,6 +209,13 @@ class _Pieces:
 
     def _forget(self) -> None:
         self.__init__()  # type: ignore[misc]  # (a forked child: its parent's lock may be held)
+
+
+def _still_held(outputs: weakref.ref | tuple[np.ndarray, int]) -> bool:
+    """Whether a batch's outputs (an entry of ``_Pieces._held``) are still referred to."""
+    if type(outputs) is tuple:
+        return sys.getrefcount(outputs[0]) > outputs[1]
+    return outputs() is not None  # type: ignore[operator]
 
 
 BLOCK = 8 << 20  # bytes of a block of outputs (32 batches of B = 64, T = 1024)
