@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 
@@ -58,6 +59,16 @@ ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
 }
+
+
+def c_compiler_found() -> bool:
+    """Whether a C compiler and Python's headers are here, as setup.py's build of the compiled
+    scan (pskd_jax/corpus/_segments.c) needs: where they are, the install must have built it."""
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(compiler) is not None and pathlib.Path(sysconfig.get_paths()["include"], "Python.h").exists()
+
+
+C_COMPILER_FOUND = c_compiler_found()
 TIMEOUT_S = 300  # a command that hangs fails its test instead of the whole run
 # How long a test waits for something that must happen (a process reaching a point, a file
 # appearing) before it calls it a hang. A guard against hanging the run, never a measure of

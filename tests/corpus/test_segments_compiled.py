@@ -5,33 +5,31 @@ tests/corpus/test_segments.py's, which runs each of its tests with both scans.""
 
 from __future__ import annotations
 
-import shutil
-import sysconfig
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pskd_jax.corpus import segments
-from tests.helpers import run_python
+from tests.helpers import C_COMPILER_FOUND, run_python
 
 COMPILED = segments._native  # (None where the package was built without a C compiler)
+# Only a machine without a C compiler (or Python's headers) has no compiled scan to test: where
+# one is found the first test below requires the scan to be built, so these never skip there.
+NEEDS_THE_SCAN = pytest.mark.skipif(COMPILED is None, reason="no C compiler here: the package runs on numpy's scan")
+NEEDS_A_COMPILER = pytest.mark.skipif(not C_COMPILER_FOUND, reason="no C compiler or Python headers here")
 
 
 def test_the_compiled_scan_is_built_where_a_compiler_is():
     """Where a C compiler and Python's headers are, the install (setup.py) built the scan: a
     failed build, which setup.py lets pass so that an install without a compiler works, is
     caught here."""
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    headers = Path(sysconfig.get_paths()["include"], "Python.h")
-    if shutil.which(compiler) is None or not headers.exists():
-        pytest.skip(f"no C compiler ({compiler}) or no {headers}")
-    assert COMPILED is not None, "pskd_jax.corpus._segments is not built: reinstall (pip install -e .), read its errors"
+    assert COMPILED is not None or not C_COMPILER_FOUND, \
+        "a C compiler is here but pskd_jax.corpus._segments is not built: reinstall (pip install -e .), read its errors"
 
 
+@NEEDS_THE_SCAN
 def test_the_compiled_scan_checks_what_keeps_it_inside_its_buffers():
-    if COMPILED is None:
-        pytest.skip("not built")
     inputs = np.zeros((2, 8), np.uint16)
     COMPILED.fill(inputs, 9, 8, out := np.empty((2, 2, 8), np.int16))
     assert out[0].tolist() == [[1] * 8] * 2 and out[1].tolist() == [list(range(8))] * 2
@@ -53,12 +51,11 @@ def test_the_compiled_scan_checks_what_keeps_it_inside_its_buffers():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+@NEEDS_A_COMPILER
 def test_the_scan_token_by_token_equals_numpys(tmp_path):
     """The compiled scan as a compiler without GCC's vector types builds it (MSVC): built here
     with PSKD_SEGMENTS_BY_TOKEN, loaded in a fresh process in place of the installed one, and
     compared with numpy's on windows of every length around the blocks of 32."""
-    if COMPILED is None:
-        pytest.skip("no compiler built the package's scan")
     source = Path(segments.__file__).with_name("_segments.c")
     build = run_python(f"""
         from setuptools import Extension, setup
