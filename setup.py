@@ -9,7 +9,7 @@ import sys
 
 from setuptools import Extension, setup
 
-# -O3 lets the compiler turn the scan's blocks of 16 tokens into vector instructions.
+# -O3: the scan's small fixed loops over its 16-byte vectors unrolled and inlined.
 FLAGS = [] if sys.platform == "win32" else ["-O3"]
 
 setup(ext_modules=[Extension("pskd_jax.corpus._segments", ["pskd_jax/corpus/_segments.c"], optional=True,

@@ -42,6 +42,9 @@ try:  # the compiled scan, where the package was built with a C compiler (see se
 except ImportError:  # (built without one: numpy computes the same arrays)
     _native = None
 
+# The token dtypes the compiled scan reads (a corpus's), each with the bound of a boundary it can hold.
+_SCANNED = {np.dtype(np.uint8): 1 << 8, np.dtype(np.uint16): 1 << 16, np.dtype(np.uint32): 1 << 32}
+
 __all__ = ["segment_dtype", "segment_ids_and_positions"]
 
 
@@ -111,7 +114,7 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
         return np.zeros((n, seq), dtype), np.zeros((n, seq), dtype)
     if _native is not None and 0 <= boundary < _SCANNED.get(inputs.dtype, 0) and dtype.itemsize < 8:
         out = _OUTPUTS.place(np.empty((2, n, seq), dtype))
-        _native.fill(inputs if inputs.flags.c_contiguous else np.ascontiguousarray(inputs), boundary, seq, out)
+        _native.fill(np.ascontiguousarray(inputs), boundary, seq, out)  # (the array itself when contiguous)
         return out[0], out[1]
     # Whether each token starts a segment (the window's first, and each one after a boundary),
     # padded with False to whole words of eight.
@@ -145,10 +148,6 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     # dtype's range (they wrap alike), and the difference, below T, is exact.
     _add_flat_index(both[1], out[1])
     return out[0].reshape(n, seq), out[1].reshape(n, seq)
-
-
-# The token dtypes the compiled scan reads (a corpus's), each with the bound of a boundary it can hold.
-_SCANNED = {np.dtype(np.uint8): 1 << 8, np.dtype(np.uint16): 1 << 16, np.dtype(np.uint32): 1 << 32}
 
 
 class _Pieces:
