@@ -4,7 +4,7 @@
 
 A synthetic corpus (random byte tokens, documents of ``--document`` tokens on average) is written
 to a temporary directory; then the same random batches of window indices are gathered from
-``CorpusWindows(…)`` and ``CorpusWindows(…, segments=True)``, with each access mode, the four cases
+``CorpusWindows(…)`` and ``CorpusWindows(…, segments=True)``, with each access mode, every case
 (A B A B …) interleaved. Three ways of keeping the batches, each printed against the goal (≤ 20%):
 
 - let go: each batch dropped before the next is gathered, as a training loop does (the figure);
