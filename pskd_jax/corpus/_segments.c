@@ -1,8 +1,10 @@
 /* Packed segments of a batch of windows in one pass: pskd_jax.corpus.segments, compiled.
 
-   fill(inputs, boundary, seq, outputs) writes each input token's segment id, then each one's
-   position (the rules in segments.py), into the output buffer: its first half the ids, its
-   second the positions. The inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole
+   fill(inputs, boundary, seq, outputs, bound) writes each input token's segment id, then each
+   one's position (the rules in segments.py), into the output buffer: its first half the ids,
+   its second the positions. It returns whether every input token is below bound: a corpus's
+   gather checks its tokens against the vocabulary size, and the check rides in the same pass
+   (one compare a vector more) instead of a pass of its own over the batch. The inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole
    number of windows of seq tokens; the outputs C-contiguous signed integers of 2 or 4 bytes,
    twice as many. The caller (segments.py) chooses the types; this module checks what keeps it
    inside the buffers.
@@ -18,12 +20,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The scan of one token: its id and position, then the next token's. */
+/* The scan of one token: its id and position, then the next token's; whether it is above largest. */
 #define STEP(t)                                                                                \
     do {                                                                                       \
         ids[t] = id;                                                                           \
         pos[t] = at;                                                                           \
         if (in[t] == boundary) { id++; at = 0; } else { at++; }                                \
+        over |= in[t] > largest;                                                               \
     } while (0)
 
 #if defined(__GNUC__) && !defined(PSKD_SEGMENTS_BY_TOKEN)
@@ -32,7 +35,10 @@
    stores). Each block's compares with the boundary are ORed together; the ids and positions of
    a block with no boundary (nearly all: documents are hundreds of tokens long) are two
    broadcasts; in a block holding one, each boundary (found from its compare's bits) then adds 1
-   to the ids after it and restarts the positions there, lanes masked in the same vectors. */
+   to the ids after it and restarts the positions there, lanes masked in the same vectors. A
+   token above the largest allowed is found by a signed compare of both with their top bits
+   flipped (SSE2 has no unsigned compare: two instructions, where the compiler's unsigned
+   compare takes three), ORed across the window. */
 #define BLOCK 32
 #define VB 16
 static const int16_t LANES16[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
@@ -41,21 +47,25 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
                                     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 #define LANES(OUT) (sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32)
 
-#define DEFINE_SCAN(NAME, TOKEN, OUT)                                                          \
+#define DEFINE_SCAN(NAME, TOKEN, SIGNED, OUT)                                                  \
     typedef TOKEN NAME##_tokens __attribute__((vector_size(VB)));                              \
+    typedef SIGNED NAME##_signed __attribute__((vector_size(VB)));                             \
     typedef OUT NAME##_outs __attribute__((vector_size(VB)));                                  \
     enum { NAME##_TOKENS = VB / sizeof(TOKEN), NAME##_OUTS = VB / sizeof(OUT) };               \
+    /* The scan's state between tokens: the next token's id and position. */                \
+    typedef struct { OUT id, at; } NAME##_state;                                               \
     /* A block holding a boundary, apart (rare, and its arrays would keep the common case's    \
        vectors out of registers): the ids and positions as if it held none, then for each      \
-       boundary in turn the ids after it one more and the positions after it from 0. */        \
-    __attribute__((noinline)) static void NAME##_split(const TOKEN *in, TOKEN boundary,        \
-                                                       OUT *idp, OUT *atp, OUT *ids, OUT *pos) { \
+       boundary in turn the ids after it one more and the positions after it from 0. The       \
+       state goes in and out by value, so that the common case keeps it in registers. */       \
+    __attribute__((noinline)) static NAME##_state NAME##_split(const TOKEN *in, TOKEN boundary, \
+                                                               NAME##_state s, OUT *ids, OUT *pos) { \
         enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS, BITS = 8 * sizeof(TOKEN) };         \
         NAME##_outs lanes[BLOCK / OUTS], idv[BLOCK / OUTS], posv[BLOCK / OUTS];                \
         memcpy(lanes, LANES(OUT), sizeof lanes);                                               \
         for (int m = 0; m < BLOCK / OUTS; m++) {                                               \
-            idv[m] = (NAME##_outs){0} + *idp;                                                  \
-            posv[m] = lanes[m] + *atp;                                                         \
+            idv[m] = (NAME##_outs){0} + s.id;                                                  \
+            posv[m] = lanes[m] + s.at;                                                         \
         }                                                                                      \
         int last = 0;                                                                          \
         for (int k = 0; k < BLOCK / TOKENS; k++) {                                             \
@@ -79,67 +89,84 @@ static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 
         }                                                                                      \
         memcpy(ids, idv, sizeof idv);                                                          \
         memcpy(pos, posv, sizeof posv);                                                        \
-        *atp = (OUT)(BLOCK - 1 - last);                                                        \
-        *idp = (OUT)(idv[BLOCK / OUTS - 1][OUTS - 1] + (last == BLOCK - 1));                   \
+        return (NAME##_state){(OUT)(idv[BLOCK / OUTS - 1][OUTS - 1] + (last == BLOCK - 1)),    \
+                              (OUT)(BLOCK - 1 - last)};                                        \
     }                                                                                          \
-    __attribute__((always_inline)) static inline void NAME##_block(                            \
-            const TOKEN *in, TOKEN boundary, OUT *idp, OUT *atp, OUT *ids, OUT *pos) {          \
+    /* One window. Between blocks without a boundary the ids stay one broadcast vector and the \
+       positions a vector that steps on by the block. */                                       \
+    static int NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, TOKEN largest, OUT *ids,  \
+                    OUT *pos) {                                                                \
         enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS };                                   \
-        NAME##_tokens v, any = {0};                                                            \
-        for (int k = 0; k < BLOCK; k += TOKENS) {                                              \
-            memcpy(&v, in + k, VB);                                                            \
-            any |= (NAME##_tokens)(v == boundary);                                             \
+        const TOKEN flip = (TOKEN)1 << (8 * sizeof(TOKEN) - 1);                                \
+        const NAME##_signed limit = (NAME##_signed){0} + (SIGNED)(largest ^ flip);             \
+        NAME##_signed overs = {0};                                                             \
+        NAME##_outs lanes, same = (NAME##_outs){0} + 1, next;                                  \
+        memcpy(&lanes, LANES(OUT), VB);                                                        \
+        next = lanes;                                                                          \
+        Py_ssize_t t = 0;                                                                      \
+        for (; t + BLOCK <= seq; t += BLOCK) {                                                 \
+            NAME##_tokens v, any = {0};                                                        \
+            for (int k = 0; k < BLOCK; k += TOKENS) {                                          \
+                memcpy(&v, in + t + k, VB);                                                    \
+                any |= (NAME##_tokens)(v == boundary);                                         \
+                overs |= (NAME##_signed)((NAME##_signed)(v ^ flip) > limit);                   \
+            }                                                                                  \
+            uint64_t words[VB / 8];                                                            \
+            memcpy(words, &any, VB);                                                           \
+            if (words[0] | words[1]) {                                                         \
+                NAME##_state s = NAME##_split(in + t, boundary, (NAME##_state){same[0], next[0]}, \
+                                              ids + t, pos + t);                               \
+                same = (NAME##_outs){0} + s.id;                                                \
+                next = lanes + s.at;                                                           \
+                continue;                                                                      \
+            }                                                                                  \
+            for (int k = 0; k < BLOCK; k += OUTS) {                                            \
+                memcpy(ids + t + k, &same, VB);                                                \
+                memcpy(pos + t + k, &next, VB);                                                \
+                next += (OUT)OUTS;                                                             \
+            }                                                                                  \
         }                                                                                      \
         uint64_t words[VB / 8];                                                                \
-        memcpy(words, &any, VB);                                                               \
-        if (words[0] | words[1]) {                                                             \
-            NAME##_split(in, boundary, idp, atp, ids, pos);                                    \
-            return;                                                                            \
-        }                                                                                      \
-        NAME##_outs same = (NAME##_outs){0} + *idp, next;                                      \
-        memcpy(&next, LANES(OUT), VB);                                                         \
-        next += *atp;                                                                          \
-        for (int k = 0; k < BLOCK; k += OUTS) {                                                \
-            memcpy(ids + k, &same, VB);                                                        \
-            memcpy(pos + k, &next, VB);                                                        \
-            next += (OUT)OUTS;                                                                 \
-        }                                                                                      \
-        *atp = (OUT)(*atp + BLOCK);                                                            \
-    }                                                                                          \
-    static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids, OUT *pos) {    \
-        OUT id = 1, at = 0;                                                                    \
-        Py_ssize_t t = 0;                                                                      \
-        for (; t + BLOCK <= seq; t += BLOCK) NAME##_block(in + t, boundary, &id, &at, ids + t, pos + t); \
+        memcpy(words, &overs, VB);                                                             \
+        int over = (words[0] | words[1]) != 0;                                                 \
+        OUT id = same[0], at = next[0];                                                        \
         for (; t < seq; t++) STEP(t);                                                          \
+        return over;                                                                           \
     }
 #else
 /* Elsewhere (and with PSKD_SEGMENTS_BY_TOKEN defined, as a test builds it), token by token. */
-#define DEFINE_SCAN(NAME, TOKEN, OUT)                                                          \
-    static void NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, OUT *ids, OUT *pos) {    \
+#define DEFINE_SCAN(NAME, TOKEN, SIGNED, OUT)                                                  \
+    static int NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, TOKEN largest, OUT *ids,  \
+                    OUT *pos) {                                                                \
         OUT id = 1, at = 0;                                                                    \
+        int over = 0;                                                                          \
         for (Py_ssize_t t = 0; t < seq; t++) STEP(t);                                          \
+        return over;                                                                           \
     }
 #endif
 
-/* All windows of a batch, each from id 1 and position 0. */
-#define DEFINE_BATCH(NAME, TOKEN, OUT)                                                         \
-    DEFINE_SCAN(NAME, TOKEN, OUT)                                                              \
-    static void NAME##_all(const void *in, Py_ssize_t n, Py_ssize_t seq, unsigned long long b, \
-                           void *ids, void *pos) {                                             \
+/* All windows of a batch, each from id 1 and position 0; whether any token is above largest. */
+#define DEFINE_BATCH(NAME, TOKEN, SIGNED, OUT)                                                 \
+    DEFINE_SCAN(NAME, TOKEN, SIGNED, OUT)                                                      \
+    static int NAME##_all(const void *in, Py_ssize_t n, Py_ssize_t seq, unsigned long long b,  \
+                          unsigned long long largest, void *ids, void *pos) {                  \
+        int over = 0;                                                                          \
         for (Py_ssize_t w = 0; w < n; w++)                                                     \
-            NAME((const TOKEN *)in + w * seq, seq, (TOKEN)b, (OUT *)ids + w * seq,             \
-                 (OUT *)pos + w * seq);                                                        \
+            over |= NAME((const TOKEN *)in + w * seq, seq, (TOKEN)b, (TOKEN)largest,           \
+                         (OUT *)ids + w * seq, (OUT *)pos + w * seq);                          \
+        return over;                                                                           \
     }
 
 /* Every pair of a corpus's token width and an output width. */
-DEFINE_BATCH(u8_i16, uint8_t, int16_t)
-DEFINE_BATCH(u16_i16, uint16_t, int16_t)
-DEFINE_BATCH(u32_i16, uint32_t, int16_t)
-DEFINE_BATCH(u8_i32, uint8_t, int32_t)
-DEFINE_BATCH(u16_i32, uint16_t, int32_t)
-DEFINE_BATCH(u32_i32, uint32_t, int32_t)
+DEFINE_BATCH(u8_i16, uint8_t, int8_t, int16_t)
+DEFINE_BATCH(u16_i16, uint16_t, int16_t, int16_t)
+DEFINE_BATCH(u32_i16, uint32_t, int32_t, int16_t)
+DEFINE_BATCH(u8_i32, uint8_t, int8_t, int32_t)
+DEFINE_BATCH(u16_i32, uint16_t, int16_t, int32_t)
+DEFINE_BATCH(u32_i32, uint32_t, int32_t, int32_t)
 
-typedef void (*fill_fn)(const void *, Py_ssize_t, Py_ssize_t, unsigned long long, void *, void *);
+typedef int (*fill_fn)(const void *, Py_ssize_t, Py_ssize_t, unsigned long long, unsigned long long, void *,
+                       void *);
 
 static fill_fn pick(Py_ssize_t token, Py_ssize_t out) {
     if (out == 2) return token == 1 ? u8_i16_all : token == 2 ? u16_i16_all : token == 4 ? u32_i16_all : NULL;
@@ -148,10 +175,14 @@ static fill_fn pick(Py_ssize_t token, Py_ssize_t out) {
 }
 
 static PyObject *fill(PyObject *self, PyObject *args) {
-    PyObject *inputs, *outputs;
+    PyObject *inputs, *outputs, *bound_object;
     unsigned long long boundary;
     Py_ssize_t seq;
-    if (!PyArg_ParseTuple(args, "OKnO", &inputs, &boundary, &seq, &outputs)) return NULL;
+    if (!PyArg_ParseTuple(args, "OKnOO!", &inputs, &boundary, &seq, &outputs, &PyLong_Type, &bound_object))
+        return NULL;
+    /* (checked, where "K" would take -1 as 2**64 - 1) */
+    unsigned long long bound = PyLong_AsUnsignedLongLong(bound_object);
+    if (bound == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     Py_buffer in, out;
     if (PyObject_GetBuffer(inputs, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
     if (PyObject_GetBuffer(outputs, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
@@ -171,10 +202,13 @@ static PyObject *fill(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "boundary %llu does not fit tokens of %zd bytes", boundary, in.itemsize);
     } else {
         char *ids = out.buf, *positions = ids + count * out.itemsize;
+        /* The largest token allowed: bound - 1, or the tokens' own largest when bound is beyond them. */
+        unsigned long long most = ~0ULL >> (64 - 8 * in.itemsize), largest = bound - 1 < most ? bound - 1 : most;
+        int over;
         Py_BEGIN_ALLOW_THREADS
-        run(in.buf, count / seq, seq, boundary, ids, positions);
+        over = run(in.buf, count / seq, seq, boundary, largest, ids, positions);
         Py_END_ALLOW_THREADS
-        result = Py_NewRef(Py_None);
+        result = PyBool_FromLong(!over && (bound > 0 || count == 0));  /* (none is below 0; an empty batch has none) */
     }
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
@@ -183,7 +217,8 @@ static PyObject *fill(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
-     "fill(inputs, boundary, seq, outputs): each token's segment id, then each one's position, into outputs."},
+     "fill(inputs, boundary, seq, outputs, bound) -> every token below bound: each token's segment id, then "
+     "each one's position, into outputs."},
     {NULL, NULL, 0, NULL},
 };
 

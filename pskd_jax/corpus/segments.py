@@ -44,6 +44,8 @@ except ImportError:  # (built without one: numpy computes the same arrays)
 
 # The token dtypes the compiled scan reads (a corpus's), each with the bound of a boundary it can hold.
 _SCANNED = {np.dtype(np.uint8): 1 << 8, np.dtype(np.uint16): 1 << 16, np.dtype(np.uint32): 1 << 32}
+_NO_BOUND = (1 << 64) - 1  # (the compiled scan's bound when none is asked: above every token it reads)
+_largest = np.maximum.reduce  # (without ndarray.max's wrapper)
 
 __all__ = ["segment_dtype", "segment_ids_and_positions"]
 
@@ -112,10 +114,9 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     size, dtype = n * seq, segment_dtype(seq)
     if size == 0:
         return np.zeros((n, seq), dtype), np.zeros((n, seq), dtype)
-    if _native is not None and 0 <= boundary < _SCANNED.get(inputs.dtype, 0) and dtype.itemsize < 8:
-        out = _OUTPUTS.place(np.empty((2, n, seq), dtype))
-        _native.fill(np.ascontiguousarray(inputs), boundary, seq, out)  # (the array itself when contiguous)
-        return out[0], out[1]
+    if _compiled(inputs, boundary, dtype):
+        ids, positions, _ = _scan(np.ascontiguousarray(inputs), boundary, dtype, _NO_BOUND)
+        return ids, positions
     # Whether each token starts a segment (the window's first, and each one after a boundary),
     # padded with False to whole words of eight.
     first = np.empty(size + (-size) % 8, dtype=bool)
@@ -148,6 +149,35 @@ def segment_ids_and_positions(inputs: np.ndarray, boundary: int) -> tuple[np.nda
     # dtype's range (they wrap alike), and the difference, below T, is exact.
     _add_flat_index(both[1], out[1])
     return out[0].reshape(n, seq), out[1].reshape(n, seq)
+
+
+def segments_below(inputs: np.ndarray, boundary: int, bound: int | None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(segment_ids, positions, below)`` of a corpus's gathered batch: C-contiguous input windows
+    ``(n, T)``, an integer boundary; ``below``: whether every input token is
+    below ``bound`` (None: no bound), the check a gather makes of its tokens against the vocabulary
+    size. Where the compiled scan reads these tokens the check rides in its pass (a compare more a
+    vector), and the gather makes no pass of its own over the inputs."""
+    dtype = segment_dtype(inputs.shape[1])
+    if _compiled(inputs, boundary, dtype):
+        return _scan(inputs, boundary, dtype, _NO_BOUND if bound is None else bound)
+    ids, positions = segment_ids_and_positions(inputs, boundary)
+    return ids, positions, bound is None or inputs.size == 0 or bool(_largest(inputs, None) < bound)
+
+
+def _compiled(inputs: np.ndarray, boundary: int, dtype: np.dtype) -> bool:
+    """Whether the compiled scan computes these segments: it is built, reads these tokens, their
+    dtype holds the boundary, and the outputs are of 2 or 4 bytes."""
+    return _native is not None and 0 <= boundary < _SCANNED.get(inputs.dtype, 0) and dtype.itemsize < 8
+
+
+def _scan(inputs: np.ndarray, boundary: int, dtype: np.dtype, bound: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The compiled scan of C-contiguous windows: both outputs in one array (see :class:`_Pieces`),
+    and whether every token is below ``bound``."""
+    assert _native is not None
+    n, seq = inputs.shape
+    out = _OUTPUTS.place(np.empty((2, n, seq), dtype))
+    below = _native.fill(inputs, boundary, seq, out, bound)
+    return out[0], out[1], below
 
 
 class _Pieces:

@@ -37,7 +37,7 @@ from pskd_jax.corpus.maintain import (
     shard_header,
 )
 from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, object_shard, parse_manifest
-from pskd_jax.corpus.segments import segment_dtype, segment_ids_and_positions
+from pskd_jax.corpus.segments import segment_dtype, segments_below
 from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
 from pskd_jax.corpus.shard_copies import Copy, ShardCopies
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -584,14 +584,36 @@ class CorpusWindows(RandomAccessSource):
     def _rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
         """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``
         and contiguous; with ``segments``, the inputs' segment ids and positions after them."""
-        leaves = self._window_rows(state, positions)
-        if self.segments:
-            leaves.extend(segment_ids_and_positions(leaves[0], self.boundary))
+        starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
+        inputs, targets = self._window_rows(state, starts)
+        leaves = self._leaves(inputs, targets)
+        if leaves is None:  # (a token at or above the vocabulary size: E9004 naming the first)
+            seq = self.seq
+            tokens = np.concatenate([inputs, targets[:, -1:]], axis=1)
+            self._check_tokens(state, tokens, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
+        assert leaves is not None
         return leaves
 
-    def _window_rows(self, state: _Snapshot, positions: np.ndarray) -> list[np.ndarray]:
-        n, seq, dtype = len(positions), self.seq, self.dtype
-        starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
+    def _leaves(self, inputs: np.ndarray, targets: np.ndarray) -> list[np.ndarray] | None:
+        """A gathered batch's ``[inputs, targets]``, with ``segments`` the inputs' segment ids and
+        positions after them; None when a token is not below the vocabulary size. The inputs and
+        each target's last token are checked (the rest of the targets are inputs); with segments
+        the inputs' check rides in the segments' own pass over them."""
+        bounded = self._bounded and len(inputs) > 0
+        if self.segments:
+            ids, positions, below = segments_below(inputs, self.boundary, self._bound if bounded else None)
+            leaves = [inputs, targets, ids, positions]
+        else:
+            below = not bounded or _largest(inputs, None) < self._bound
+            leaves = [inputs, targets]
+        if bounded and below:
+            below = _largest(targets[:, -1]) < self._bound
+        return leaves if below else None
+
+    def _window_rows(self, state: _Snapshot, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The inputs and targets of the windows from stream positions ``starts``, each ``(n, seq)``
+        and contiguous; their tokens not yet checked against the vocabulary size."""
+        n, seq, dtype = len(starts), self.seq, self.dtype
         shard = state.bounds.searchsorted(starts, side="right")
         inside = starts < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
         crossing = np.flatnonzero(~inside) if n else starts[:0]
@@ -606,9 +628,7 @@ class CorpusWindows(RandomAccessSource):
                 state, held = self._from_copies(state, distinct)
         if self.access == "pread" or not held:  # (not held: some shards read by ranges from the store)
             windows = self._gather_read(state, starts, shard, inside)
-            if self._bounded and n and _largest(windows, None) >= self._bound:
-                self._check_tokens(state, windows, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
-            return [np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])]
+            return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
         if len(state.inputs) and len(crossing) < n:
             if distinct is None:
                 touched = shard[inside]  # the shards copied from, each checked once
@@ -625,11 +645,7 @@ class CorpusWindows(RandomAccessSource):
         for row in crossing.tolist():  # across a shard boundary: from pieces
             window = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
             inputs[row], targets[row] = window[:-1], window[1:]
-        # The inputs and each target's last token (the rest of the targets are inputs) below V.
-        if self._bounded and n and (_largest(inputs, None) >= self._bound or _largest(targets[:, -1]) >= self._bound):
-            tokens = np.concatenate([inputs, targets[:, -1:]], axis=1)
-            self._check_tokens(state, tokens, lambda i: int(starts[i // (seq + 1)]) + i % (seq + 1))
-        return [inputs, targets]
+        return inputs, targets
 
     # -- identity and pickling (the source core's repr and worker processes) ----------------------
 

@@ -22,7 +22,6 @@ import jax
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pskd_jax.corpus.segments import segment_ids_and_positions
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import BadValueError, PskdError
 from pskd_jax.format.byte_sources import Runs, first_cut_short, read_runs
@@ -31,8 +30,6 @@ from pskd_jax.pipeline.batches import IteratorState
 from pskd_jax.pipeline.mixture import Mixture
 
 __all__ = ["MixedBatches", "MixedSource"]
-
-_largest = np.maximum.reduce
 
 
 def _pairs(sources: np.ndarray, indices: np.ndarray) -> np.ndarray:
@@ -236,8 +233,6 @@ def _joint_windows(corpora: list[CorpusWindows], joint: _Joint, which: np.ndarra
             read_runs(joint.files, Runs.of_rows(starts, (seq + 1) * dtype.itemsize, shard), windows, first.path)
         except PskdError:
             return None  # (the source's own read names the shard)
-        if first._bounded and _largest(windows, None) >= first._bound:
-            return None
         inputs, targets = np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
     else:
         touched = np.flatnonzero(np.bincount(shard)).tolist()
@@ -246,15 +241,10 @@ def _joint_windows(corpora: list[CorpusWindows], joint: _Joint, which: np.ndarra
         records = starts * dtype.itemsize + joint.shift.take(shard)  # a record index of the views
         inputs = joint.inputs[records].view(dtype).reshape(n, seq)
         targets = joint.targets[records].view(dtype).reshape(n, seq)
-        if first._bounded and (_largest(inputs, None) >= first._bound or _largest(targets[:, -1]) >= first._bound):
-            return None
     for row in crossing.tolist():
         own = corpora[int(which[row])].gather(indices[row : row + 1])
         inputs[row], targets[row] = own[0][0], own[1][0]
-    leaves = [inputs, targets]
-    if first.segments:
-        leaves.extend(segment_ids_and_positions(inputs, first.boundary))
-    return leaves
+    return first._leaves(inputs, targets)  # (checked, with segments where asked: as each source's own)
 
 
 def _gather_in_place(sources: list[RandomAccessSource], indices: np.ndarray, rows: list[np.ndarray]

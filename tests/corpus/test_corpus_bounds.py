@@ -1,5 +1,6 @@
 """Windows never hand a model a token at or above the vocabulary size: a gathered window holding
-one is E9004 naming the shard and the token's position in it, as ``Reader.gather`` does."""
+one is E9004 naming the shard and the token's position in it, as ``Reader.gather`` does; with
+segments as well (their scan makes the inputs' check), with each scan the install has."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import corpus
+from pskd_jax.corpus import segments as segments_module
 from pskd_jax.corpus.manifest import Shard
 from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -40,12 +42,22 @@ def damaged_corpus(d: pathlib.Path, pieces, bad: tuple[int, int, int], tokenizer
 
 
 PIECES = [list(range(10, 40)), list(range(50, 70)), list(range(100, 140))]
+# Windows without segments, and with them by each scan the install has (see test_segments.py).
+KINDS = ["plain", "segments numpy"] + ([] if segments_module._native is None else ["segments compiled"])
+
+
+@pytest.fixture(params=KINDS)
+def kind(request, monkeypatch):
+    """The CorpusWindows keywords of each kind, the scan set for the test's length."""
+    if request.param == "segments numpy":
+        monkeypatch.setattr(segments_module, "_native", None)
+    return {"segments": request.param != "plain"}
 
 
 @pytest.mark.parametrize("access", ["mmap", "pread"])
-def test_a_gathered_token_at_or_above_the_vocabulary_is_e9004_naming_shard_and_position(tmp_path, access):
+def test_a_gathered_token_at_or_above_the_vocabulary_is_e9004_naming_shard_and_position(tmp_path, access, kind):
     m = damaged_corpus(tmp_path / "c", PIECES, (1, 6, 300))  # stream position 30 + 6 = 36
-    with CorpusWindows(m, seq=4, stride=2, access=access) as w:
+    with CorpusWindows(m, seq=4, stride=2, access=access, **kind) as w:
         assert len(w) == (90 - 5) // 2 + 1
         clean = [i for i in range(len(w)) if not 2 * i <= 36 <= 2 * i + 4]
         w.gather(clean)  # windows that do not hold the token: served
@@ -61,25 +73,25 @@ def test_a_gathered_token_at_or_above_the_vocabulary_is_e9004_naming_shard_and_p
 
 
 @pytest.mark.parametrize("access", ["mmap", "pread"])
-def test_a_bad_token_in_a_window_that_crosses_shards(tmp_path, access):
+def test_a_bad_token_in_a_window_that_crosses_shards(tmp_path, access, kind):
     m = damaged_corpus(tmp_path / "c", PIECES, (1, 0, 65535))
-    with CorpusWindows(m, seq=8, stride=1, access=access) as w:
+    with CorpusWindows(m, seq=8, stride=1, access=access, **kind) as w:
         with pytest.raises(PskdError, match=r"E9004: .*shard 1 s1.psk.d: token 0 is 65535"):
             w.gather([25])  # tokens 25..33: shard 0's last five, shard 1's first four
 
 
-def test_a_vocabulary_that_fills_its_dtype_needs_no_check(tmp_path):
+def test_a_vocabulary_that_fills_its_dtype_needs_no_check(tmp_path, kind):
     t = Tokenizer.chars([chr(0x100 + i) for i in range(255)])  # V = 256 in u8: every byte is a token
     m = damaged_corpus(tmp_path / "c", [list(range(200)), list(range(50, 255))], (0, 3, 255), t)
-    with CorpusWindows(m, seq=4) as w:
-        inputs, _ = w.gather([0])
+    with CorpusWindows(m, seq=4, **kind) as w:
+        inputs, *_ = w.gather([0])
         assert inputs[0].tolist() == [0, 1, 2, 255]  # 255 is the boundary: in range
 
 
-def test_a_small_vocabulary_in_u8_is_checked(tmp_path):
+def test_a_small_vocabulary_in_u8_is_checked(tmp_path, kind):
     t = Tokenizer.chars(["a", "b", "c"])  # V = 4
     m = damaged_corpus(tmp_path / "c", [[0, 1, 3, 2, 3], [0, 3]], (0, 1, 4), t)
-    with CorpusWindows(m, seq=2) as w:
+    with CorpusWindows(m, seq=2, **kind) as w:
         with pytest.raises(PskdError,
                            match=r"E9004: .*shard 0 s0.psk.d: token 1 is 4, not below the vocabulary size 4"):
             w.gather([0])

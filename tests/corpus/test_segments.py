@@ -85,6 +85,27 @@ def test_segments_with_boundaries_at_any_place_of_the_scans_blocks(rows, seq, se
     assert_reference(inputs, 250)
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(0, 4), seq=st.integers(1, 100), seed=st.integers(0, 2**32 - 1),
+       dtype=st.sampled_from([np.uint8, np.uint16, np.uint32, np.int16, np.uint64]),
+       bound=st.one_of(st.none(), st.integers(0, 300)), places=st.lists(st.integers(0, 399), max_size=3))
+def test_segments_below_answers_whether_every_token_is_below_the_bound(rows, seq, seed, dtype, bound, places):
+    """A gather's segments and its check of the tokens against the vocabulary size, in one call:
+    the same segments, and True exactly when every token is below the bound (or none is asked);
+    tokens at the bound or just below it put anywhere (in the compiled scan's vectors and in a
+    window's last tokens)."""
+    inputs = np.random.default_rng(seed).integers(0, 200, (rows, seq)).astype(dtype)
+    inputs[:, ::7] = 250
+    for place in places:
+        if place < inputs.size and bound is not None:
+            inputs.flat[place] = min(max(bound - place % 2, 0), np.iinfo(dtype).max)
+    ids, positions, below = segments.segments_below(inputs, 250, bound)
+    want_ids, want_positions = segment_ids_and_positions(inputs, 250)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(positions, want_positions)
+    assert below is (bound is None or inputs.size == 0 or bool(inputs.max() < bound))
+
+
 def test_segments_of_other_token_dtypes_and_boundaries_no_token_can_be():
     """Signed tokens, 8-byte tokens and a boundary outside the tokens' range: the same
     definition (numpy computes those; the compiled scan takes a corpus's dtypes only)."""

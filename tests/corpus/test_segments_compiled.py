@@ -31,22 +31,46 @@ def test_the_compiled_scan_is_built_where_a_compiler_is():
 @NEEDS_THE_SCAN
 def test_the_compiled_scan_checks_what_keeps_it_inside_its_buffers():
     inputs = np.zeros((2, 8), np.uint16)
-    COMPILED.fill(inputs, 9, 8, out := np.empty((2, 2, 8), np.int16))
+    out = np.empty((2, 2, 8), np.int16)
+    assert COMPILED.fill(inputs, 9, 8, out, 1) is True
     assert out[0].tolist() == [[1] * 8] * 2 and out[1].tolist() == [list(range(8))] * 2
     with pytest.raises(TypeError, match="tokens of 8 bytes"):
-        COMPILED.fill(np.zeros((2, 8), np.int64), 9, 8, np.empty((2, 2, 8), np.int16))
+        COMPILED.fill(np.zeros((2, 8), np.int64), 9, 8, np.empty((2, 2, 8), np.int16), 1)
     with pytest.raises(TypeError, match="outputs of 8 bytes"):
-        COMPILED.fill(inputs, 9, 8, np.empty((2, 2, 8), np.int64))
+        COMPILED.fill(inputs, 9, 8, np.empty((2, 2, 8), np.int64), 1)
     with pytest.raises(ValueError, match="not whole windows"):
-        COMPILED.fill(inputs, 9, 5, np.empty((2, 2, 8), np.int16))
+        COMPILED.fill(inputs, 9, 5, np.empty((2, 2, 8), np.int16), 1)
     with pytest.raises(ValueError, match="not whole windows"):
-        COMPILED.fill(inputs, 9, 8, np.empty((2, 8), np.int16))
+        COMPILED.fill(inputs, 9, 8, np.empty((2, 8), np.int16), 1)
     with pytest.raises(ValueError, match="does not fit"):
-        COMPILED.fill(inputs, 1 << 16, 8, np.empty((2, 2, 8), np.int16))
+        COMPILED.fill(inputs, 1 << 16, 8, np.empty((2, 2, 8), np.int16), 1)
     with pytest.raises(ValueError, match="not C-contiguous"):  # (numpy's own refusal of the buffer)
-        COMPILED.fill(np.zeros((2, 16), np.uint16)[:, ::2], 9, 8, np.empty((2, 2, 8), np.int16))
+        COMPILED.fill(np.zeros((2, 16), np.uint16)[:, ::2], 9, 8, np.empty((2, 2, 8), np.int16), 1)
     with pytest.raises(BufferError, match="read-only|not writable"):
-        COMPILED.fill(inputs, 9, 8, bytes(64))
+        COMPILED.fill(inputs, 9, 8, bytes(64), 1)
+    with pytest.raises(OverflowError):  # (a bound is an unsigned 64-bit integer)
+        COMPILED.fill(inputs, 9, 8, out, -1)
+
+
+@NEEDS_THE_SCAN
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_the_compiled_scans_bound_check_finds_one_token_anywhere(dtype):
+    """fill's answer (every token below the bound) against numpy's, for one token at the bound
+    or just below it at every place of windows around the blocks of 32 (in a block's vectors
+    and in a window's last tokens, taken one by one), and for bounds beyond the tokens' range."""
+    top = int(np.iinfo(dtype).max)
+    for seq in (1, 15, 16, 31, 32, 33, 47, 64, 70):
+        for bound in (1, 2, 200, top, top + 1, 1 << 40, (1 << 64) - 1):
+            for place in range(2 * seq):
+                inputs = np.zeros((2, seq), dtype)
+                inputs[:, ::5] = 3 % bound if bound < 4 else 3  # (boundaries among them)
+                for token in (t for t in (bound - 1, bound) if 0 <= t <= top):
+                    inputs.flat[place] = token
+                    out = np.empty((2, 2, seq), np.int16)
+                    assert COMPILED.fill(inputs, 3, seq, out, bound) is bool(inputs.max() < bound), \
+                        (seq, bound, place, token)
+    assert COMPILED.fill(np.zeros((1, 4), dtype), 3, 4, np.empty((2, 1, 4), np.int16), 0) is False
+    assert COMPILED.fill(np.zeros((0, 4), dtype), 3, 4, np.empty((2, 0, 4), np.int16), 0) is True
 
 
 @pytest.mark.slow
@@ -81,11 +105,14 @@ def test_the_scan_token_by_token_equals_numpys(tmp_path):
             for seq in (1, 31, 32, 33, 64, 100, 40000):
                 inputs = rng.integers(0, 200, (3, seq)).astype(dtype)
                 inputs[rng.random(inputs.shape) < 0.05] = 250
-                segments._native = None
-                want = segments.segment_ids_and_positions(inputs, 250)
-                segments._native = by_token
-                got = segments.segment_ids_and_positions(inputs, 250)
-                assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got, want)), (dtype, seq)
+                for bound in (None, 250, 251, int(inputs.max()), int(inputs.max()) + 1):
+                    segments._native = None
+                    want = segments.segments_below(inputs, 250, bound)
+                    segments._native = by_token
+                    got = segments.segments_below(inputs, 250, bound)
+                    assert got[2] == want[2], (dtype, seq, bound)
+                    same = all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got[:2], want[:2]))
+                    assert same, (dtype, seq)
         print("same")
         """, built)
     assert check.returncode == 0 and check.stdout.strip() == "same", check.stderr[-3000:]
