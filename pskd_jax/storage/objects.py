@@ -84,7 +84,17 @@ class ObjectStore(Store):
         return StorageError(f"{self.url(key)}: cannot {what}: {_tried(error, started, tries, self.options)}: "
                             f"{type(error).__name__}: {_client_words(error, self.options)}")
 
+    def _named(self, key: str, what: str) -> None:
+        """Refuses the empty key before any request: it names the bucket itself, and S3 answers a
+        GET of it with the bucket's listing (read as if it were an object's bytes) and a PUT with
+        errors it retries; no object can be stored there."""
+        if not key:
+            error = StorageError if what == "write it" else TruncatedError
+            raise error(f"{self.url(key)}: names the bucket, not an object (cannot {what}): give the object's key "
+                        f"({self.scheme}://{self.bucket}/KEY)")
+
     def _call(self, key: str, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+        self._named(key, what)
         started = time.monotonic()
         try:
             return function(self._client, key, *args, **kwargs)
@@ -96,6 +106,8 @@ class ObjectStore(Store):
     # -- reading -----------------------------------------------------------------------------------
 
     def info(self, key: str) -> ObjectInfo | None:
+        if not key:  # (the bucket itself: no object is there)
+            return None
         try:
             meta = self._call(key, "look at it", self._obstore.head)
         except TruncatedError:
@@ -117,6 +129,8 @@ class ObjectStore(Store):
     def head(self, key: str, size: int) -> tuple[bytes, ObjectInfo] | None:
         """One ranged GET, whose answer also says the object's size and tag (an empty object,
         which has no byte range, is looked at instead)."""
+        if not key:  # (the bucket itself: no object is there)
+            return None
         started = time.monotonic()
         try:
             result = self._obstore.get(self._client, key, options={"range": (0, max(1, size))})
@@ -138,6 +152,7 @@ class ObjectStore(Store):
             return []
         starts, stops = [int(s) for s in starts], [int(s) for s in stops]
         what = f"read {len(starts)} byte ranges" if len(starts) > 1 else "read a byte range"
+        self._named(key, what)
         if tag is not None:
             found = self._read_ranges_of(key, starts, stops, 1 << 20 if coalesce is None else int(coalesce), tag,
                                          what)
@@ -272,6 +287,7 @@ class ObjectStore(Store):
         """(``durable`` is always true of a completed put: the store has the object.)"""
         if mode not in (OVERWRITE, CREATE) and not isinstance(mode, Version):
             raise ValueError(f"mode {mode!r}")
+        self._named(key, "write it")
         single = isinstance(data, (bytes, bytearray, memoryview, np.ndarray)) or hasattr(data, "__buffer__")
         if mode != OVERWRITE:
             whole = data if single else b"".join(_bytes(piece) for piece in data)
@@ -367,6 +383,8 @@ class ObjectStore(Store):
     def delete(self, key: str) -> None:
         # S3's delete is a POST, which the client does not retry when its connection drops (it
         # cannot know the server did not act); deleting twice is harmless, so it is retried here.
+        if not key:  # (the bucket itself: no object is there to delete)
+            return
         started, tries = time.monotonic(), 0
         while True:
             tries += 1

@@ -138,3 +138,22 @@ def test_equal_options_share_one_client_and_the_clients_kept_are_bounded(monkeyp
         store, _ = resolve(where, StorageOptions(retries=n % 10, concurrency=1 + n))
         assert store.get(where.key)[0] == b"bytes"  # (memory buckets are one process's, by name)
     assert len(storage._STORES) <= 4  # (a client dropped from them ends its threads once unused)
+
+
+def test_the_bucket_itself_is_no_object(object_place):
+    """``s3://bucket`` (the empty key) names the bucket: no object is there, none is read or written
+    there, and nothing is asked of the store (S3 answers a GET of it with the bucket's listing, and a
+    PUT with errors it would retry)."""
+    store, where = resolve(object_place)
+    assert where.key == ""
+    store.put("a.bin", b"an object of the bucket")
+    assert store.info("") is None and store.head("", 8) is None
+    for read in (lambda: store.get(""), lambda: list(store.chunks("")), lambda: store.read_ranges("", [0], [1])):
+        with pytest.raises(TruncatedError, match="names the bucket, not an object"):
+            read()
+    for mode in ("overwrite", CREATE):
+        with pytest.raises(StorageError, match="names the bucket, not an object") as refused:
+            store.put("", b"x", mode=mode)
+        assert "tries" not in str(refused.value)  # refused before any request
+    store.delete("")  # nothing there: nothing to do
+    assert [o.key for o in store.list("")] == ["a.bin"]
