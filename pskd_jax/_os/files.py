@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import stat
+import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -25,10 +27,35 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # how a URL starts (pskd_jax.storage.urls): never a local path
+
+
+def _object_fd(name: str, error: type[PskdError], what: str) -> int:
+    """A descriptor of a local copy of the file a URL names (a ``file://`` URL: the file itself):
+    an object is streamed into an anonymous temporary file, so that its readers read a regular
+    file. E9018 for a URL the toolkit cannot serve; ``error`` when no object is there."""
+    from pskd_jax.storage import resolve  # (not at the top: the storage layer reads files through this module)
+
+    store, where = resolve(name)
+    if where.is_local:
+        return open_fd(where.path, error, what)
+    if store.info(where.key) is None:
+        raise error(f"{name}: cannot read{f' {what}' if what else ''}: no such object")
+    with tempfile.TemporaryFile() as copy:
+        for chunk in store.chunks(where.key):
+            copy.write(chunk)
+        copy.flush()
+        fd = os.dup(copy.fileno())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, what: str = "") -> int:
     """A read-only descriptor of the regular file ``path``. E9002 when it is anything else;
     ``error`` (E9003 by default) naming the file (and ``what`` it is) when it cannot be opened."""
     name = os.fspath(path)
+    if isinstance(path, str) and _URL.match(path):  # (a URL is never opened as a local path "s3:/…")
+        return _object_fd(name, error, what)
     what = f" {what}" if what else ""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -226,3 +226,29 @@ def test_without_the_client_extra_every_command_names_it(s3_bucket, tmp_path):
         message = fails("E9018", *command, env=env, cwd=here)
         assert message.startswith(f"pskd: E9018: {named}") and "pip install 'pskd_jax[storage]'" in message, message
         assert os.listdir(here) == [], command
+
+
+def test_text_inputs_read_objects_and_never_a_local_path_named_like_the_url(s3_bucket, tmp_path):
+    """The text inputs (tokens, values, a vocabulary) of a URL are read from the store, with the
+    output the local file gives; a local file at the path the URL looks like (``s3:/…``) is never
+    read, and a URL the toolkit cannot serve is E9018 naming it."""
+    url, env = s3_bucket.url, s3_bucket.env
+    tokens, text, vocab = tmp_path / "tokens.txt", tmp_path / "t.txt", tmp_path / "v.json"
+    tokens.write_text(" ".join(str(i % 7) for i in range(100)))
+    text.write_text("abba\n")
+    vocab.write_text('["\\n", "a", "b"]')
+    for local in (tokens, text, vocab):
+        upload(local, f"{url}/{local.name}")
+    here = tmp_path / "cwd"
+    (here / "s3:" / s3_bucket.name).mkdir(parents=True)  # what "s3://b/k" would be as a local path
+    (here / "s3:" / s3_bucket.name / "t.txt").write_text("a decoy\n")
+    assert ok("chars", f"{url}/t.txt", "-o", "-", env=env, cwd=here) == ['["\\n", "a", "b"]']
+    assert ok("encode", f"{url}/t.txt", "--vocab", f"{url}/v.json", "-o", "-", env=env, cwd=here) == \
+        ok("encode", text, "--vocab", f"file://{vocab}", "-o", "-", cwd=here)
+    ok("lm-windows", "--vocab", "7", "--seq", "8", f"{url}/tokens.txt", "-o", here / "w.psk.d", env=env)
+    ok("lm-windows", "--vocab", "7", "--seq", "8", tokens, "-o", tmp_path / "w.psk.d")
+    assert (here / "w.psk.d").read_bytes() == (tmp_path / "w.psk.d").read_bytes()
+    assert f"{url}/none.txt: cannot read: no such object" in fails("E9003", "chars", f"{url}/none.txt", "-o", "-",
+                                                                    env=env, cwd=here)
+    assert "hdfs://x/t.txt" in fails("E9018", "chars", "hdfs://x/t.txt", "-o", "-", cwd=here)
+    assert sorted(os.listdir(here)) == ["s3:", "w.psk.d"]
