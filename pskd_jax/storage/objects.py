@@ -48,6 +48,8 @@ _POOL_LOCK = threading.Lock()
 MIN_PART = 5 << 20  # S3's smallest part of a multipart upload (but the last)
 _RETRIED = re.compile(r"after (\d+) retries")  # how the client's messages say it tried again
 _ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal, not a lost answer)
+# How they say a range started at or past the object's end (a server's 416; memory://'s own words)
+_UNSATISFIABLE = re.compile(r"status code: 416\b|Wanted range starting at \d+, but object was only")
 
 
 class ObjectStore(Store):
@@ -81,6 +83,9 @@ class ObjectStore(Store):
             return error
         if isinstance(error, FileNotFoundError):
             return TruncatedError(f"{self.url(key)}: no such object (cannot {what})")
+        if _UNSATISFIABLE.search(str(error)):  # a range that starts at or past the object's end
+            return TruncatedError(f"{self.url(key)}: the object ends before a range asked of it starts (cannot "
+                                  f"{what}): {_client_words(error, self.options)}")
         return StorageError(f"{self.url(key)}: cannot {what}: {_tried(error, started, tries, self.options)}: "
                             f"{type(error).__name__}: {_client_words(error, self.options)}")
 
@@ -158,7 +163,12 @@ class ObjectStore(Store):
                                          what)
         else:
             merge = {} if coalesce is None else {"coalesce": int(coalesce)}
-            found = self._call(key, what, self._obstore.get_ranges, starts=starts, ends=stops, **merge)
+            asked = [j for j in range(len(starts)) if stops[j] > starts[j]]  # (the client refuses an empty range)
+            got = self._call(key, what, self._obstore.get_ranges, starts=[starts[j] for j in asked],
+                             ends=[stops[j] for j in asked], **merge) if asked else []
+            found = [b""] * len(starts)
+            for j, piece in zip(asked, got):
+                found[j] = piece
         for start, stop, got in zip(starts, stops, found):
             if len(memoryview(got)) != stop - start:
                 raise TruncatedError(f"{self.url(key)}: the object ends before byte {stop} (asked for "

@@ -67,6 +67,13 @@ def test_short_and_missing_reads_are_e9003(any_place):
     store.put(where.key, b"0123456789")
     with pytest.raises(TruncatedError):
         store.read_into(where.key, 5, memoryview(bytearray(10)))
+    tag = store.info(where.key).tag
+    for start, stop in ((10, 11), (12, 20)):  # wholly past the end (S3 answers 416): E9003 as a range cut short
+        for condition in (None, tag):
+            with pytest.raises(TruncatedError):
+                store.read_ranges(where.key, [start], [stop], tag=condition)
+    for condition in (None, tag):  # an empty range is no request, and no error
+        assert [bytes(g) for g in store.read_ranges(where.key, [3, 0], [3, 2], tag=condition)] == [b"", b"01"]
 
 
 def test_conditional_puts(any_place):
