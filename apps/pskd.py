@@ -22,8 +22,9 @@ from absl import app, flags
 from absl.flags import argparse_flags
 
 import pskd_jax
-from pskd_jax._os.names import layout_path_for
+from pskd_jax._os.names import STANDARD_STREAM, layout_path_for, older_layout_paths
 from pskd_jax.errors import PskdError, UsageError
+from pskd_jax.storage.urls import Location, locate
 
 # The command groups, in the order ``pskd --help`` lists them: each a module beside this one and the
 # commands its ``register`` adds. A command line that starts with a command imports that command's
@@ -162,22 +163,52 @@ def parse_flags(argv: Sequence[str]):
         sys.exit(1)
 
 
+# The arguments that name files a command reads. Only they are compared with its output: every
+# other one is a value (a type, an encoding, a number, the command's own name) that may happen to
+# spell the output's name (``pskd export d.psk.d -o export`` writes a file named export).
+INPUT_ARGUMENTS = ("input", "inputs", "file", "a", "b", "vocab", "tokenizer", "layout", "layout_b", "manifest",
+                   "manifests")
+
+
+def _place(given: str) -> Location | None:
+    """Where a path or URL leads; None for one the toolkit cannot serve (the command reports it)."""
+    try:
+        return locate(given)
+    except PskdError:
+        return None
+
+
+def _same_place(a: Location, b: Location) -> bool:
+    """Whether two places are one file (however spelled: ``file://``, a relative path, a link,
+    a hard link) or one object (the same store, bucket and key)."""
+    if not (a.is_local and b.is_local):
+        return a == b
+    try:
+        return os.path.isfile(a.path) and os.path.isfile(b.path) and os.path.samefile(a.path, b.path)
+    except (OSError, ValueError):  # (a NUL in a path)
+        return False
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
 def check_output_is_no_input(args) -> None:
     """Refuses (E9012) an output that is one of the command's input files (``pskd pack a.txt -o
-    a.txt``): the output replaces its destination, and the input would be gone."""
+    a.txt``, ``-o file:///…/a.txt``, an input's URL): the output replaces its destination, and the
+    input would be gone."""
     output = getattr(args, "output", None)
-    if not isinstance(output, str) or not os.path.isfile(output):
+    where = _place(output) if isinstance(output, str) and output != STANDARD_STREAM else None
+    if where is None:
         return
-    inputs = [given for name, value in vars(args).items() if name != "output"
-              for given in (value if isinstance(value, list) else [value]) if isinstance(given, str)]
-    # A checkpoint's layout file is read beside it without being named: an input too.
-    inputs += [layout_path_for(given) for given in inputs if given.endswith(".psk.d")]
-    for given in inputs:
-        try:
-            same = os.path.isfile(given) and os.path.samefile(given, output)
-        except OSError:
-            continue
-        if same:
+    named = [given for name in INPUT_ARGUMENTS for given in _listed(getattr(args, name, None))
+             if isinstance(given, str)]
+    # A checkpoint's layout file is read beside it without being named (under the name this
+    # version gives it, or an older one): an input too.
+    beside = [layout for given in named for layout in (layout_path_for(given), *older_layout_paths(given))]
+    for given in [*named, *beside]:
+        place = _place(given)
+        if place is not None and _same_place(place, where):
             raise UsageError(f"{output}: the output is the input {given} itself, which writing it would replace; "
                              "give another output")
 

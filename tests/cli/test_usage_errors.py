@@ -109,6 +109,55 @@ def pskd(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
 
 
+def _output_check(*args: str):
+    """Parses a command line and runs the output-is-no-input check on it: the error it raises, or None."""
+    try:
+        pskd_app.check_output_is_no_input(pskd_app.parse_flags(["pskd", *args]))
+    except pskd_jax.PskdError as e:
+        return e
+    return None
+
+
+def test_an_output_that_is_an_input_is_refused_however_either_is_spelled(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data.write_vocab("v.json", ["a", "\n"])
+    pathlib.Path("in.txt").write_text("a\n")
+    url = (tmp_path / "in.txt").as_uri()
+    for args in (["encode", "in.txt", "--vocab", "v.json", "-o", "in.txt"],
+                 ["encode", url, "--vocab", "v.json", "-o", "in.txt"],  # the input as a file:// URL
+                 ["encode", "in.txt", "--vocab", "v.json", "-o", url],  # the output as one
+                 ["encode", "in.txt", "--vocab", "v.json", "-o", "./v.json"],
+                 ["export", "s3://bucket/k/a.psk.d", "-o", "s3://bucket/k/a.psk.d"],  # one object
+                 ["export", "memory://m/a.psk.d", "-o", "memory://m/a.layout.json"]):  # the layout beside it
+        error = _output_check(*args)
+        assert error is not None and error.code == "E9012" and "the output is the input" in error.message, args
+    # A checkpoint not named *.psk.d has its layout file beside it too (m.bin → m.bin.pskd-layout.json).
+    pathlib.Path("m.bin").write_bytes(b"")
+    pathlib.Path("m.bin.pskd-layout.json").write_text("{}")
+    assert _output_check("export", "m.bin", "-o", "m.bin.pskd-layout.json") is not None
+
+
+def test_an_output_named_like_an_option_value_is_no_input(tmp_path, monkeypatch):
+    # Only the arguments that name files are inputs: not the command's name, a type or an encoding.
+    monkeypatch.chdir(tmp_path)
+    for name in ("export", "f32", "ℝ[]", "in.txt"):
+        pathlib.Path(name).write_text("the output's old content\n")
+    assert _output_check("export", "d.psk.d", "-o", "export") is None
+    assert _output_check("pack", "in.txt", "--type", "ℝ[]", "--encoding", "f32", "-o", "f32") is None
+    assert _output_check("pack", "in.txt", "--type", "ℝ[]", "-o", "ℝ[]") is None
+    assert _output_check("export", "s3://bucket/a.psk.d", "-o", "gs://bucket/a.psk.d") is None  # two stores
+
+
+@pytest.mark.subprocess
+def test_an_input_given_as_a_file_url_is_not_replaced_by_the_output(tmp_path):
+    data_file = tmp_path / "d.psk.d"
+    pskd_jax.write(data_file, "ℝ[2]", [[1.0, 2.0]])
+    before = data_file.read_bytes()
+    done = pskd("export", data_file.as_uri(), "-o", str(data_file), cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.startswith("pskd: E9012: ") and "Traceback" not in done.stderr
+    assert data_file.read_bytes() == before
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_usage_error_from_the_installed_command_is_one_line(tmp_path):
