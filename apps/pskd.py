@@ -23,7 +23,7 @@ from absl.flags import argparse_flags
 
 import pskd_jax
 from pskd_jax._os.names import STANDARD_STREAM, layout_path_for, older_layout_paths
-from pskd_jax.errors import PskdError, UsageError
+from pskd_jax.errors import PskdError, TruncatedError, UsageError
 from pskd_jax.storage.urls import Location, locate
 
 # The command groups, in the order ``pskd --help`` lists them: each a module beside this one and the
@@ -213,11 +213,34 @@ def check_output_is_no_input(args) -> None:
                              "give another output")
 
 
+def check_standard_output() -> None:
+    """Refuses (E9003) to run with the standard output closed (``pskd info f >&-``): every command
+    prints there, and a command that cannot say what it did or found has not done its job."""
+    if sys.stdout is None:
+        raise TruncatedError("-: cannot write the standard output: it is closed")
+
+
+def print_line(line: str) -> None:
+    """Prints a line of the command's output. A standard output that cannot take it (a full disk,
+    ``> /dev/full``) is E9003; what is still buffered is then dropped, so that the interpreter's own
+    flush at exit fails no second time with a traceback of its own."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise TruncatedError(f"-: cannot write the standard output: {e.strerror or e}") from e
+
+
 def main(args) -> None:
     try:
+        check_standard_output()
         check_output_is_no_input(args)
         for line in args.handler(args):
-            print(line, flush=True)
+            print_line(line)
     except PskdError as e:
         print(f"pskd: {e}", file=sys.stderr)
         sys.exit(1)
@@ -237,5 +260,5 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["COMMAND_GROUPS", "CommandParser", "join_dash_values", "main", "make_parser", "parse_flags", "run",
-           "usage_error"]
+__all__ = ["COMMAND_GROUPS", "CommandParser", "check_standard_output", "join_dash_values", "main", "make_parser",
+           "parse_flags", "print_line", "run", "usage_error"]
