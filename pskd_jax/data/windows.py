@@ -70,7 +70,10 @@ def lm_window_records(
     if count == 0:
         return
     item = tokens.itemsize
-    records = as_strided(tokens, shape=(count, 2, seq), strides=(stride * item, item, item), writeable=False)
+    # A stride beyond the tokens leaves one window, where it moves nothing: capped, it stays an
+    # offset numpy holds (a C long) however large it was given (--stride 10^30).
+    step_bytes = min(stride, len(tokens)) * item
+    records = as_strided(tokens, shape=(count, 2, seq), strides=(step_bytes, item, item), writeable=False)
     step = chunk_windows or _default_chunk(2 * seq, item)
     for first in range(0, count, step):
         yield records[first : first + step].copy()

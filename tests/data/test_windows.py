@@ -90,3 +90,14 @@ def test_window_stream_from_a_tokens_file(tmp_path):
         blocks = TOK.iter_tokens(path, bound=300, chunk_size=100)
         got = np.concatenate(list(W.lm_window_stream(blocks, 16, 16, chunk_windows=chunk_windows)))
         assert got.dtype == np.uint16 and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("stride", [2**60, 2**63, 10**30])
+def test_a_stride_beyond_the_tokens_gives_the_first_window(stride):
+    # One window, whatever the stride (--stride 10^30): never an offset numpy cannot hold.
+    tokens = np.arange(13, dtype=np.uint64)
+    (records,) = W.lm_window_records(tokens, 4, stride)
+    assert records.tolist() == [[[0, 1, 2, 3], [1, 2, 3, 4]]]
+    assert np.array_equal(np.concatenate(list(W.lm_window_stream([tokens[:3], tokens[3:]], 4, stride))), records)
+    (inputs, targets), = W.lm_window_chunks(tokens, 4, stride)
+    assert inputs.tolist() == [[0, 1, 2, 3]] and targets.tolist() == [[1, 2, 3, 4]]
