@@ -22,6 +22,7 @@ from absl import app, flags
 from absl.flags import argparse_flags
 
 import pskd_jax
+from pskd_jax._os.files import read_whole
 from pskd_jax._os.names import STANDARD_STREAM, layout_path_for, older_layout_paths
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
 from pskd_jax.storage.urls import Location, locate
@@ -149,11 +150,58 @@ def join_dash_values(args: Sequence[str]) -> list[str]:
     return joined
 
 
+MAX_FLAG_FILE_BYTES = 1 << 20  # far more than any list of options
+MAX_FLAG_FILE_DEPTH = 32  # flag files naming flag files
+
+
+_FLAG_FILE_PREFIXES = ("--flagfile=", "-flagfile=")
+
+
+def _flag_file_names(args: Sequence[str]) -> list[str]:
+    """The flag files a command line names, as absl finds them: ``--flagfile=F``, ``-flagfile=F``,
+    or either followed by F, up to ``--``."""
+    names, rest = [], list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--":
+            break
+        if arg in ("--flagfile", "-flagfile") and rest:
+            names.append(os.path.expanduser(rest.pop(0)))
+        elif arg.startswith(_FLAG_FILE_PREFIXES):
+            names.append(os.path.expanduser(arg.partition("=")[2].strip()))
+    return names
+
+
+def check_flag_files(names: Sequence[str], stack: tuple[str, ...] = ()) -> None:
+    """Reads the flag files ``names``, and those they name, as absl will (E9012 naming one it
+    could not use) before absl does: absl opens a file with ``open()`` and reads it whole, so a
+    named pipe would block it, ``/dev/zero`` fill the memory, a byte that is not UTF-8 or a chain of
+    a thousand files end in a traceback. A file already being read is skipped, as absl skips it."""
+    for name in names:
+        if not name or name in stack:
+            continue
+        if len(stack) == MAX_FLAG_FILE_DEPTH:
+            raise UsageError(f"{name}: flag files nested deeper than {MAX_FLAG_FILE_DEPTH}")
+        raw = read_whole(name, UsageError, what="as a flag file", limit=MAX_FLAG_FILE_BYTES)
+        try:
+            lines = raw.decode("utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{name}: a flag file that is not UTF-8 (byte {e.start})") from None
+        # (In a flag file absl takes only a line that starts --flagfile=F or -flagfile=F for one.)
+        nested = [os.path.expanduser(line.partition("=")[2].strip()) for line in lines
+                  if line.startswith(_FLAG_FILE_PREFIXES)]
+        check_flag_files(nested, (*stack, name))
+
+
 def parse_flags(argv: Sequence[str]):
     """The parsed command line. When it starts with a command (``pskd corpus build …``), argparse
     takes that word for the command whatever follows, so only its group is registered; anything
     else (``pskd --help``, an option before the command) is parsed by the parser of every command."""
     args = join_dash_values(argv[1:])
+    try:
+        check_flag_files(_flag_file_names(args))
+    except PskdError as e:  # a flag file absl could not use: a usage error, as absl's own are
+        usage_error(e.message)
     try:
         return make_parser(args[0] if args else None).parse_args(args)
     except flags.Error as e:  # absl's own flags (--flagfile naming no file, …)
@@ -260,5 +308,5 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["COMMAND_GROUPS", "CommandParser", "check_standard_output", "join_dash_values", "main", "make_parser",
-           "parse_flags", "print_line", "run", "usage_error"]
+__all__ = ["COMMAND_GROUPS", "CommandParser", "check_flag_files", "check_standard_output", "join_dash_values", "main",
+           "make_parser", "parse_flags", "print_line", "run", "usage_error"]

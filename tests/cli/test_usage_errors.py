@@ -109,6 +109,25 @@ def pskd(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
                           text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
 
 
+def test_a_flag_file_absl_could_not_use_is_one_e9012_line(capsys, tmp_path, monkeypatch):
+    # Read by the toolkit before absl opens it: never waited on, never read without end, no traceback.
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("pipe.flags")
+    pathlib.Path("bytes.flags").write_bytes(b"--samples=1\xff\n")
+    for k in range(40):  # a chain of flag files deeper than any a user writes
+        pathlib.Path(f"c{k}.flags").write_text(f"# a comment\n--flagfile=c{k + 1}.flags\n")
+    pathlib.Path("c40.flags").write_text("--samples=1\n")
+    for flag_file, names in (("pipe.flags", ["pipe.flags", "named pipe"]), ("/dev/zero", ["/dev/zero", "device"]),
+                             (".", ["directory"]), ("bytes.flags", ["bytes.flags", "not UTF-8"]),
+                             ("c0.flags", ["nested deeper than 32"])):
+        assert_one_usage_line(*parse(capsys, "info", "x.psk.d", f"--flagfile={flag_file}"), *names)
+        assert_one_usage_line(*parse(capsys, "--flagfile", flag_file, "info", "x.psk.d"), *names)
+    # A flag file that names itself is read once, as absl reads it; one after '--' is an argument.
+    pathlib.Path("self.flags").write_text("--flagfile=self.flags\n--samples=3\n")
+    assert pskd_app.parse_flags(["pskd", "info", "x.psk.d", "--flagfile=self.flags"]).samples == 3
+    pskd_app.check_flag_files(pskd_app._flag_file_names(["info", "--", "--flagfile=pipe.flags"]))
+
+
 def _output_check(*args: str):
     """Parses a command line and runs the output-is-no-input check on it: the error it raises, or None."""
     try:
