@@ -22,6 +22,7 @@ from absl import app, flags
 from absl.flags import argparse_flags
 
 import pskd_jax
+from pskd_jax._os import interrupts
 from pskd_jax._os.files import read_whole
 from pskd_jax._os.names import STANDARD_STREAM, layout_path_for, older_layout_paths
 from pskd_jax.errors import PskdError, TruncatedError, UsageError
@@ -284,6 +285,7 @@ def print_line(line: str) -> None:
 
 
 def main(args) -> None:
+    interrupts.install()  # a Ctrl-C numpy swallows still stops the command before it writes its output
     try:
         check_standard_output()
         check_output_is_no_input(args)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from pskd_jax._os import locks, names
+from pskd_jax._os import interrupts, locks, names
 from pskd_jax.errors import TruncatedError, UsageError
 
 _MAX_LINKS = 40  # the most symbolic links followed from an output path (as the kernel's ELOOP)
@@ -215,6 +215,7 @@ def commit(fd_file: BinaryIO, temporary: str, path: str, *, durable: bool, links
     if durable:
         os.fsync(fd_file.fileno())
     check_destination(path, links=links)
+    interrupts.check()  # (a Ctrl-C a library swallowed still leaves the destination as it was)
     os.replace(temporary, path)
 
 
@@ -266,6 +267,7 @@ def text_output(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Bi
         raise TruncatedError(f"-: cannot make a temporary file for the standard output: {e.strerror or e}") from e
     with spool:
         yield spool
+        interrupts.check()
         try:
             spool.flush()
             spool.seek(0)

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from pskd_jax._os import interrupts
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory, temporary_path_for
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError
 from pskd_jax.format import tree as tree_lib
@@ -103,6 +104,7 @@ class Writer:
         """Appends a batch: a pytree of the layout, every leaf with a leading batch axis.
 
         ``row_names`` names each sample in error messages (pack names its input lines)."""
+        interrupts.check()  # (a Ctrl-C that numpy swallowed converting the last batch stops the writing here)
         columns = self.encode_batch(batch, row_names)
         n = columns[0].shape[0] if columns else 0
         placement = self.placement
@@ -193,6 +195,7 @@ class Writer:
         if self._file is None:
             raise TruncatedError(f"{self.path}: writer already closed")
         try:
+            interrupts.check()  # (an interrupted writer leaves its destination as it was)
             self.flush()
             if self._object is not None:
                 self._put(self._file, *self._object)
