@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from pskd_jax._os.checks import checked_integer
 from pskd_jax.data.export import ShownLeaves, layout_and_forms, plain
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.layout_file import LayoutFile
@@ -102,6 +103,9 @@ def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None
     sample shown only what is printed: a leaf of more than INFO_ELEMENTS elements shows its first
     ones, read on their own. Non-finite reals print as export writes them (``NaN``,
     ``Infinity``, ``-Infinity``, ``NaN:0x…``)."""
+    # (--samples -1 is a mistake to say, not "show none": E9012 before the file is opened)
+    if samples is not None:
+        samples = checked_integer(samples, "--samples", low=0)
     source = layout.path if isinstance(layout, LayoutFile) and layout.path else None
     layout, forms = layout_and_forms(path, layout)
     with Reader(path, layout=layout, access="pread") as reader:

@@ -122,6 +122,7 @@ def test_pack_narrowing_is_refused_then_rounded_and_reported(tmp_path):
         ("E9005", ["diff", "{good}", "{other_type}"]),
         ("E9011", ["encode", "{values}", "--vocab", "{bad_vocab}", "-o", "{out}"]),
         ("E9012", ["lm-windows", "--vocab", "3", "--seq", "0", "{values}", "-o", "{out}"]),
+        ("E9012", ["info", "{good}", "--samples", "-1"]),  # not "show none"
     ],
 )
 def test_every_error_code_from_the_command_line(tmp_path, code, args):
