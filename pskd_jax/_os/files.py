@@ -11,8 +11,7 @@ import io
 import os
 import re
 import stat
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
@@ -30,24 +29,10 @@ def _kind(mode: int) -> str:
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # how a URL starts (pskd_jax.storage.urls): never a local path
 
 
-def _object_fd(name: str, error: type[PskdError], what: str) -> int:
-    """A descriptor of a local copy of the file a URL names (a ``file://`` URL: the file itself):
-    an object is streamed into an anonymous temporary file, so that its readers read a regular
-    file. E9018 for a URL the toolkit cannot serve; ``error`` when no object is there."""
-    from pskd_jax.storage import resolve  # (not at the top: the storage layer reads files through this module)
-
-    store, where = resolve(name)
-    if where.is_local:
-        return open_fd(where.path, error, what)
-    if store.info(where.key) is None:
-        raise error(f"{name}: cannot read{f' {what}' if what else ''}: no such object")
-    with tempfile.TemporaryFile() as copy:
-        for chunk in store.chunks(where.key):
-            copy.write(chunk)
-        copy.flush()
-        fd = os.dup(copy.fileno())
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+# How a URL is read: set by pskd_jax.storage when it is imported (the layer above, which this one
+# must not import), as it is before any input is read (the format layer reads through it). It gives
+# a descriptor of the bytes the URL names: ``url_descriptor(url, error, what)``.
+url_descriptor: Callable[[str, type[PskdError], str], int] | None = None
 
 
 def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, what: str = "") -> int:
@@ -55,7 +40,9 @@ def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, wh
     ``error`` (E9003 by default) naming the file (and ``what`` it is) when it cannot be opened."""
     name = os.fspath(path)
     if isinstance(path, str) and _URL.match(path):  # (a URL is never opened as a local path "s3:/…")
-        return _object_fd(name, error, what)
+        if url_descriptor is None:
+            raise error(f"{name}: a URL, which only pskd_jax.storage reads, and it is not loaded")
+        return url_descriptor(name, error, what)
     what = f" {what}" if what else ""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from pskd_jax._os import names
+from pskd_jax._os import files, names
 from pskd_jax._os.atomic import text_output
-from pskd_jax.errors import StorageError
+from pskd_jax.errors import PskdError, StorageError
 from pskd_jax.storage.base import (
     CREATE,
     OVERWRITE,
@@ -108,6 +108,28 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def input_descriptor(url: str, error: type[PskdError], what: str = "") -> int:
+    """A read-only descriptor of the bytes a URL names, for the readers of local files (token,
+    value and vocabulary files, a tokenizer, a layout file): a ``file://`` URL's file itself, an
+    object streamed into an anonymous temporary file. E9018 for a URL the toolkit cannot serve;
+    ``error`` naming the URL when no object is there."""
+    store, where = resolve(url)
+    if where.is_local:
+        return files.open_fd(where.path, error, what)
+    if store.info(where.key) is None:
+        raise error(f"{url}: cannot read{f' {what}' if what else ''}: no such object")
+    with tempfile.TemporaryFile() as copy:
+        for chunk in store.chunks(where.key):
+            copy.write(chunk)
+        copy.flush()
+        fd = os.dup(copy.fileno())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+files.url_descriptor = input_descriptor  # (how pskd_jax._os.files reads a URL it is given: see there)
+
+
 __all__ = [
     "CREATE",
     "DEFAULT_OPTIONS",
@@ -125,6 +147,7 @@ __all__ = [
     "StorageOptions",
     "Store",
     "Version",
+    "input_descriptor",
     "is_object_url",
     "is_url",
     "locate",
