@@ -63,9 +63,16 @@ _LITERAL_TYPES = (bool, type(None), float, complex, bytes, tuple, int, str)
 def key_piece(key: Any) -> str:
     """A dict key's piece of a key path, as ``jax.tree_util.keystr`` writes it.
 
+    A str or an int key of a subclass (``numpy.str_``, an ``IntEnum``) is written by its plain
+    value's repr: :func:`key_json` records it as that plain value, so the path must read as it does.
+
     >>> key_piece("w"), key_piece(3), key_piece(True), key_piece(None)
     ("['w']", '[3]', '[True]', '[None]')
     """
+    if isinstance(key, str):
+        return f"[{str.__repr__(key)}]"
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"[{int.__repr__(key)}]"
     return f"[{key!r}]"
 
 

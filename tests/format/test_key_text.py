@@ -9,6 +9,7 @@ shown escaped, never a traceback.
 
 from __future__ import annotations
 
+import enum
 import json
 
 import numpy as np
@@ -81,6 +82,23 @@ def test_keys_a_restore_cannot_tell_apart_are_refused_at_save(tmp_path, key):
         save(path, {"a": {key: _leaf(1), repr(key): _leaf(2)}})
     assert "['a']" in caught.value.message and repr(key)[:20] in caught.value.message
     assert list(tmp_path.iterdir()) == []  # (a refused save leaves nothing)
+
+
+class _Level(enum.IntEnum):
+    HIGH = 5
+
+
+@pytest.mark.parametrize("key, plain", [(np.str_("w"), "w"), (_Level.HIGH, 5)])
+def test_a_str_or_int_key_of_a_subclass_restores(tmp_path, key, plain):
+    # (numpy.str_ and IntEnum keys have their own repr, but are recorded as the plain str or int:
+    # the path written must be the plain key's, or the layout file would not read back)
+    path = tmp_path / "m.psk.d"
+    save(path, {"outer": {key: _leaf(1), "b": _leaf(2)}})
+    back = restore(path, as_numpy=True)
+    assert list(back["outer"]) == [plain, "b"] and back["outer"][plain][0] == 1
+    back = restore(path, {"outer": {key: np.zeros(1), "b": np.zeros(1)}}, as_numpy=True)
+    assert back["outer"][key][0] == 1
+    assert keypaths.key_piece(key) == keypaths.key_piece(plain)
 
 
 @pytest.mark.parametrize("pair", [(1, "1"), (True, "True"), (None, "None"), (1.5, "1.5")])
