@@ -24,7 +24,16 @@ from pskd_jax.checkpoint.jax_arrays import jax_module, single_device, wrap_keys
 from pskd_jax.checkpoint.read_plan import ReadPlan, Target, plan_read
 from pskd_jax.checkpoint.regions import read_region, region_runs
 from pskd_jax.checkpoint.stored import StoredFile
-from pskd_jax.checkpoint.targets import TargetSpec, cast, check_x64, final_dtype, saved_values, to_target, where_of
+from pskd_jax.checkpoint.targets import (
+    TargetSpec,
+    cast,
+    check_jax_dtype,
+    check_x64,
+    final_dtype,
+    saved_values,
+    to_target,
+    where_of,
+)
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.layout import Leaf
@@ -189,6 +198,7 @@ def _routes(path: str, read: ReadPlan, placement: Placement, as_numpy: bool) -> 
             dtype = final_dtype(leaves[i], forms[i], specs[k], placement, i)
             if dtype is not None:
                 check_x64(where_of(path, leaves[i]), dtype, specs[k] is not None)
+                check_jax_dtype(where_of(path, leaves[i]), dtype, specs[k] is not None)
     return _Routes(sharded, plain, to_jax)
 
 

@@ -203,6 +203,24 @@ def check_x64(where: str, dtype: np.dtype, asked: bool) -> None:
                             f"disabled: enable jax_enable_x64 or {how} (an explicit cast)")
 
 
+def check_jax_dtype(where: str, dtype: np.dtype, asked: bool) -> None:
+    """Refuses (E9005) a leaf bound for JAX of a dtype that JAX cannot put on a device (the float6
+    types of ``ml_dtypes``, which a numpy leaf may be saved as), rather than a JAX runtime error."""
+    if not _jax_holds(dtype):
+        raise MismatchError(f"{where}: {'the target asks for' if asked else 'stored as'} {dtype}, which JAX cannot "
+                            "hold in a device array: restore it with as_numpy=True, or into a numpy target leaf")
+
+
+@functools.cache
+def _jax_holds(dtype: np.dtype) -> bool:
+    jax = jax_module()
+    try:
+        jax.device_put(np.zeros(1, dtype))
+    except Exception:  # (JAX raises its runtime error, or a TypeError, for a dtype it does not know)
+        return False
+    return True
+
+
 def final_dtype(leaf: Leaf, form: sd.Form | None, spec: TargetSpec | None, placement: Placement,
                 i: int) -> np.dtype | None:
     """The dtype a JAX-bound leaf will have (None for keys and Python scalars)."""
@@ -217,5 +235,5 @@ def final_dtype(leaf: Leaf, form: sd.Form | None, spec: TargetSpec | None, place
     return sd.dtype_named(form.dtype)
 
 
-__all__ = ["TargetSpec", "cast", "category", "check_x64", "final_dtype", "saved_values", "spec_of", "to_target",
-           "where_of"]
+__all__ = ["TargetSpec", "cast", "category", "check_jax_dtype", "check_x64", "final_dtype", "saved_values", "spec_of",
+           "to_target", "where_of"]

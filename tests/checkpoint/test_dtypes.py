@@ -109,6 +109,31 @@ def test_every_dtype_round_trips_bit_for_bit(tmp_path, rng, dtype):
             np.testing.assert_array_equal(bits(back[key]), bits(tree[key]))
 
 
+def _jax_holds(dtype) -> bool:
+    try:
+        jax.device_put(np.zeros(1, dtype))
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=lambda d: np.dtype(d).name)
+def test_every_narrow_dtype_restores_into_jax_or_is_refused_by_name(tmp_path, rng, dtype):
+    # (a numpy leaf may be of a dtype JAX cannot put on a device, float6 in JAX 0.10: an E9005
+    # naming the key path and as_numpy=True, never a JAX runtime error)
+    tree = {"x": every_pattern(dtype, 33, rng)}
+    ck.save(tmp_path / "c.psk.d", tree)
+    for target in (None, {"x": jax.ShapeDtypeStruct((33,), dtype)}):
+        if _jax_holds(dtype):
+            back = ck.restore(tmp_path / "c.psk.d", target)
+            assert isinstance(back["x"], jax.Array) and back["x"].dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(bits(np.asarray(back["x"])), bits(tree["x"]))
+        else:
+            with pytest.raises(PskdError) as e:
+                ck.restore(tmp_path / "c.psk.d", target)
+            assert e.value.code == "E9005" and "['x']" in e.value.message and "as_numpy=True" in e.value.message
+
+
 @pytest.mark.parametrize("dtype, kind, bound", [
     (np.int8, "bits", 2**8), (np.int64, "bits", 2**64), (np.uint16, None, 2**16), (np.float16, None, None),
     (ml_dtypes.float8_e4m3fn, "bits", 2**8), (ml_dtypes.int4, "bits", 2**4), (np.complex64, "complex", None),
