@@ -98,17 +98,86 @@ def holding(path: str, *, wait: bool = True, remove: bool = False, error: type[P
 
 
 @contextlib.contextmanager
-def destination_lock(path: str | os.PathLike, *, wait: bool = True) -> Iterator[bool]:
+def destination_lock(path: str | os.PathLike, *, wait: bool = True, keep_committing: bool = True) -> Iterator[bool]:
     """One writer of a destination at a time, in any process: holds ``.NAME.lock`` beside
     ``path`` (:func:`pskd_jax._os.names.save_lock`), so that a checkpoint and its layout file
     always come from the same save. Yields True once held (waiting for another writer to finish);
     with ``wait=False``, yields False at once when another writer holds it.
 
     The lock file is removed by its last holder; one left by a killed writer is reused by the next
-    writer of its destination (and removed then)."""
+    writer of its destination (and removed then) — except one marking a commit cut short
+    (:func:`mark_committing`), which is kept until a save commits (unless ``keep_committing`` is
+    False: a checkpoint manager's step files, which its index and digests vouch for)."""
     path = os.fspath(path)
-    with holding(names.save_lock(path), wait=wait, remove=True, what=path) as held:
-        yield held
+    lock = names.save_lock(path)
+    fd = acquire(lock, wait=wait, what=path)
+    if fd is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        release(fd, None if keep_committing and _committing(fd) else lock)
 
 
-__all__ = ["acquire", "destination_lock", "flock", "holding", "release"]
+# What a save writes into its destination's lock file just before it puts its layout file and its
+# data in place (two renames: no rename puts two files in place at once), and clears once both are.
+# A lock file that still says so, with no writer holding it, is a save cut off between the two: the
+# data and the layout file beside it may come from two saves (whose headers may be alike, so that
+# the layout's identity cannot tell), and a reader refuses them rather than mix them.
+COMMITTING = b"pskd: committing the data and its layout file\n"
+
+
+def mark_committing(path: str | os.PathLike, *, durable: bool) -> None:
+    """Marks the commit of a save of ``path`` under way (its caller holds :func:`destination_lock`)."""
+    fd = os.open(names.save_lock(os.fspath(path)), os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, COMMITTING, 0)
+        if durable:  # (on the disk before either rename is)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def clear_committing(path: str | os.PathLike) -> None:
+    """Ends the mark of :func:`mark_committing`: the data and its layout file are both in place."""
+    with contextlib.suppress(OSError):
+        fd = os.open(names.save_lock(os.fspath(path)), os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+
+
+def _committing(fd: int) -> bool:
+    try:
+        return os.pread(fd, len(COMMITTING), 0) == COMMITTING
+    except OSError:
+        return False
+
+
+def commit_cut_short(path: str | os.PathLike) -> bool:
+    """Whether a save of ``path`` was cut off between putting its layout file and its data in
+    place (:data:`COMMITTING`). A save committing now is waited for (its lock, held for the two
+    renames only), then looked at again. Nothing is created: a reader leaves no lock file."""
+    lock = names.save_lock(os.fspath(path))
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except (OSError, ValueError):
+            return False  # (no lock file: no save was cut off)
+        try:
+            if not _committing(fd):
+                return False
+            free = flock(fd, wait=False)
+            if free is False:  # a live writer is between the two renames: wait for it
+                flock(fd, wait=True)
+                continue
+            return True  # (no writer holds it; or no flock to tell, and the mark says so)
+        finally:
+            os.close(fd)
+
+
+__all__ = ["COMMITTING", "acquire", "clear_committing", "commit_cut_short", "destination_lock", "flock", "holding",
+           "mark_committing", "release"]

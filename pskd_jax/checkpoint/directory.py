@@ -125,7 +125,7 @@ class CheckpointDirectory:
         a file at its name): the caller then leaves the step's files alone."""
         with contextlib.ExitStack() as stack:
             try:
-                idle = stack.enter_context(destination_lock(self.join(name), wait=False))
+                idle = stack.enter_context(destination_lock(self.join(name), wait=False, keep_committing=False))
             except PskdError:  # a link or a directory at the lock's name
                 idle = False
             yield idle

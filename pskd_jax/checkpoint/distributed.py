@@ -18,7 +18,7 @@ from pskd_jax._os import names
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory
 from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_text
-from pskd_jax._os.locks import destination_lock
+from pskd_jax._os.locks import clear_committing, destination_lock, mark_committing
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, jax_module
@@ -363,6 +363,8 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
     try:
         if options.digest:  # (before the layout, which records an xxh3_128)
             found[options.digest] = file_digest(target.temporary, options.digest)
+        # (from the layout's rename to the data's the two may be of two saves: marked, as a save's)
+        mark_committing(target.path, durable=options.durable)
         if target.layout_path:  # only now that every process accepted its values
             write_layout(target.layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
         elif check_layout_beside(target.path, writes=False):  # its own layout, of the data replaced
@@ -370,6 +372,7 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
         check_destination(target.destination)  # (still nothing or a regular file)
         os.replace(target.temporary, target.destination)
         committed = True
+        clear_committing(target.path)
         if options.durable:
             fsync_directory(target.directory)
     finally:

@@ -4,12 +4,15 @@ that it belongs to its data file are in :mod:`pskd_jax.format.layout_file`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.jsonfile import write_json
+from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.jsonfile import json_text, write_json
 from pskd_jax.checkpoint.planning import SavePlan
 from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.format import stored_dtypes as sd
@@ -52,9 +55,28 @@ def write_layout(path: str, plan_: SavePlan, *, durable: bool = True, xxh3_128: 
                  extra: dict | None = None) -> None:
     """Writes the layout file of a planned save, atomically (recording the name of the data file
     whose layout ``path`` is)."""
+    write_json(path, _content(path, plan_, xxh3_128, extra), durable=durable)
+
+
+@contextlib.contextmanager
+def layout_ready(path: str, plan_: SavePlan, *, durable: bool = True, xxh3_128: str | None = None,
+                 extra: dict | None = None) -> Iterator[None]:
+    """:func:`write_layout` in two steps: the file written (and synced) under its temporary name
+    on entering, renamed into place on a clean exit, so that the block between is short (the
+    directory's sync is left to the data's rename that follows, in the same directory)."""
+    data = (json_text(_content(path, plan_, xxh3_128, extra), indent=1) + "\n").encode("utf-8")
+    with atomic_output(path, durable=False) as f:
+        f.write(data)
+        f.flush()
+        if durable:
+            os.fsync(f.fileno())
+        yield
+
+
+def _content(path: str, plan_: SavePlan, xxh3_128: str | None, extra: dict | None) -> dict:
     data = names.data_path_for(path)
-    write_json(path, layout_json(plan_, xxh3_128=xxh3_128, extra=extra,
-                                 data_name=os.path.basename(data) if data is not None else None), durable=durable)
+    return layout_json(plan_, xxh3_128=xxh3_128, extra=extra,
+                       data_name=os.path.basename(data) if data is not None else None)
 
 
 def check_layout_beside(path: str, *, writes: bool) -> bool:

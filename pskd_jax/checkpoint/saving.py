@@ -7,19 +7,20 @@ numpy but not JAX.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
 
-from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.atomic import atomic_output, destination_for, fsync_directory
 from pskd_jax._os.digests import Hasher
 from pskd_jax._os.jsonfile import json_text
-from pskd_jax._os.locks import destination_lock
+from pskd_jax._os.locks import clear_committing, destination_lock, mark_committing
 from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
@@ -77,33 +78,61 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
     try:
         # One save of a destination at a time (its data and its layout go together), and the
         # layout is written only once every value was accepted: a refused save writes nothing.
-        with destination_lock(path), atomic_output(path, durable=options.durable) as f:
-            own_beside = check_layout_beside(path, writes=layout_path is not None)  # (before any write)
-            header = plan_.header
-            _preallocate(f.fileno(), plan_.size)
-            f.write(header)
-            if hasher:
-                hasher.feed(header)
-            offset = len(header)
-            for i in range(len(plan_.arrays)):
-                for data in _leaf_bytes(path, i, plan_, options, reports):
-                    f.write(data)
-                    if hasher:
-                        hasher.feed(data)
-                    if options.durable:
-                        _start_writeback(f.fileno(), offset, len(data))
-                    offset += len(data)
-            found = {algorithm: hasher.hexdigest()} if hasher and algorithm else {}
-            if layout_path:
-                write_layout(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"),
-                             extra=layout_extra)
-            elif own_beside:  # (a file of anyone else's is left as it is)
-                _remove_stale_layout(beside)
+        with destination_lock(path):
+            # (synced here, not by atomic_output: the data before the marked window, the directory
+            # once after both renames)
+            with atomic_output(path, durable=False) as f:
+                own_beside = check_layout_beside(path, writes=layout_path is not None)  # (before any write)
+                header = plan_.header
+                _preallocate(f.fileno(), plan_.size)
+                f.write(header)
+                if hasher:
+                    hasher.feed(header)
+                offset = len(header)
+                for i in range(len(plan_.arrays)):
+                    for data in _leaf_bytes(path, i, plan_, options, reports):
+                        f.write(data)
+                        if hasher:
+                            hasher.feed(data)
+                        if options.durable:
+                            _start_writeback(f.fileno(), offset, len(data))
+                        offset += len(data)
+                found = {algorithm: hasher.hexdigest()} if hasher and algorithm else {}
+                if options.durable:  # (the data on the disk first, and the layout below: the marked
+                    f.flush()        # window holds little more than the two renames)
+                    os.fsync(f.fileno())
+                with _layout_ready(layout_path, plan_, options, found, layout_extra):
+                    # From the layout's rename to the data's, the two files beside each other may
+                    # be of two saves: marked, so that a reader refuses them if this save is cut
+                    # off there (no rename puts two files in place at once).
+                    mark_committing(path, durable=options.durable)
+                    if not layout_path and own_beside:  # (a file of anyone else's is left as it is)
+                        _remove_stale_layout(beside)
+            if options.durable:
+                _sync_directories(path)
+            clear_committing(path)
     except BaseException:
         if hasher:
             hasher.abandon()
         raise
     return SaveResult.of(path, plan_, reports, found, layout_path)
+
+
+def _sync_directories(path: str) -> None:
+    """Makes the renames of a save durable: the directory of the file renamed (a link at ``path``
+    is written through) and the one of the layout beside ``path``, when that is another."""
+    directories = {os.path.dirname(os.path.abspath(p)) for p in (destination_for(path), path)}
+    for directory in sorted(directories):
+        fsync_directory(directory)
+
+
+def _layout_ready(layout_path: str | None, plan_: SavePlan, options: SaveOptions, found: dict[str, str],
+                  extra: dict | None) -> contextlib.AbstractContextManager[None]:
+    """The save's layout file written under its temporary name, put in place on leaving the block
+    (nothing when the save writes none)."""
+    if layout_path is None:
+        return contextlib.nullcontext()
+    return layout_ready(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"), extra=extra)
 
 
 def _leaf_bytes(path: str, i: int, plan_: SavePlan, options: SaveOptions,

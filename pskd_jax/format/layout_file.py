@@ -21,7 +21,8 @@ import xxhash
 
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
-from pskd_jax._os.names import layout_path_for, older_layout_paths
+from pskd_jax._os.locks import commit_cut_short
+from pskd_jax._os.names import layout_path_for, older_layout_paths, save_lock
 from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.byte_sources import open_bytes, read_small
@@ -402,16 +403,31 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
                 found = read_layout_file(candidate)
             except PskdError:
                 return None
+            _check_commit_whole(locate(checkpoint).path, candidate)
             check_belongs(found, checkpoint)
             return found
+        _check_commit_whole(locate(checkpoint).path, candidate)
         return read_layout_file(candidate, data=checkpoint)
     for older in older_layout_paths(checkpoint):
         if _regular(older):
             try:
-                return read_layout_file(older, data=checkpoint)
+                found = read_layout_file(older, data=checkpoint)
             except PskdError:
                 continue
+            _check_commit_whole(locate(checkpoint).path, older)
+            return found
     return None
+
+
+def _check_commit_whole(data: str, layout: str) -> None:
+    """Refuses (E9005, naming both files) the data and layout file of a save cut off between
+    putting the one and the other in place (:func:`pskd_jax._os.locks.commit_cut_short`): they may
+    come from two saves of headers alike, which no identity of the layout tells apart."""
+    if commit_cut_short(data):
+        raise MismatchError(f"{layout}: may not be the layout of {data}: a save of {data} was cut off between "
+                            f"putting its layout file and its data in place ({save_lock(data)} says so), so the "
+                            "two may come from different saves and neither is used: save it again, or give a "
+                            "layout you trust (layout=)")
 
 
 def _regular(path: str) -> bool:

@@ -113,6 +113,36 @@ def test_a_layout_written_before_a_failed_rename_is_not_applied_to_the_old_data(
     assert back["w"].tolist() == [0.0, 1.0, 2.0]
 
 
+def test_a_commit_cut_short_is_refused_until_a_save_commits(tmp_path, monkeypatch):
+    # The same header both times (keys in another order): only the mark in the save's lock file
+    # tells that the layout in place is not the data's. A save refused meanwhile keeps the mark.
+    path = tmp_path / "c.psk.d"
+    ck.save(path, {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)})
+    import pskd_jax._os.atomic as atomic
+
+    real = os.replace
+
+    def failing(src, dst):  # (the layout goes in, then the data's rename fails)
+        if str(dst).endswith(".psk.d"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing)
+    with pytest.raises((PskdError, OSError)):
+        ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
+    monkeypatch.setattr(atomic.os, "replace", real)
+    for _ in range(2):
+        with pytest.raises(PskdError) as e:  # (never {'b': [0, 0, 0], 'a': [1, 1, 1]})
+            ck.restore(path, as_numpy=True)
+        assert e.value.code == "E9005" and "cut off" in e.value.message and str(path) in e.value.message
+        with pytest.raises(PskdError):  # a save refused before its commit leaves the mark
+            ck.save(path, {"a": np.full(3, np.nan, np.float32)}, SaveOptions(finite_only=True))
+    ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
+    back = ck.restore(path, as_numpy=True)
+    assert list(back) == ["b", "a"] and back["a"].tolist() == [3.0] * 3
+    assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]
+
+
 def test_identity_size_and_header(tmp_path):
     ck.save(tmp_path / "c.psk.d", {"w": np.ones(8, np.float32)})
     data = (tmp_path / "c.psk.d").read_bytes()

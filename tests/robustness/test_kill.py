@@ -22,6 +22,7 @@ from pskd_jax import checkpoint as ck
 from pskd_jax import corpus
 from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint import CheckpointManager, Retention
+from pskd_jax.errors import PskdError
 from tests.helpers import ENV, ROOT, documents
 from tests.robustness import kill_points
 
@@ -87,6 +88,58 @@ def test_a_killed_save_leaves_the_old_or_the_new_checkpoint_whole(tmp_path):
         assert ck.read_layout_file(layout_path_for(path)).layout.leaves[0].path == "['w']"
     assert save_in_child("file", path, 99, root, {"step": -1}) == 0
     assert sorted(os.listdir(root)) == ["c.layout.json", "c.psk.d"]  # the killed saves' leftovers removed
+
+
+SAME_HEADER_CHILD = textwrap.dedent(
+    """
+    import json, sys, numpy as np
+    from pskd_jax import checkpoint as ck
+    from tests.robustness import kill_points
+
+    path, k, root, plan = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+    kill_points.arm(root, plan)
+    a, b = np.full(1024, k, np.float32), np.full(1024, k + 0.5, np.float32)
+    ck.save(path, {"a": a, "b": b} if k % 2 == 0 else {"b": b, "a": a})
+    """
+)
+
+
+def test_a_save_killed_between_its_layout_and_its_data_never_mixes_them(tmp_path):
+    # Two trees of the same header (the same leaf shapes and encodings, other key order): the
+    # layout's identity cannot tell their data apart, so a save killed between putting its layout
+    # in place and its data would give one save's keys to the other's values. Killed at every
+    # step of its run, a save leaves the old tree or the new one whole, or a refusal (E9005).
+    root = tmp_path / "root"
+    root.mkdir()
+    path = root / "c.psk.d"
+
+    def run(k: int, plan: dict) -> int:
+        child = subprocess.run([sys.executable, "-c", SAME_HEADER_CHILD, str(path), str(k), str(root),
+                                json.dumps(plan)], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert child.returncode <= 0, child.stderr
+        return child.returncode
+
+    assert run(0, {"step": -1}) == 0
+    assert run(1, {"record": str(tmp_path / "steps")}) == 0
+    steps = len(kill_points.recorded(tmp_path / "steps"))
+    whole = {0: {"a": 0.0, "b": 0.5}, 1: {"b": 1.5, "a": 1.0}}
+    refused = []
+    for step in range(steps):
+        assert run(0, {"step": -1}) == 0
+        assert run(1, {"step": step}) == -signal.SIGKILL, step
+        try:
+            back = ck.restore(path, as_numpy=True)
+        except PskdError as e:
+            assert e.code == "E9005" and "cut off" in e.message and ".c.psk.d.lock" in e.message, (step, e)
+            refused.append(step)
+            continue
+        got = {key: float(value[0]) for key, value in back.items()}
+        assert got in list(whole.values()), (step, got)
+        assert list(got) == list(whole[0] if got == whole[0] else whole[1]), (step, got)
+    # (refused only from the mark to its clearing: the two renames and the directory's sync)
+    assert refused and len(refused) <= 8 and refused == list(range(refused[0], refused[-1] + 1)), refused
+    assert run(0, {"step": -1}) == 0
+    assert sorted(os.listdir(root)) == ["c.layout.json", "c.psk.d"]
 
 
 def test_a_killed_manager_keeps_a_complete_latest_step(tmp_path):
