@@ -280,7 +280,7 @@ class _Parser:
         if len(digits) > 40:  # far beyond 2**64 (and int() refuses over 4300 digits)
             raise self.fail(value_token, f"{parameter} must be {accepted}, got {parameter} = {digits[:20]}… "
                                          f"({len(digits)} digits)")
-        value = int(value_token.text)
+        value = int(digits or "0")  # the digits without their leading zeros: int() counts the zeros too
         high = MAX_SEED if name_token.text == "shuffle" else None
         if value < low or (high is not None and value >= high):
             raise self.fail(value_token, f"{parameter} must be {accepted}, got {parameter} = {value}")

@@ -82,6 +82,17 @@ def test_parse_errors_name_line_column_and_what_was_expected(text, message):
     assert message in raised.value.message, raised.value.message
 
 
+def test_leading_zeros_do_not_count_towards_an_integer_s_digits():
+    # int() refuses a string of over 4300 digits, leading zeros included: the value is read without them
+    zeros = "0" * 5000
+    assert parse_pipeline(f'stream "d" |> shuffle(seed = {zeros}7) |> batch(B = {zeros}2)') == parse_pipeline(
+        'stream "d" |> shuffle(seed = 7) |> batch(B = 2)')
+    with pytest.raises(PskdError) as raised:
+        parse_pipeline(f'stream "d" |> batch(B = {zeros})')
+    assert raised.value.code == "E9010"
+    assert "pipeline:1:25: B must be an integer >= 1, got B = 0" in raised.value.message
+
+
 def test_parse_refuses_what_is_not_text():
     with pytest.raises(PskdError) as raised:
         parse_pipeline(b'stream "d" |> batch(B = 1)')  # type: ignore[arg-type]
