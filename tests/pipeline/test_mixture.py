@@ -117,6 +117,28 @@ def test_a_stream_without_take_resumes_far_on_and_crosses_blocks():
     assert numbers == [(IteratorState(1, 10**15 + 1), 1, 10**15), (IteratorState(1, 10**15 + 2), 1, 10**15 + 1)]
 
 
+def test_a_long_sequential_schedule_is_walked_once_by_the_iterator(monkeypatch):
+    # A deadline schedule whose period is too long to keep: a cursor made a block would walk again
+    # from its period's start each time (O(period) a block); the iterator walks on with one.
+    from pskd_jax.pipeline.schedule import PATTERN_PERIOD, Schedule
+    weights = (32768, 9, 128, 2, 128, 4096)
+    mixture = Mixture(tuple(MixSource(f"s{i}", 3 if i % 2 else None, w) for i, w in enumerate(weights)),
+                      batch_size=64)
+    assert mixture.schedule.kind == "deadlines" and mixture.schedule.period > PATTERN_PERIOD
+    counts = (1000, 7, 50, 3, 60, 900)
+    made = []
+    cursor = Schedule.cursor
+    monkeypatch.setattr(Schedule, "cursor", lambda self, first: made.append(first) or cursor(self, first))
+    start = 30000 // 64
+    blocks = list(itertools.islice(mixture.iter_blocks(counts, IteratorState(1, start)), 4))
+    assert made == [start * 64]
+    monkeypatch.setattr(Schedule, "cursor", cursor)
+    for j, sources, indices in blocks:  # (across the period's end: 37131 positions)
+        for k in (0, len(sources) - 1):
+            expected = mixture.batch_indices(counts, 1, j + k)
+            assert np.array_equal(sources[k], expected[0]) and np.array_equal(indices[k], expected[1])
+
+
 def test_parts_of_a_batch_are_slices_of_it():
     mixture = parse_pipeline('mix(stream "a" |> shuffle(seed = 3) : 2, stream "b" : 1) |> batch(B = 10)')
     sources, indices = mixture.batch_indices((4, 4), 1, 7)
