@@ -32,12 +32,11 @@ def _cut(facts: StreamFacts) -> str:
     return f" (windows of {facts.seq} tokens every {facts.stride} tokens)" if facts.corpus else ""
 
 
-def _first(args: argparse.Namespace, batches: int | None, what: str) -> range:
-    """The batches to print: from --start, --batches of them, within ``batches`` (None: no end)."""
-    if batches is not None and args.start >= batches and args.batches:
+def _first(args: argparse.Namespace, batches: int, what: str) -> range:
+    """The batches to print: from --start, --batches of them, within ``batches``."""
+    if args.start >= batches and args.batches:
         raise UsageError(f"--start {args.start}: {what} has {batches} batches (0 to {batches - 1})")
-    stop = args.start + args.batches
-    return range(args.start, stop if batches is None else min(stop, batches))
+    return range(args.start, min(args.start + args.batches, batches))
 
 
 def _stream_lines(pipeline: Pipeline, args: argparse.Namespace) -> Iterator[str]:
@@ -46,6 +45,7 @@ def _stream_lines(pipeline: Pipeline, args: argparse.Namespace) -> Iterator[str]
     epoch = 1 if args.epoch is None else args.epoch
     per_epoch = pipeline.check_batches(n)  # E9010 when it makes no batch, as a training run refuses it
     printed = _first(args, per_epoch, "an epoch")  # refused before anything is printed
+    pipeline.batch_indices(n, epoch, 0, stop=0)  # so is an epoch the pipeline refuses (batch 0 is one it has)
     yield f"pipeline {pipeline}"
     yield f"samples  {n} of type {facts.sample_type}, {per_epoch} batches an epoch{_cut(facts)}"
     shown = min(pipeline.batch_size, args.indices)  # a batch of 10^9 is not printed whole
@@ -62,7 +62,9 @@ def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
     facts = [_facts(source.path, args) for source in mixture.sources]
     counts = mixture.check_counts([f.count for f in facts])
     sample_type = mixture.check_sample_types([f.sample_type for f in facts])
-    printed = _first(args, mixture.take, "the stream")
+    # The stream ends after take, and where its positions do (2**63 - 1): refused before anything is printed
+    end = mixture.last_batch if mixture.take is None else min(mixture.take, mixture.last_batch)
+    printed = _first(args, end, "the stream")
     yield f"pipeline {mixture}"
     total = sum(source.weight for source in mixture.sources)
     for i, (source, f) in enumerate(zip(mixture.sources, facts)):

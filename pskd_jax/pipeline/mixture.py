@@ -186,7 +186,7 @@ class Mixture:
         if epoch != 1 or isinstance(epoch, bool):
             raise BadValueError(f"a mixture has no epochs of its own: its batches are all of epoch 1, got "
                                 f"epoch={epoch!r}")
-        last = self._last_batch()
+        last = self.last_batch
         if not is_integer(j) or not 0 <= j < (last if self.take is None else self.take):
             bound = f"[0, {self.take})" if self.take is not None else "[0, 2**63 / B)"
             raise BadValueError(f"batch index j must be in {bound} for {self}, got j={j!r}")
@@ -236,11 +236,13 @@ class Mixture:
             raise BadValueError(f"iterator state batch {state.batch} is beyond the {self.take} batches of {self}")
         if epochs is not None and (not is_integer(epochs) or epochs < 0):
             raise BadValueError(f"epochs must be an integer >= 0, got {epochs!r}")
-        stop = self.take if self.take is not None else self._last_batch()
+        stop = self.take if self.take is not None else self.last_batch
         return 0 if epochs == 0 else stop
 
-    def _last_batch(self) -> int:
-        """One past the last batch whose positions stay below 2**63 - 1."""
+    @property
+    def last_batch(self) -> int:
+        """One past the last batch whose positions stay below 2**63 - 1 (where a stream without
+        take ends)."""
         return MAX_POSITION // self.batch_size
 
     def _iterate(self, counts: tuple[int, ...], j: int, stop: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:

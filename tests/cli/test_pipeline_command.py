@@ -92,3 +92,20 @@ def test_pipeline_starts_anywhere_and_cuts_a_corpus_with_seq(tmp_path):
     lines = ok("pipeline", text, "--seq", "8", "--stride", "4", "--start", "6", cwd=tmp_path)
     assert lines[1:] == ["samples  23 of type (idx[257][seq: 8], idx[257][seq: 8]), 7 batches an epoch "
                          "(windows of 8 tokens every 4 tokens)", "epoch 1 batch 6: 18 19 20"]
+
+
+@pytest.mark.slow
+def test_what_pipeline_refuses_prints_nothing(tmp_path):
+    # An epoch the pipeline refuses, or a start past the end of a mixture's positions (2**63 - 1),
+    # is refused before the header lines: no partial output, whatever batch would fail.
+    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    shuffled = 'stream "w.psk.d" |> shuffle(seed = 1) |> batch(B = 2)'
+    for epoch in ("0", "-5", str(2**64)):
+        fails("E9004", "pipeline", shuffled, "--epoch", epoch, cwd=tmp_path)
+    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 1) |> batch(B = 8)'
+    last = (2**63 - 1) // 8 - 1
+    message = fails("E9012", "pipeline", mix, "--start", str(last + 1), cwd=tmp_path)
+    assert f"the stream has {last + 1} batches" in message
+    for text in (mix, mix + f" |> take(n = {10**30})"):
+        lines = ok("pipeline", text, "--start", str(last - 1), "--batches", "5", cwd=tmp_path)
+        assert [line.split(":")[0] for line in lines[-2:]] == [f"batch {last - 1}", f"batch {last}"]
