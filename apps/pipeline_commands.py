@@ -63,8 +63,7 @@ def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
     counts = mixture.check_counts([f.count for f in facts])
     sample_type = mixture.check_sample_types([f.sample_type for f in facts])
     # The stream ends after take, and where its positions do (2**63 - 1): refused before anything is printed
-    end = mixture.last_batch if mixture.take is None else min(mixture.take, mixture.last_batch)
-    printed = _first(args, end, "the stream")
+    printed = _first(args, mixture.end_batch, "the stream")
     yield f"pipeline {mixture}"
     total = sum(source.weight for source in mixture.sources)
     for i, (source, f) in enumerate(zip(mixture.sources, facts)):

@@ -186,9 +186,8 @@ class Mixture:
         if epoch != 1 or isinstance(epoch, bool):
             raise BadValueError(f"a mixture has no epochs of its own: its batches are all of epoch 1, got "
                                 f"epoch={epoch!r}")
-        last = self.last_batch
-        if not is_integer(j) or not 0 <= j < (last if self.take is None else self.take):
-            bound = f"[0, {self.take})" if self.take is not None else "[0, 2**63 / B)"
+        if not is_integer(j) or not 0 <= j < self.end_batch:
+            bound = f"[0, {self.end_batch})" if self.take is not None else "[0, 2**63 / B)"
             raise BadValueError(f"batch index j must be in {bound} for {self}, got j={j!r}")
         stop = self.batch_size if stop is None else stop
         for name, value in (("start", start), ("stop", stop)):
@@ -232,18 +231,21 @@ class Mixture:
         if state.epoch != 1:
             raise BadValueError(f"a mixture's iterator state has epoch 1 (a mixture has no epochs of its own), got "
                                 f"epoch {state.epoch}")
-        if self.take is not None and state.batch > self.take:
-            raise BadValueError(f"iterator state batch {state.batch} is beyond the {self.take} batches of {self}")
+        # The stream ends after take batches, or where its positions do: a state past its end is
+        # refused (an iterator started there would yield nothing, as if the stream were done).
+        stop = self.end_batch
+        if state.batch > stop:
+            raise BadValueError(f"iterator state batch {state.batch} is beyond the {stop} batches of {self}")
         if epochs is not None and (not is_integer(epochs) or epochs < 0):
             raise BadValueError(f"epochs must be an integer >= 0, got {epochs!r}")
-        stop = self.take if self.take is not None else self.last_batch
         return 0 if epochs == 0 else stop
 
     @property
-    def last_batch(self) -> int:
-        """One past the last batch whose positions stay below 2**63 - 1 (where a stream without
-        take ends)."""
-        return MAX_POSITION // self.batch_size
+    def end_batch(self) -> int:
+        """One past the stream's last batch: after take batches, or at the last batch whose
+        positions stay below 2**63 - 1, whichever comes first."""
+        last = MAX_POSITION // self.batch_size
+        return last if self.take is None else min(self.take, last)
 
     def _iterate(self, counts: tuple[int, ...], j: int, stop: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         # Blocks of batches at once, as a single stream's iterator does: the schedule and the

@@ -139,6 +139,28 @@ def test_a_long_sequential_schedule_is_walked_once_by_the_iterator(monkeypatch):
             assert np.array_equal(sources[k], expected[0]) and np.array_equal(indices[k], expected[1])
 
 
+def test_a_state_past_the_end_of_the_positions_is_refused():
+    # Without take the stream ends where its positions do (2**63 - 1): a state beyond that is
+    # refused as one beyond take is, not an iterator that yields nothing as if the stream were done.
+    mixture = parse_pipeline('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 8)')
+    end = (2**63 - 1) // 8
+    assert mixture.end_batch == end
+    for state in (IteratorState(1, end + 1), IteratorState(1, 2**70)):
+        for call in (mixture.iter_batches, mixture.iter_batch_numbers, mixture.iter_blocks):
+            with pytest.raises(PskdError) as raised:
+                call((3, 3), state)
+            assert raised.value.code == "E9004" and f"beyond the {end} batches" in raised.value.message
+    assert list(mixture.iter_batches((3, 3), IteratorState(1, end))) == []  # the state after the last batch
+    (state, (_, indices)), = mixture.iter_batches((3, 3), IteratorState(1, end - 1))
+    assert state == IteratorState(1, end) and indices.tolist() == mixture.batch_indices((3, 3), 1, end - 1)[1].tolist()
+    # A take beyond the positions ends where they do, for batches and iterators alike.
+    beyond = parse_pipeline(f'mix(stream "a" : 1, stream "b" : 1) |> batch(B = 8) |> take(n = {10**30})')
+    assert beyond.end_batch == end and len(list(beyond.iter_batch_numbers((3, 3), IteratorState(1, end - 2)))) == 2
+    with pytest.raises(PskdError) as raised:
+        beyond.batch_indices((3, 3), 1, end)
+    assert raised.value.code == "E9004"
+
+
 def test_parts_of_a_batch_are_slices_of_it():
     mixture = parse_pipeline('mix(stream "a" |> shuffle(seed = 3) : 2, stream "b" : 1) |> batch(B = 10)')
     sources, indices = mixture.batch_indices((4, 4), 1, 7)
