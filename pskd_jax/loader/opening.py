@@ -64,6 +64,7 @@ def as_pipeline(pipeline: Any, base_dir: str | os.PathLike[str] | None) -> Pipel
     """A Pipeline or Mixture as given; text parsed with its paths joined to ``base_dir``; a path
     (``os.PathLike``) read as a pipeline file."""
     if isinstance(pipeline, (Pipeline, Mixture)):
+        _check_no_base_dir(pipeline, base_dir)
         return pipeline
     if isinstance(pipeline, os.PathLike):
         return load_pipeline(pipeline, root=base_dir)
@@ -71,6 +72,18 @@ def as_pipeline(pipeline: Any, base_dir: str | os.PathLike[str] | None) -> Pipel
         return parse_pipeline(pipeline, base_dir="." if base_dir is None else base_dir)
     raise UsageError(f"a loader's pipeline is its text, a pipeline file (a pathlib.Path), a Pipeline or a Mixture, "
                      f"got {type(pipeline).__name__}")
+
+
+def _check_no_base_dir(pipeline: Pipeline | Mixture, base_dir: str | os.PathLike[str] | None) -> None:
+    """E9012 for ``base_dir`` beside a Pipeline or Mixture holding a relative path: its paths are
+    resolved already (by the parser), so the loader would open that path from the current
+    directory, not from ``base_dir`` as a text's."""
+    paths = pipeline.paths if isinstance(pipeline, Mixture) else (pipeline.path,)
+    relative = [p for p in paths if not is_url(p) and not os.path.isabs(p)]
+    if base_dir is not None and relative:
+        raise UsageError(f"base_dir={os.fspath(base_dir)!r} joins the paths of a pipeline's text, but {pipeline} is "
+                         f"a {type(pipeline).__name__} whose paths are resolved already (its {relative[0]!r} is opened "
+                         "as it is): pass the text, or parse it with parse_pipeline(text, base_dir=…)")
 
 
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:

@@ -157,6 +157,21 @@ def test_a_source_given_is_checked_against_the_text(data):
             assert len(list(loader)) == len(windows) // 2
 
 
+def test_base_dir_beside_a_pipeline_of_relative_paths_is_refused(data, tmp_path, monkeypatch):
+    # A Pipeline's (Mixture's) paths are resolved already: base_dir would be ignored, and the
+    # loader would open a file of the same name in the current directory instead.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for text in (FILE, 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 2) |> batch(B = 2) |> take(n = 3)'):
+        with pytest.raises(PskdError, match="E9012.*base_dir=.* joins the paths of a pipeline's text"):
+            Loader(parse_pipeline(text), base_dir=data)
+        with Loader(parse_pipeline(text, base_dir=data), base_dir=data, epochs=1) as loader:  # (resolved: nothing to join)
+            assert len(list(loader)) >= 1
+        with Loader(text, base_dir=data, epochs=1) as loader:
+            assert len(list(loader)) >= 1
+
+
 def test_mixture_batches_through_the_loader_and_resume_at_every_batch(data):
     mixture = parse_pipeline(MIX, base_dir=data)
     a = CorpusWindows(data / "a" / "shards.json", seq=8, segments=True)
