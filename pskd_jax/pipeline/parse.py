@@ -354,7 +354,7 @@ def load_pipeline(file_path: str | os.PathLike[str], *,
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
     raw = read_whole(file_path, PipelineError, what="the pipeline file", limit=MAX_PIPELINE_BYTES)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # (the byte-order mark some editors put first is no text)
     except UnicodeDecodeError as e:
         raise PipelineError(f"{file_path}: cannot read the pipeline file: not UTF-8 text") from e
     directory = os.path.dirname(os.path.abspath(file_path))

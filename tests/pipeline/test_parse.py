@@ -93,6 +93,16 @@ def test_leading_zeros_do_not_count_towards_an_integer_s_digits():
     assert "pipeline:1:25: B must be an integer >= 1, got B = 0" in raised.value.message
 
 
+def test_a_pipeline_file_may_start_with_a_byte_order_mark(tmp_path):
+    """Some editors write UTF-8 with a byte-order mark first: no part of the text, so an error
+    after it still names the line and column a reader counts."""
+    (tmp_path / "a.pipeline").write_bytes(b'\xef\xbb\xbfstream "d.psk.d" |> batch(B = 2)\n')
+    assert load_pipeline(tmp_path / "a.pipeline").batch_size == 2
+    (tmp_path / "b.pipeline").write_bytes(b'\xef\xbb\xbfstream "d.psk.d" |> batch(B = x)\n')
+    with pytest.raises(PskdError, match=r"b\.pipeline:1:31: .*found .x."):
+        load_pipeline(tmp_path / "b.pipeline")
+
+
 def test_parse_refuses_what_is_not_text():
     with pytest.raises(PskdError) as raised:
         parse_pipeline(b'stream "d" |> batch(B = 1)')  # type: ignore[arg-type]
