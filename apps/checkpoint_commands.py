@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 
 from pskd_jax import checkpoint, storage
+from pskd_jax._os.checks import integer
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax.checkpoint import integrity
 from pskd_jax.errors import UsageError
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "they were written; prints the algorithm checked.")
     p.add_argument("path", metavar="DIR|FILE.psk.d", help="a checkpoint directory or bucket prefix (every step), "
                    "or one file or object")
-    p.add_argument("--step", type=int, metavar="N", help="only this step of the directory")
+    p.add_argument("--step", type=integer, metavar="N", help="only this step of the directory")
     p.add_argument("--xxh3-128", metavar="HEX", help="the xxh3_128 digest a single file must have "
                    "(as xxhsum -H2 prints it)")
     p.add_argument("--sha256", metavar="HEX", help="the sha256 digest a single file must have (as sha256sum prints it)")

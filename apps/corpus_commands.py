@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from pskd_jax import corpus, data
+from pskd_jax._os.checks import integer
 from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.storage import is_url, locate
 
@@ -204,7 +205,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--boundary-token", metavar="NAME",
                    help="with a tokenizer.json: the token between documents (default: its end-of-text token, such as "
                         "<|endoftext|>, </s> or [SEP], else an id past its vocabulary; '' for that id)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=integer, default=1, metavar="N",
                    help="processes building shards at once (with --runner beam: the DirectRunner's workers)")
     p.add_argument("--runner", choices=("local", "beam"), default="local",
                    help="local: this machine's process pool (the default); beam: an Apache Beam pipeline (needs "
@@ -212,9 +213,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--beam_options", "--beam-options", metavar='"FLAGS"',
                    help="Beam pipeline options passed to the runner as given, e.g. \"--runner=DataflowRunner "
                         "--project=P --region=R --temp_location=gs://B/tmp\"")
-    p.add_argument("--chunk-tokens", type=int, default=corpus.DEFAULT_CHUNK_TOKENS, metavar="C",
+    p.add_argument("--chunk-tokens", type=integer, default=corpus.DEFAULT_CHUNK_TOKENS, metavar="C",
                    help="tokens appended between two updates of a shard's header count")
-    p.add_argument("--max-document-tokens", type=int, metavar="M", help="keep the first M tokens of each document")
+    p.add_argument("--max-document-tokens", type=integer, metavar="M", help="keep the first M tokens of each document")
     p.add_argument("--text-key", default="text", metavar="KEY", help="the JSONL key holding a document's text")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out bad documents (counted and reported) instead of stopping at the first")
@@ -223,7 +224,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("manifest", metavar="DIR/shards.json",
                    help="the manifest, or the corpus directory holding it; or a store's (s3://B/corpus/shards.json, "
                         "or the prefix s3://B/corpus)")
-    p.add_argument("--workers", type=int, metavar="N", help="shards hashed at once (default: the CPUs; 16 for a store)")
+    p.add_argument("--workers", type=integer, metavar="N",
+                   help="shards hashed at once (default: the CPUs; 16 for a store)")
     p.add_argument("--tokenizer", metavar="tokenizer.json",
                    help="refuse a corpus built with another tokenizer (a tokenizer.json, or a VOCAB.json)")
 

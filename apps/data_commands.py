@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Iterator
 
 from pskd_jax import checkpoint, corpus, data
+from pskd_jax._os.checks import integer
 from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
@@ -178,14 +179,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("input", metavar="TOKENS.txt")
     p.add_argument("--vocab", required=True, metavar="V|VOCAB.json",
                    help="the vocabulary size (tokens are below it), or the vocabulary file, whose length it is")
-    p.add_argument("--seq", required=True, type=int, metavar="T", help="window length")
-    p.add_argument("--stride", type=int, metavar="S", help="distance between window starts (default T)")
+    p.add_argument("--seq", required=True, type=integer, metavar="T", help="window length")
+    p.add_argument("--stride", type=integer, metavar="S", help="distance between window starts (default T)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.psk.d")
 
     p = command("info", _info, "Print a file's header and first samples; a checkpoint's leaves (key paths, "
                                "dtypes, shapes, storage).")
     p.add_argument("file", metavar="FILE.psk.d", help=URL_HELP)
-    p.add_argument("--samples", type=int, metavar="N",
+    p.add_argument("--samples", type=integer, metavar="N",
                    help="how many samples to show (default 2; a checkpoint shows its values only when given)")
     p.add_argument("--values", action="store_true",
                    help="show a checkpoint's values too, as a restore gives them back (a data file shows them anyway)")

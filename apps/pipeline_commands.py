@@ -6,6 +6,7 @@ import argparse
 import os
 from collections.abc import Iterator
 
+from pskd_jax._os.checks import integer
 from pskd_jax.errors import UsageError
 from pskd_jax.pipeline import Mixture, Pipeline, StreamFacts, load_pipeline, parse_pipeline, stream_facts
 
@@ -85,15 +86,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help='the pipeline, e.g. \'stream "w.psk.d" |> shuffle(seed = 1) |> batch(B = 8)\' or '
                              '\'mix(stream "a.psk.d" : 3, stream "b.psk.d" : 1) |> batch(B = 8)\', or a file holding '
                              "it (its paths are then relative to that file)")
-    parser.add_argument("--epoch", type=int, default=None, metavar="E", help="the epoch, from 1 (default 1; a "
+    parser.add_argument("--epoch", type=integer, default=None, metavar="E", help="the epoch, from 1 (default 1; a "
                         "mixture has none of its own)")
-    parser.add_argument("--start", type=int, default=0, metavar="J", help="the first batch to print (from 0)")
-    parser.add_argument("--batches", type=int, default=4, metavar="K", help="how many batches to print")
-    parser.add_argument("--indices", type=int, default=1024, metavar="N",
+    parser.add_argument("--start", type=integer, default=0, metavar="J", help="the first batch to print (from 0)")
+    parser.add_argument("--batches", type=integer, default=4, metavar="K", help="how many batches to print")
+    parser.add_argument("--indices", type=integer, default=1024, metavar="N",
                         help="how many samples of a batch to print at most (the rest is counted)")
-    parser.add_argument("--seq", type=int, default=None, metavar="T",
+    parser.add_argument("--seq", type=integer, default=None, metavar="T",
                         help="the window length for a stream that is a corpus (DIR/shards.json)")
-    parser.add_argument("--stride", type=int, default=None, metavar="S",
+    parser.add_argument("--stride", type=integer, default=None, metavar="S",
                         help="the stride of a corpus's windows (default: T)")
     parser.add_argument("--root", metavar="DIR",
                         help="a pipeline file may stream files inside DIR (default: only inside its own directory)")

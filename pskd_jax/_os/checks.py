@@ -38,6 +38,23 @@ def mode_words(mode: int) -> str:
     return "not a regular file"
 
 
+def integer(text: str) -> int:
+    """A command line's integer: decimal ASCII digits, perhaps after one sign. ``int()`` alone
+    would also take ``1_0`` (10), `` 8`` and other scripts' digits (``٨``), reading a typo as a
+    number; anything else is a ValueError (argparse's ``invalid integer value``).
+
+    >>> integer("-12"), integer("+3")
+    (-12, 3)
+    >>> integer("1_0")
+    Traceback (most recent call last):
+    ValueError: not a decimal integer: '1_0'
+    """
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"not a decimal integer: {text!r}")
+    return int(text)
+
+
 def is_integer(value: Any) -> TypeGuard[int | np.integer]:
     """Whether ``value`` is an integer: a Python ``int`` or a numpy integer, never a boolean.
 
@@ -127,5 +144,5 @@ def not_below(value: Any, bound: int) -> str:
     return f"{value} is not below its bound idx[{bound}]"
 
 
-__all__ = ["abridged", "abridged_list", "checked_integer", "first_true", "is_integer", "mode_words",
+__all__ = ["abridged", "abridged_list", "checked_integer", "first_true", "integer", "is_integer", "mode_words",
            "not_below", "range_words"]

@@ -79,7 +79,12 @@ def test_missing_arguments_are_one_e9012_line_naming_the_command(capsys, command
     (("nope",), ["invalid choice: 'nope'"]),
     (("corpus",), ["pskd corpus", "SUBCOMMAND"]),
     (("corpus", "nope"), ["invalid choice: 'nope'"]),
-    (("info", "f.psk.d", "--samples", "many"), ["--samples", "invalid int value: 'many'"]),
+    (("info", "f.psk.d", "--samples", "many"), ["--samples", "invalid integer value: 'many'"]),
+    # (numbers only as written in decimal digits: int() would read these as 10, 8 and 8)
+    (("lm-windows", "--seq", "1_0", "t.txt", "-o", "w"), ["--seq", "invalid integer value: '1_0'"]),
+    (("lm-windows", "--seq", " 8", "t.txt", "-o", "w"), ["--seq", "invalid integer value: ' 8'"]),
+    (("pipeline", "text", "--start", "\u0668"), ["--start", "invalid integer value: '\u0668'"]),
+    (("corpus", "build", "in", "-o", "c", "--workers", "0x2"), ["--workers", "invalid integer value: '0x2'"]),
     (("lm-windows", "--seq"), ["--seq", "expected one argument"]),
     (("info", "f.psk.d", "--no-such-option"), ["unrecognized arguments: --no-such-option"]),
     (("diff", "a", "b", "c"), ["unrecognized arguments: c"]),

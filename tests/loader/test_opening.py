@@ -166,7 +166,8 @@ def test_base_dir_beside_a_pipeline_of_relative_paths_is_refused(data, tmp_path,
     for text in (FILE, 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 2) |> batch(B = 2) |> take(n = 3)'):
         with pytest.raises(PskdError, match="E9012.*base_dir=.* joins the paths of a pipeline's text"):
             Loader(parse_pipeline(text), base_dir=data)
-        with Loader(parse_pipeline(text, base_dir=data), base_dir=data, epochs=1) as loader:  # (resolved: nothing to join)
+        # (resolved already: nothing to join)
+        with Loader(parse_pipeline(text, base_dir=data), base_dir=data, epochs=1) as loader:
             assert len(list(loader)) >= 1
         with Loader(text, base_dir=data, epochs=1) as loader:
             assert len(list(loader)) >= 1
