@@ -7,10 +7,14 @@ The pipeline: ``Create`` the inputs with their index → ``Reshuffle`` → one s
 (:func:`write_shard`: in a directory under a temporary name renamed to its fixed one; in a store
 put whole under its fixed name; either way a retried or speculative attempt never leaves a torn or
 doubled shard) → every entry gathered → ``shards.json`` written once, in input order, and the
-place tidied as the local build tidies it. Into a store, the launcher first puts a manifest in
-progress (the build's claim, see :mod:`pskd_jax.corpus.publisher`) and the last step puts the
-complete one only if that claim still stands. Inputs, the corpus's place, what workers need and
-how this differs from the local build: ``docs/corpus.md`` (Building, Apache Beam).
+place tidied as the local build tidies it. Before the pipeline runs, the launcher refuses (E9012)
+a place where a file of the user's stands at a shard name the build would write (one no manifest
+or journal of the place lists), and records in the journal the names the build writes, as the
+local build does, so that a rerun after a kill knows them for the toolkit's. Into a store, the
+launcher then puts a manifest in progress (the build's claim, see
+:mod:`pskd_jax.corpus.publisher`) and the last step puts the complete one only if that claim
+still stands. Inputs, the corpus's place, what workers need and how this differs from the local
+build: ``docs/corpus.md`` (Building, Apache Beam).
 
 The default runner is named: ``FnApiRunner``. Beam's own default, the DirectRunner, tries to
 download a runner program (Prism) from the internet on every run before falling back; the toolkit
@@ -38,7 +42,7 @@ from pskd_jax._os.checks import abridged_list
 from pskd_jax.corpus.build import BuildResult, check_unchanged
 from pskd_jax.corpus.extras import beam_module
 from pskd_jax.corpus.inputs import SUFFIXES, find_inputs, require_inputs, source_of
-from pskd_jax.corpus.journal import previous_manifest
+from pskd_jax.corpus.journal import journal_for, local_manifest, owned_shards, previous_manifest
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax.corpus.manifest import (
@@ -50,7 +54,7 @@ from pskd_jax.corpus.manifest import (
     write_manifest,
 )
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.corpus.publisher import ManifestPublisher, tidy_directory
+from pskd_jax.corpus.publisher import ManifestPublisher, check_shard_names, tidy_directory
 from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, build_shard
 from pskd_jax.errors import (
     CODES,
@@ -196,9 +200,11 @@ def _shard_step(element: tuple[int, str, str], directory: str, options: BuildOpt
 
 
 def _finish(results: list[tuple[int, ShardResult]], directory: str, options: BuildOptions, count: int,
-            claimed: str | None = None) -> str:
-    """The pipeline's last step: ``shards.json`` in input order, then the directory tidied. In a
-    store, the manifest is put only if it is still the claim the launcher put (tag ``claimed``)."""
+            claimed: str | None = None, owned: Sequence[str] = ()) -> str:
+    """The pipeline's last step: ``shards.json`` in input order, then the directory tidied (of the
+    shard names in ``owned``, those earlier records of the place list, the ones it does not list
+    removed). In a store, the manifest is put only if it is still the claim the launcher put (tag
+    ``claimed``)."""
     by_index: dict[int, ShardResult] = {}
     for index, result in results:
         by_index.setdefault(index, result)  # a result given twice is the same shard
@@ -208,18 +214,19 @@ def _finish(results: list[tuple[int, ShardResult]], directory: str, options: Bui
     place = locate(directory)
     entries = [by_index[i].entry for i in range(count)]
     if not place.is_local:
-        return _finish_in_store(place, [by_index[i] for i in range(count)], options, claimed)
+        return _finish_in_store(place, [by_index[i] for i in range(count)], options, claimed, owned)
     for entry in entries:
         problem = shard_problem(os.path.join(directory, entry.path), entry, options.tokenizer, digest=False)
         if problem is not None:
             raise ShardMismatchError(f"{directory}: shard {entry.path}: {problem}")
     manifest = write_manifest(os.path.join(directory, MANIFEST), options.tokenizer, entries, options.recorded(),
                               links="replace")
-    tidy_directory(directory, manifest)
+    tidy_directory(directory, manifest, owned)
     return manifest.path
 
 
-def _finish_in_store(place: Location, results: list[ShardResult], options: BuildOptions, claimed: str | None) -> str:
+def _finish_in_store(place: Location, results: list[ShardResult], options: BuildOptions, claimed: str | None,
+                     owned: Sequence[str] = ()) -> str:
     check_unchanged(place, results)
     store, _ = resolve(place)
     where = place.child(MANIFEST)
@@ -230,24 +237,27 @@ def _finish_in_store(place: Location, results: list[ShardResult], options: Build
         raise CorpusDirectoryError(f"{where.url}: another build of this corpus put its manifest while this one ran "
                                    f"({e.why}); this build's shards are not listed: run one build of a corpus at a "
                                    "time, then run it again to finish it") from None
-    tidy_directory(place, manifest)
+    tidy_directory(place, manifest, owned)
     return manifest.path
 
 
 def build_transform(sources: Sequence[str], directory: str, options: BuildOptions | None = None, *,
                     readable: Sequence[str] | None = None, claim: BuildClaim | None = None,
-                    claimed: str | None = None) -> Any:
+                    claimed: str | None = None, owned: Sequence[str] = ()) -> Any:
     """The Beam transform that builds the corpus of ``sources`` (input files, in stream order) into
     ``directory`` (a path, or a prefix URL of a store): apply it to a pipeline (``pipeline |
     build_transform(...)``); its output is the manifest's path, once the manifest is written.
     ``readable`` gives, per source, the path a worker reads it from (default: the source itself).
     Into a store, ``claim`` is the build's claim and ``claimed`` the version tag of the manifest
-    in progress that made it (see :func:`build_corpus_beam`)."""
+    in progress that made it (see :func:`build_corpus_beam`). ``owned`` are the shard names
+    earlier records of the place list (:func:`pskd_jax.corpus.journal.owned_shards`): the last
+    step removes those the new manifest does not list, and no other file."""
     beam: Any = beam_module()  # (imported on first use: Any lets a class below derive from beam.PTransform)
     options = BuildOptions.checked(options)
     readable = list(readable) if readable is not None else list(sources)
     elements = [(i, s, r) for i, (s, r) in enumerate(zip(sources, readable, strict=True))]
     count = len(elements)
+    owned = tuple(sorted(owned))  # (a step's argument: pickled for the workers)
 
     class BuildCorpus(beam.PTransform):
         def expand(self, root: Any) -> Any:
@@ -256,7 +266,7 @@ def build_transform(sources: Sequence[str], directory: str, options: BuildOption
                     | "Spread" >> beam.Reshuffle()
                     | "Shards" >> beam.Map(_shard_step, directory, options, claim)
                     | "Gather" >> beam.combiners.ToList()
-                    | "Manifest" >> beam.Map(_finish, directory, options, count, claimed))
+                    | "Manifest" >> beam.Map(_finish, directory, options, count, claimed, owned))
 
     return BuildCorpus()
 
@@ -338,22 +348,35 @@ def _run_in_directory(beam: Any, sources: list[str], directory: str, options: Bu
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
         raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
-    transform = build_transform(sources, directory, options, readable=_readable_paths(sources))
     with directory_lock(directory):
-        _run(beam, transform, flags)
+        place = Location("file", "", directory)
+        journal = journal_for(place, options)
+        owned = owned_shards(journal, local_manifest(directory))
+        planned = [names.shard_name(i) for i in range(len(sources))]
+        check_shard_names(place, planned, owned)
+        journal.start([], owned | set(planned))  # the names the build writes, for a rerun after a kill
+        journal.close()
+        _run(beam, build_transform(sources, directory, options, readable=_readable_paths(sources), owned=sorted(owned)),
+             flags)
 
 
 def _run_in_store(beam: Any, sources: list[str], place: Location, options: BuildOptions, flags: Any) -> Manifest:
-    """The claim (a manifest in progress, put under the previous manifest's version), the
-    pipeline, and the complete manifest read back."""
-    _, condition = previous_manifest(place)
+    """The shard names checked, the claim (a manifest in progress, put under the previous
+    manifest's version), the journal of the names the build writes, the pipeline, and the
+    complete manifest read back."""
+    previous, condition = previous_manifest(place)
+    journal = journal_for(place, options)
+    owned = owned_shards(journal, previous)
+    planned = [names.shard_name(i) for i in range(len(sources))]
+    check_shard_names(place, planned, owned)
     writer = secrets.token_hex(8)
     publisher = ManifestPublisher(place, options, len(sources), writer=writer, condition=condition)
     publisher.start([None] * len(sources))
+    journal.start([], owned | set(planned))  # after the claim: a build that loses it puts nothing
     claimed = publisher.condition.tag if isinstance(publisher.condition, Version) else None
     claim = BuildClaim(place.child(MANIFEST).url, writer)
     _run(beam, build_transform(sources, place.url, options, readable=_readable_paths(sources), claim=claim,
-                               claimed=claimed), flags)
+                               claimed=claimed, owned=sorted(owned)), flags)
     store, _ = resolve(place)
     return manifest_object(store, place.child(MANIFEST).key)[0]
 

@@ -5,8 +5,11 @@ build of the same inputs and options finished (:mod:`pskd_jax.corpus.journal`), 
 with :func:`pskd_jax.corpus.shard_build.build_shard` in this process or a pool
 (:mod:`pskd_jax.corpus.pool`), journals each as it finishes, and keeps ``shards.json`` listing the
 finished ones until the complete manifest is written (:mod:`pskd_jax.corpus.publisher`). A killed
-build resumes, and gives the bytes of an uninterrupted one. The rules — resuming, reading while a
-build writes, links at the build's own names — are in ``docs/corpus.md`` (Building).
+build resumes, and gives the bytes of an uninterrupted one. A build replaces or removes a file at
+a shard's name only when an earlier record of the place lists it (its ``shards.json`` or journal);
+any other file at a name it would write makes it refuse to start (E9012). The rules — resuming,
+reading while a build writes, links at the build's own names — are in ``docs/corpus.md``
+(Building).
 """
 
 from __future__ import annotations
@@ -21,13 +24,20 @@ from collections.abc import Callable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax.corpus.inputs import EXAMPLES, find_inputs, require_inputs, source_of
-from pskd_jax.corpus.journal import BuildJournal, journal_for, previous_manifest, recorded_shards
+from pskd_jax.corpus.journal import (
+    BuildJournal,
+    journal_for,
+    local_manifest,
+    owned_shards,
+    previous_manifest,
+    recorded_shards,
+)
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.maintain import shard_problem
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.pool import run_tasks
-from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, tidy_directory
+from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, check_shard_names, tidy_directory
 from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, ShardTask
 from pskd_jax.errors import CorpusDirectoryError
 from pskd_jax.storage import CREATE, Location, Version, is_object_url, locate, object_digest, resolve
@@ -62,7 +72,9 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     then (see :data:`Progress`); ``start_method`` chooses how pool workers start (default:
     :func:`pskd_jax.corpus.pool.pool_context`, ``spawn`` when a store is involved). A local
     directory's build lock is held throughout: a second build of it is refused (E9016); in a
-    store, the build that puts its manifest first wins and the other stops (E9016)."""
+    store, the build that puts its manifest first wins and the other stops (E9016). A file (or
+    object) at a shard name the build would write that no manifest or journal of the place lists
+    is the user's: the build refuses (E9012) before writing anything."""
     started = time.perf_counter()
     options = BuildOptions.checked(options)
     place = locate(out_dir)  # E9018 for a URL the toolkit cannot serve: never a local directory named "s3:"
@@ -72,13 +84,16 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
         start_method = "spawn"  # a store's client runs threads a fork would not carry over
     # memory:// stores are this process's own: their shards are built here, one at a time.
     here = place.scheme == "memory" or any(s.startswith("memory://") for s in sources)
+    planned = [names.shard_name(i) for i in range(len(sources))]
     if not place.is_local:
         journal = journal_for(place, options)
         previous, condition = previous_manifest(place)
+        owned = owned_shards(journal, previous)
+        check_shard_names(place, planned, owned)
         writer = secrets.token_hex(8)
         claim = BuildClaim(place.child(MANIFEST).url, writer)
-        tasks = plan_shards(sources, place, options, recorded_shards(place, journal, options, previous), claim)
-        run = _Run(place, options, tasks, journal, progress, writer=writer, condition=condition)
+        tasks = plan_shards(sources, place, options, recorded_shards(journal, options, previous), claim)
+        run = _Run(place, options, tasks, journal, progress, owned, writer=writer, condition=condition)
         finished = run.build(start_method, here, [])
         return _result(finished, run.finish(finished), started)
     directory = _corpus_directory(place.path)
@@ -86,8 +101,11 @@ def build_corpus(inputs: Sequence[str | os.PathLike[str]], out_dir: str | os.Pat
     with directory_lock(directory) as lock_fd:
         check_manifest_name(os.path.join(directory, MANIFEST))
         journal = journal_for(local, options)
-        tasks = plan_shards(sources, local, options, recorded_shards(local, journal, options))
-        run = _Run(local, options, tasks, journal, progress)
+        previous = local_manifest(directory)
+        owned = owned_shards(journal, previous)
+        check_shard_names(local, planned, owned)
+        tasks = plan_shards(sources, local, options, recorded_shards(journal, options, previous))
+        run = _Run(local, options, tasks, journal, progress, owned)
         finished = run.build(start_method, here, [lock_fd])
         manifest = run.finish(finished)
     return _result(finished, manifest, started)
@@ -101,23 +119,35 @@ def _result(finished: Sequence[ShardResult], manifest: Manifest, started: float)
 
 
 class _Run:
-    """One build's course once its shards are planned: the kept ones checked, the first manifest
-    put, the others built and journaled, the complete manifest written and the place tidied."""
+    """One build's course once its shards are planned: the kept ones checked, the journal started
+    and the first manifest put, the others built and journaled, the complete manifest written and
+    the place tidied. ``owned`` are the shard names earlier records of the place list."""
 
     def __init__(self, place: Location, options: BuildOptions, tasks: list[ShardTask], journal: BuildJournal,
-                 progress: Progress | None, *, writer: str | None = None, condition: str | Version = CREATE):
+                 progress: Progress | None, owned: set[str], *, writer: str | None = None,
+                 condition: str | Version = CREATE):
         self.place, self.options, self.tasks, self.journal = place, options, tasks, journal
+        self.owned = owned
         self.publisher = ManifestPublisher(place, options, len(tasks), writer=writer, condition=condition)
         self.results = kept_shards(tasks, options.workers)
         self.ledger = _Ledger(tasks, self.results, journal, self.publisher, progress)
 
     def build(self, start_method: str | None, here: bool, inherited: list[int]) -> list[ShardResult]:
         results = self.results
-        self.publisher.start(results)  # from here on, shards the manifest does not list may change
-        self.journal.start([r.entry for r in results if r is not None])
-        self.ledger.report(force=True)
-        descriptors = [fd for fd in (*inherited, self.journal.fileno()) if fd is not None]
+        kept = [r.entry for r in results if r is not None]
+        # The journal names every shard the build may write, and those earlier records listed, so
+        # that a rerun after a kill knows them for its own. In a directory it comes first (the
+        # first manifest may list fewer names than the one before it); in a store the claim comes
+        # first: a build that loses it puts nothing.
+        writes = self.owned | {names.shard_name(t.index) for t in self.tasks}
+        if self.place.is_local:
+            self.journal.start(kept, writes)
         try:
+            self.publisher.start(results)  # from here on, shards the manifest does not list may change
+            if not self.place.is_local:
+                self.journal.start(kept, writes)
+            self.ledger.report(force=True)
+            descriptors = [fd for fd in (*inherited, self.journal.fileno()) if fd is not None]
             run_tasks([t for t in self.tasks if results[t.index] is None], self.options.workers, self.ledger,
                       start_method=start_method, inherited=descriptors, in_process=here)
         except BaseException:
@@ -132,7 +162,7 @@ class _Run:
         if not self.place.is_local:
             check_unchanged(self.place, finished)
         manifest = self.publisher.finish(finished)
-        tidy_directory(self.place if not self.place.is_local else self.place.path, manifest)
+        tidy_directory(self.place if not self.place.is_local else self.place.path, manifest, self.owned)
         return manifest
 
 

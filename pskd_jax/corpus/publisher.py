@@ -2,7 +2,10 @@
 
 :class:`ManifestPublisher` keeps the manifest listing the longest run of finished shards from the
 first (marked in progress) and writes the complete one last; :func:`tidy_directory` then removes
-what the finished build no longer lists. Both engines (the local pool, Apache Beam) end with them.
+the shards of earlier builds that the finished build no longer lists (only those an earlier record
+of the place lists: :func:`pskd_jax.corpus.journal.owned_shards`). Before anything is written,
+:func:`check_shard_names` refuses a build whose shard names hold files of the user's. Both engines
+(the local pool, Apache Beam) use them.
 
 In a store, every manifest is one object put under a condition: the first "only if what stood
 there is still the version read" (or "only if there is none"), each later one "only if it is
@@ -19,7 +22,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries
@@ -124,11 +127,44 @@ def check_manifest_name(path: str) -> None:
                          "its manifest there: move it away or build into another directory")
 
 
-def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
+def check_shard_names(place: Location, planned: Iterable[str], owned: Collection[str]) -> None:
+    """Refuses (E9012), before anything is written, a build of ``place`` (a directory, or a prefix
+    of a store) when a file, a symbolic link or an object stands at a shard name it would write
+    (``planned``) that is not the toolkit's own (``owned``,
+    :func:`pskd_jax.corpus.journal.owned_shards`): the build would replace it. In a store the
+    prefix is listed once. A directory, a FIFO or a device at a shard's name is left to the
+    shard's writer, which refuses it."""
+    wanted = sorted(set(planned) - set(owned))
+    if not wanted:
+        return
+    found: list[tuple[str, str]] = []
+    if place.is_local:
+        for name in wanted:
+            path = os.path.join(place.path, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                found.append((path, "a symbolic link"))
+            elif stat.S_ISREG(mode):
+                found.append((path, "a file"))
+    else:
+        store, _ = resolve(place)
+        listed = {o.key.rpartition("/")[2] for o in store.list(place.key)}
+        found = [(place.child(name).url, "an object") for name in wanted if name in listed]
+    if found:
+        where, what = found[0]
+        more = f" (and {len(found) - 1} more at the build's other shard names)" if len(found) > 1 else ""
+        raise UsageError(f"{where}: {what} stands at a shard's name{more}, and no manifest or journal of this corpus "
+                         "lists it: the build will not replace it; move it away or build into another directory")
+
+
+def remove_stale_shards(directory: str, keep: Collection[str], owned: Collection[str]) -> list[str]:
     """Removes the shards of earlier builds that the new manifest does not list (a build of fewer
     inputs than the last one), and the temporary files killed writers of any shard left; returns
-    them. Only names the build gives shards (:func:`pskd_jax._os.names.shard_name`) are candidates,
-    and only files or links, never a directory: other files in the directory are the user's."""
+    them. Only names an earlier record of the directory lists (``owned``) are candidates, and only
+    files or links, never a directory: any other file, at a shard's name or not, is the user's."""
     removed: list[str] = []
     try:
         listed = os.listdir(directory)
@@ -139,7 +175,7 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
         if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
             removed += remove_stale_temporaries(os.path.join(directory, left[1]))  # a killed writer's
             continue
-        if names.shard_index(name) is None or name in keep:
+        if names.shard_index(name) is None or name in keep or name not in owned:
             continue
         path = os.path.join(directory, name)
         try:
@@ -152,28 +188,31 @@ def remove_stale_shards(directory: str, keep: set[str]) -> list[str]:
     return removed
 
 
-def tidy_directory(directory: str | Location, manifest: Manifest) -> None:
-    """After the complete manifest: the shards it does not list (and killed writers' temporary
-    files) removed, the journal of a build removed, the directory synced. In a store the same:
-    objects named as the build names shards that the manifest does not list, and the journal."""
+def tidy_directory(directory: str | Location, manifest: Manifest, owned: Collection[str]) -> None:
+    """After the complete manifest: the shards of earlier builds it does not list removed (only the
+    names in ``owned``, those earlier records of the place list:
+    :func:`pskd_jax.corpus.journal.owned_shards`), and killed writers' temporary files; the
+    journal of a build removed, the directory synced. In a store the same: objects at owned shard
+    names that the manifest does not list, and the journal."""
     place = Location("file", "", directory) if isinstance(directory, str) else directory
+    keep = {s.path for s in manifest.shards}
     if not place.is_local:
-        _tidy_prefix(place, {s.path for s in manifest.shards})
+        _tidy_prefix(place, keep, owned)
         return
-    remove_stale_shards(place.path, {s.path for s in manifest.shards})
+    remove_stale_shards(place.path, keep, owned)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(place.path, names.CORPUS_JOURNAL))
     fsync_directory(place.path)
 
 
-def _tidy_prefix(place: Location, keep: set[str]) -> None:
+def _tidy_prefix(place: Location, keep: Collection[str], owned: Collection[str]) -> None:
     store, _ = resolve(place)
     for found in store.list(place.key):
         name = found.key.rpartition("/")[2]
-        if names.shard_index(name) is not None and name not in keep:
+        if names.shard_index(name) is not None and name not in keep and name in owned:
             store.delete(found.key)
     store.delete(place.child(names.CORPUS_JOURNAL).key)
 
 
-__all__ = ["PUBLISH_SECONDS", "ManifestPublisher", "check_manifest_name", "finished_prefix", "remove_stale_shards",
-           "tidy_directory"]
+__all__ = ["PUBLISH_SECONDS", "ManifestPublisher", "check_manifest_name", "check_shard_names", "finished_prefix",
+           "remove_stale_shards", "tidy_directory"]

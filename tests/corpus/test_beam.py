@@ -289,6 +289,54 @@ def test_into_a_store_the_workers_put_the_local_bytes(request, tmp_path, docs, k
     assert result.manifest.path == place + "/shards.json" and result.manifest.complete
 
 
+def put(place: str, name: str, data: bytes) -> None:
+    """A file (or an object) of the user's at ``name`` in a place."""
+    from pskd_jax.storage import resolve
+
+    store, where = resolve(place)
+    if where.is_local:
+        os.makedirs(where.path, exist_ok=True)
+        with open(os.path.join(where.path, name), "wb") as f:
+            f.write(data)
+    else:
+        store.put(where.child(name).key, data)
+
+
+def held(place: str) -> dict[str, bytes]:
+    return without_lock(listing(place)) if "://" not in place else store_listing(place)
+
+
+@pytest.mark.parametrize("kind", ["local", "memory", "s3"])
+def test_a_users_file_at_a_shard_name_is_refused_before_the_pipeline_runs(request, tmp_path, docs, kind):
+    """No manifest or journal of the place lists shard-00001.psk.d: the file there is the user's,
+    and the launcher refuses (E9012 naming it) before it writes anything."""
+    pytest.importorskip("apache_beam")
+    place = {"local": lambda: str(tmp_path / "c"), "memory": lambda: "memory://beam-mine/c",
+             "s3": lambda: request.getfixturevalue("s3_bucket").url + "/c"}[kind]()
+    put(place, "shard-00001.psk.d", b"the user's own bytes")
+    put(place, "shard-99999.psk.d", b"the user's other bytes")
+    inputs = make_inputs(tmp_path / "in", docs)
+    with pytest.raises(UsageError, match=r"^E9012: .*c/shard-00001\.psk\.d: an? (file|object) stands at a shard's "
+                                         r"name, and no manifest or journal of this corpus lists it"):
+        corpus.build_corpus_beam(inputs, place)
+    assert held(place) == {"shard-00001.psk.d": b"the user's own bytes", "shard-99999.psk.d": b"the user's other bytes"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_a_smaller_rebuild_removes_the_builds_own_shards_and_no_other(tmp_path, docs, kind):
+    pytest.importorskip("apache_beam")
+    place = str(tmp_path / "c") if kind == "local" else "memory://beam-fewer/c"
+    put(place, "shard-99999.psk.d", b"the user's own bytes")
+    inputs = make_inputs(tmp_path / "in", docs)
+    corpus.build_corpus_beam(inputs, place)
+    assert sorted(held(place)) == [*(f"shard-{i:05d}.psk.d" for i in range(5)), "shard-99999.psk.d", "shards.json"]
+    corpus.build_corpus_beam(inputs[:2], place)
+    corpus.build_corpus(inputs[:2], tmp_path / "local")
+    expected = dict(without_lock(listing(tmp_path / "local")), **{"shard-99999.psk.d": b"the user's own bytes"})
+    assert held(place) == expected
+
+
 @pytest.fixture
 def dask_cluster(s3_bucket):
     """Two Dask worker processes on 127.0.0.1, started and stopped here, with the environment that

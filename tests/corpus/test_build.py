@@ -94,16 +94,20 @@ def test_a_smaller_rebuild_removes_the_stale_shards_and_nothing_else(tmp_path):
     out = tmp_path / "c"
     build_corpus(inputs, out, BuildOptions(durable=False))
     mine = ["notes.txt", "shard-00004.psk.d.bak", "shard-4.psk.d", "shard-000004.psk.d", ".shard-00004.psk.d",
-            "shard-00004.psk.d.tmp"]
+            "shard-00004.psk.d.tmp", "shard-00008.psk.d"]  # (no manifest or journal lists shard 8: the user's)
     for name in mine:
         (out / name).write_text("the user's")
     (out / "shard-00007.psk.d").mkdir()  # a directory of that name: not a shard of ours
-    os.symlink(tmp_path / "in0.jsonl", out / "shard-00009.psk.d")  # a link of that name: removed, not its target
+    os.symlink(tmp_path / "in0.jsonl", out / "shard-00009.psk.d")  # a link no record lists: the user's too
+    os.unlink(out / "shard-00003.psk.d")
+    os.symlink(tmp_path / "in0.jsonl", out / "shard-00003.psk.d")  # a listed shard swapped for a link: removed
     result = build_corpus(inputs[:2], out, BuildOptions(durable=False))
     assert (result.built, result.kept) == (0, 2)
     build_corpus(inputs[:2], tmp_path / "ref", BuildOptions(durable=False))
-    assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "ref") + mine + ["shard-00007.psk.d"])
+    assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "ref") + mine + ["shard-00007.psk.d",
+                                                                                    "shard-00009.psk.d"])
     assert all((out / name).read_text() == "the user's" for name in mine) and (tmp_path / "in0.jsonl").exists()
+    assert os.readlink(out / "shard-00009.psk.d") == str(tmp_path / "in0.jsonl")
     for name in os.listdir(tmp_path / "ref"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
     corpus.verify_corpus(out / "shards.json")
@@ -112,10 +116,11 @@ def test_a_smaller_rebuild_removes_the_stale_shards_and_nothing_else(tmp_path):
 def test_a_symlink_at_a_shard_name_is_replaced_not_written_through(tmp_path):
     inputs = make_inputs(tmp_path, 2)
     out = tmp_path / "c"
-    out.mkdir()
+    build_corpus(inputs, out, BuildOptions(durable=False))
     outside = tmp_path / "precious.psk.d"
     outside.write_bytes(b"not to be overwritten")
-    os.symlink(outside, out / "shard-00000.psk.d")
+    os.unlink(out / "shard-00000.psk.d")
+    os.symlink(outside, out / "shard-00000.psk.d")  # at a name the manifest lists: the build's own
     build_corpus(inputs, out, BuildOptions(durable=False))
     assert outside.read_bytes() == b"not to be overwritten" and not (out / "shard-00000.psk.d").is_symlink()
     # A link to an outside copy of a shard that matches its entry is not kept either: it is rebuilt.
@@ -143,15 +148,50 @@ def test_the_lock_file_stays_and_readers_ignore_it(built):
             pass
 
 
+def test_a_users_file_or_link_at_a_shard_name_of_a_first_build_is_refused(tmp_path):
+    """No manifest or journal of the directory lists the name: the file (or link) there is the
+    user's, and the build refuses before writing anything (E9012 naming it)."""
+    inputs = make_inputs(tmp_path, 2)
+    out = tmp_path / "c"
+    out.mkdir()
+    (out / "shard-00000.psk.d").write_bytes(b"the user's own bytes")
+    with pytest.raises(PskdError, match=r"^E9012: .*c/shard-00000\.psk\.d: a file stands at a shard's name, and no "
+                                        r"manifest or journal of this corpus lists it: the build will not replace it; "
+                                        r"move it away or build into another directory$"):
+        build_corpus(inputs, out, BuildOptions(durable=False))
+    assert sorted(os.listdir(out)) == [".pskd-corpus.lock", "shard-00000.psk.d"]
+    assert (out / "shard-00000.psk.d").read_bytes() == b"the user's own bytes"
+    os.unlink(out / "shard-00000.psk.d")
+    outside = tmp_path / "precious.psk.d"
+    outside.write_bytes(b"not to be overwritten")
+    os.symlink(outside, out / "shard-00001.psk.d")
+    with pytest.raises(PskdError, match=r"^E9012: .*c/shard-00001\.psk\.d: a symbolic link stands at a shard's name"):
+        build_corpus(inputs, out, BuildOptions(durable=False))
+    assert sorted(os.listdir(out)) == [".pskd-corpus.lock", "shard-00001.psk.d"]
+    assert (out / "shard-00001.psk.d").is_symlink()
+    assert outside.read_bytes() == b"not to be overwritten"
+    # A manifest that is no manifest proves nothing; a journal of another build of the directory does.
+    (out / "shards.json").write_text('{"shards": [{"path": "shard-00001.psk.d"}]}')
+    with pytest.raises(PskdError, match=r"^E9012: .*c/shard-00001\.psk\.d: a symbolic link"):
+        build_corpus(inputs, out, BuildOptions(durable=False))
+    header = {"format": "pskd-corpus-journal", "tokenizer": {"kind": "chars", "vocab": ["x"]}, "build": {}}
+    (out / ".shards.journal").write_text(json.dumps(header) + '\n{"writes": ["shard-00001.psk.d"]}\n')
+    build_corpus(inputs, out, BuildOptions(durable=False))
+    assert not (out / "shard-00001.psk.d").is_symlink() and outside.read_bytes() == b"not to be overwritten"
+    corpus.verify_corpus(out / "shards.json")
+
+
 def test_resume_from_a_journal(tmp_path):
     inputs = make_inputs(tmp_path, 3)
     build_corpus(inputs, tmp_path / "ref", BuildOptions(durable=False))
     out = tmp_path / "c"
     build_corpus(inputs, out, BuildOptions(durable=False))
     manifest = corpus.read_manifest(out / "shards.json")
-    # As a build killed after two shards leaves it: a journal of two entries (the last line torn).
+    # As a build killed after two shards leaves it: a journal of the names it writes and two
+    # entries (the last line torn).
     header = {"format": "pskd-corpus-journal", "tokenizer": {"kind": "bytes"}, "build": manifest.build}
-    lines = [json.dumps(header)] + [json.dumps(s.to_json()) for s in manifest.shards[:2]]
+    writes = {"writes": [s.path for s in manifest.shards]}
+    lines = [json.dumps(header), json.dumps(writes)] + [json.dumps(s.to_json()) for s in manifest.shards[:2]]
     (out / ".shards.journal").write_text("\n".join(lines) + '\n{"path": "shard-000')
     os.unlink(out / "shards.json")
     with open(out / "shard-00002.psk.d", "ab") as f:

@@ -281,3 +281,80 @@ def test_a_build_killed_mid_way_resumes_from_the_bucket(s3_bucket, tmp_path, loc
     assert done.returncode == 0, done.stderr
     assert objects(place) == local
     assert json.loads(objects(place)["shards.json"])["shards"][0]["path"] == "shard-00000.psk.d"
+
+
+# --------------------------------------------------------------------------------------------
+# Files at shard names: only those an earlier record of the place lists are the build's own
+
+
+def put(place: str, name: str, data: bytes) -> None:
+    """A file (or an object) of the user's at ``name`` in a place."""
+    store, where = resolve(place)
+    if where.is_local:
+        os.makedirs(where.path, exist_ok=True)
+        with open(os.path.join(where.path, name), "wb") as f:
+            f.write(data)
+    else:
+        store.put(where.child(name).key, data)
+
+
+def test_a_users_file_at_a_shard_name_the_build_writes_is_refused_and_nothing_written(any_place, inputs):
+    """A first build (no manifest, no journal) where the user keeps files named like shards: one
+    at a name it would write is refused, E9012 naming it, before anything is written."""
+    place = any_place + "/mine"
+    put(place, "shard-00001.psk.d", b"the user's own bytes")
+    put(place, "shard-99999.psk.d", b"the user's other bytes")
+    with pytest.raises(PskdError) as caught:
+        corpus.build_corpus(inputs[:2], place)
+    assert caught.value.code == "E9012"
+    assert "shard-00001.psk.d: a file stands at a shard's name" in caught.value.message \
+        or "shard-00001.psk.d: an object stands at a shard's name" in caught.value.message
+    assert "no manifest or journal of this corpus lists it" in caught.value.message
+    assert "move it away or build into another directory" in caught.value.message
+    assert objects(place) == {"shard-00001.psk.d": b"the user's own bytes",
+                              "shard-99999.psk.d": b"the user's other bytes"}  # no manifest, no journal
+
+
+def test_a_users_file_at_a_shard_name_the_build_does_not_write_is_left(any_place, inputs, tmp_path):
+    place = any_place + "/beside"
+    put(place, "shard-00007.psk.d", b"the user's own bytes")
+    put(place, "shard-99999.psk.d", b"the user's other bytes")
+    corpus.build_corpus(inputs[:1], place)
+    corpus.build_corpus(inputs[:1], tmp_path / "one")
+    assert objects(place) == dict(objects(str(tmp_path / "one")), **{"shard-00007.psk.d": b"the user's own bytes",
+                                                                       "shard-99999.psk.d": b"the user's other bytes"})
+    corpus.build_corpus(inputs[:3], place)  # a rebuild of more inputs: still never at the user's names
+    corpus.build_corpus(inputs[:1], place)  # and one of fewer: its own extra shards removed, no other
+    assert objects(place) == dict(objects(str(tmp_path / "one")), **{"shard-00007.psk.d": b"the user's own bytes",
+                                                                       "shard-99999.psk.d": b"the user's other bytes"})
+
+
+def test_builds_killed_mid_way_then_one_of_fewer_inputs_removes_their_shards_and_no_other(any_place, inputs, tmp_path,
+                                                                                           monkeypatch):
+    """A first build killed at its third shard, with a torn shard 3 as a writer killed while writing
+    it in place leaves it (no manifest or journal entry lists it: the journal's "writes" line does);
+    a rerun of three inputs killed too; then a build of two inputs finishes, removes shards 2 to 4
+    (the killed builds' own) and leaves the user's file at shard-99999.psk.d."""
+    place = any_place + "/killed"
+    put(place, "shard-99999.psk.d", b"the user's own bytes")
+    real = shard_build_module.build_shard
+
+    def dies_at_the_third(source, shard_path, *args, **kwargs):
+        if shard_path.endswith("shard-00002.psk.d"):
+            raise KeyboardInterrupt("killed")
+        return real(source, shard_path, *args, **kwargs)
+
+    monkeypatch.setattr(shard_build_module, "build_shard", dies_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        corpus.build_corpus(inputs, place)
+    put(place, "shard-00003.psk.d", b"PSKD a torn shard")
+    put(place, "shard-00004.psk.d", b"PSKD another")
+    with pytest.raises(KeyboardInterrupt):
+        corpus.build_corpus(inputs[:3], place)
+    assert json.loads(objects(place)[names.CORPUS_JOURNAL].split(b"\n")[1]) == \
+        {"writes": [f"shard-{i:05d}.psk.d" for i in range(SHARDS)]}  # the first build's names too
+    monkeypatch.setattr(shard_build_module, "build_shard", real)
+    again = corpus.build_corpus(inputs[:2], place)
+    assert (again.kept, again.built) == (2, 0)
+    corpus.build_corpus(inputs[:2], tmp_path / "two")
+    assert objects(place) == dict(objects(str(tmp_path / "two")), **{"shard-99999.psk.d": b"the user's own bytes"})

@@ -73,13 +73,21 @@ def test_a_manifest_in_progress_replaces_a_link_too(tmp_path):
 
 
 def test_a_link_at_a_shard_name_is_replaced_as_well(tmp_path):
+    """At a name an earlier build of the directory listed (a shard swapped for a link): the
+    build's own, replaced. At a name no manifest or journal lists, a link is the user's: refused."""
     out = tmp_path / "c"
-    out.mkdir()
+    corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     outside = tmp_path / "outside.bin"
     outside.write_bytes(b"someone else's")
+    (out / "shard-00000.psk.d").unlink()
     (out / "shard-00000.psk.d").symlink_to(outside)
     corpus_build.build_corpus(inputs(tmp_path), out, BuildOptions(durable=False))
     assert outside.read_bytes() == b"someone else's" and not (out / "shard-00000.psk.d").is_symlink()
+    (out / "shard-00002.psk.d").symlink_to(outside)
+    with pytest.raises(PskdError) as caught:
+        corpus_build.build_corpus(inputs(tmp_path, 3), out, BuildOptions(durable=False))
+    assert caught.value.code == "E9012" and "shard-00002.psk.d: a symbolic link stands" in caught.value.message
+    assert outside.read_bytes() == b"someone else's" and (out / "shard-00002.psk.d").is_symlink()
 
 
 def test_merge_writes_through_a_link_the_user_names(tmp_path):

@@ -181,9 +181,10 @@ def build(inputs, out, workers, plan: dict | None = None, root=None) -> subproce
 
 
 def finished_shards(out: pathlib.Path) -> int:
-    """Shards the journal of a build in progress lists (its first line is a header)."""
+    """Shards the journal of a build in progress lists (its first two lines are a header and the
+    names the build writes)."""
     try:
-        return max(0, (out / ".shards.journal").read_bytes().count(b"\n") - 1)
+        return max(0, (out / ".shards.journal").read_bytes().count(b"\n") - 2)
     except OSError:
         return 0
 
