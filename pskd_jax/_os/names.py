@@ -26,7 +26,8 @@ _TEMPORARY_RANDOM = "[a-z0-9_]{8}"
 _STEP = re.compile(r"step-(?P<step>[0-9]{8,})(?P<suffix>\.psk\.d|\.layout\.json)")
 _SHARD = re.compile(r"shard-(?P<index>[0-9]{5,})\.psk\.d")
 _LEFTOVER = re.compile(r"\.(?P<file>.+)\.(?:(?P<random>" + _TEMPORARY_RANDOM + r")\.tmp"
-                       r"|(?P<distributed>distributed)\.tmp|(?P<lock>lock))")
+                       r"|(?P<distributed>distributed)\.tmp|(?P<lock>lock)|(?P<before>layout-before))")
+_LEFTOVER_KINDS = {"random": "random", "distributed": "distributed", "lock": "lock", "before": "layout-before"}
 
 
 # -- beside any output ---------------------------------------------------------------------------
@@ -55,18 +56,30 @@ def save_lock(path: str | os.PathLike) -> str:
     return os.path.join(directory, "." + name + ".lock")
 
 
+def layout_before(path: str | os.PathLike) -> str:
+    """``dir/NAME`` → ``dir/.NAME.layout-before``: a second name (a hard link) a save of ``NAME``
+    gives the layout file it is about to replace or remove, kept only while it puts its layout
+    file and its data in place, so that a reader of a save cut off between the two finds the old
+    pair whole (:func:`pskd_jax._os.locks.mark_committing`)."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, "." + name + ".layout-before")
+
+
 def leftover(name: str) -> tuple[str, str] | None:
-    """What a hidden name beside an output is: ``("random" | "distributed" | "lock", NAME)`` for
-    a temporary file or a lock of ``NAME``, None for anything else.
+    """What a hidden name beside an output is: ``("random" | "distributed" | "lock" |
+    "layout-before", NAME)`` for a temporary file, a lock of ``NAME`` or the old layout file a save
+    of ``NAME`` keeps while it commits (:func:`layout_before`), None for anything else.
 
     >>> leftover(".step-00000001.psk.d.ab12cd34.tmp"), leftover(".x.lock"), leftover("x.tmp")
     (('random', 'step-00000001.psk.d'), ('lock', 'x'), None)
+    >>> leftover(".c.psk.d.layout-before")
+    ('layout-before', 'c.psk.d')
     """
     match = _LEFTOVER.fullmatch(name)
     if match is None:
         return None
-    kind = next(k for k in ("random", "distributed", "lock") if match.group(k))
-    return kind, match.group("file")
+    group = next(k for k in _LEFTOVER_KINDS if match.group(k))
+    return _LEFTOVER_KINDS[group], match.group("file")
 
 
 def layout_path_for(path: str | os.PathLike) -> str:
@@ -209,6 +222,7 @@ __all__ = [
     "data_path_for",
     "distributed_temporary",
     "is_layout_name",
+    "layout_before",
     "layout_path_for",
     "leftover",
     "older_layout_paths",

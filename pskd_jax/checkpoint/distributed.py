@@ -18,11 +18,11 @@ from pskd_jax._os import names
 from pskd_jax._os.atomic import check_destination, destination_for, fsync_directory
 from pskd_jax._os.digests import DIGESTS, file_digest
 from pskd_jax._os.jsonfile import json_text
-from pskd_jax._os.locks import clear_committing, destination_lock, mark_committing
+from pskd_jax._os.locks import clear_committing, destination_lock, keep_layout_before, mark_committing
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, jax_module
-from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, write_layout
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.parts import TOKEN_BYTES, PartsIndex, part_key, parts_index_at, parts_named_for
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
@@ -356,6 +356,15 @@ def _shard_pieces(plan_: SavePlan, i: int, shard: Any, options: SaveOptions, rep
             yield start + element * itemsize, encoded[k * run_bytes : (k + 1) * run_bytes].data
 
 
+def _layout_ready(layout_path: str | None, plan_: SavePlan, options: SaveOptions,
+                  found: dict[str, str]) -> contextlib.AbstractContextManager[None]:
+    """The layout file written under its temporary name, put in place on leaving the block
+    (nothing when the save writes none)."""
+    if layout_path is None:
+        return contextlib.nullcontext()
+    return layout_ready(layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
+
+
 def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[str, str]) -> None:
     """Process 0, once every process wrote its shards: the digest (into ``found``), the layout
     file, the rename into place and the directory's sync. Uncommitted, the temporary file goes."""
@@ -363,18 +372,24 @@ def _commit(target: _Target, plan_: SavePlan, options: SaveOptions, found: dict[
     try:
         if options.digest:  # (before the layout, which records an xxh3_128)
             found[options.digest] = file_digest(target.temporary, options.digest)
-        # (from the layout's rename to the data's the two may be of two saves: marked, as a save's)
-        mark_committing(target.path, durable=options.durable)
-        if target.layout_path:  # only now that every process accepted its values
-            write_layout(target.layout_path, plan_, durable=options.durable, xxh3_128=found.get("xxh3_128"))
-        elif check_layout_beside(target.path, writes=False):  # its own layout, of the data replaced
-            os.unlink(names.layout_path_for(target.path))
+        # (from the layout's rename to the data's the two may be of two saves: the layout replaced
+        # kept and the commit marked, as a save's, so that a reader reads one save's pair whole)
+        writes = target.layout_path is not None  # only now that every process accepted its values
+        own = not writes and check_layout_beside(target.path, writes=False)  # its own, of the data replaced
+        with _layout_ready(target.layout_path, plan_, options, found):
+            before = (writes or own) and keep_layout_before(target.path, durable=options.durable)
+            mark_committing(target.path, data=target.temporary, before=before, layout=writes,
+                            durable=options.durable)
+            if own:
+                os.unlink(names.layout_path_for(target.path))
+        if options.durable and (writes or own):  # (the layout's rename on the disk before the data's)
+            fsync_directory(os.path.dirname(os.path.abspath(target.path)))
         check_destination(target.destination)  # (still nothing or a regular file)
         os.replace(target.temporary, target.destination)
         committed = True
-        clear_committing(target.path)
         if options.durable:
             fsync_directory(target.directory)
+        clear_committing(target.path)
     finally:
         if not committed:
             with contextlib.suppress(OSError):

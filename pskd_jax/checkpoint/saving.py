@@ -15,7 +15,7 @@ from typing import Any
 from pskd_jax._os.atomic import atomic_output, destination_for, fsync_directory
 from pskd_jax._os.digests import Hasher
 from pskd_jax._os.jsonfile import json_text
-from pskd_jax._os.locks import clear_committing, destination_lock, mark_committing
+from pskd_jax._os.locks import clear_committing, destination_lock, keep_layout_before, mark_committing
 from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
@@ -103,11 +103,19 @@ def save_checkpoint(path: str | os.PathLike, tree: Any, options: SaveOptions | N
                     os.fsync(f.fileno())
                 with _layout_ready(layout_path, plan_, options, found, layout_extra):
                     # From the layout's rename to the data's, the two files beside each other may
-                    # be of two saves: marked, so that a reader refuses them if this save is cut
-                    # off there (no rename puts two files in place at once).
-                    mark_committing(path, durable=options.durable)
+                    # be of two saves (no rename puts two files in place at once): the layout file
+                    # replaced is kept under a second name, and the lock file marked with the new
+                    # data's identity, so that a reader of a save cut off there reads the old pair
+                    # or the new one whole, and the next save puts it back in order.
+                    replaces = layout_path is not None or own_beside
+                    before = replaces and keep_layout_before(path, durable=options.durable)
+                    f.flush()
+                    mark_committing(path, data=f.fileno(), before=before, layout=layout_path is not None,
+                                    durable=options.durable)
                     if not layout_path and own_beside:  # (a file of anyone else's is left as it is)
                         _remove_stale_layout(beside)
+                if options.durable and replaces:  # (the layout's rename on the disk before the data's)
+                    fsync_directory(os.path.dirname(os.path.abspath(beside)))
             if options.durable:
                 _sync_directories(path)
             clear_committing(path)

@@ -22,7 +22,7 @@ import xxhash
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
 from pskd_jax._os.locks import commit_cut_short
-from pskd_jax._os.names import layout_path_for, older_layout_paths, save_lock
+from pskd_jax._os.names import layout_before, layout_path_for, older_layout_paths, save_lock
 from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.byte_sources import open_bytes, read_small
@@ -386,7 +386,13 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     Its name follows from the checkpoint's whole name (:func:`pskd_jax._os.names.layout_path_for`);
     where none stands there, a layout file under the name an earlier version gave it
     (:func:`~pskd_jax._os.names.older_layout_paths`) is read when it proves to belong to the
-    checkpoint, and passed over otherwise (it may be another file's, or a user's own)."""
+    checkpoint, and passed over otherwise (it may be another file's, or a user's own).
+
+    Where a save of the checkpoint was cut off between putting its layout file and its data in
+    place (:func:`pskd_jax._os.locks.commit_cut_short`), the pair of the save whose data stands
+    there is read: the layout file in place when the data is the new one, else the old layout
+    file the save kept (:func:`~pskd_jax._os.names.layout_before`), or none where the old save had
+    none. Nothing is written."""
     # E9018 naming the data's own URL when the toolkit cannot serve it, or without the client
     resolve(checkpoint)
     candidate = layout_path_for(checkpoint)
@@ -395,39 +401,57 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
         if store.info(where.key) is None:
             return None
         return read_layout_file(candidate, data=checkpoint)
+    data = locate(checkpoint).path
+    cut = commit_cut_short(data)
+    if cut is not None and cut.data is None:
+        raise MismatchError(f"{candidate}: may not be the layout of {data}: a save of {data} was cut off between "
+                            f"putting its layout file and its data in place ({save_lock(data)} says so, without "
+                            "saying which data is the new one), so the two may come from different saves and "
+                            "neither is used: save it again, or give a layout you trust (layout=)")
+    if cut is not None and not cut.committed(data):  # the old save's data: its own layout, if any
+        if cut.before:
+            kept = layout_before(data)
+            if _regular(kept):
+                try:
+                    found = _beside(checkpoint, kept)
+                except PskdError:
+                    if _regular(kept):
+                        raise
+                else:
+                    if found is not None or _regular(kept):
+                        return found
+            # (else put back in place since, by the next writer of the checkpoint: read there)
+        elif cut.layout:
+            return _older(checkpoint)  # (the layout in place is the new save's; the old had none there)
     if os.path.exists(locate(candidate).path):
-        if not _data_header(os.fspath(checkpoint))[0].is_params:
-            # A closed type has no layout file: a file there that is none (a user's notes) is
-            # passed over; a layout file there is another save's, and refused naming both.
-            try:
-                found = read_layout_file(candidate)
-            except PskdError:
-                return None
-            _check_commit_whole(locate(checkpoint).path, candidate)
-            check_belongs(found, checkpoint)
-            return found
-        _check_commit_whole(locate(checkpoint).path, candidate)
-        return read_layout_file(candidate, data=checkpoint)
+        return _beside(checkpoint, candidate)
+    return _older(checkpoint)
+
+
+def _beside(checkpoint: str | os.PathLike, layout: str) -> LayoutFile | None:
+    """The layout file ``layout`` standing beside ``checkpoint`` (at its name, or kept by a commit
+    cut short), as :func:`find_layout_file` reads it."""
+    if not _data_header(os.fspath(checkpoint))[0].is_params:
+        # A closed type has no layout file: a file there that is none (a user's notes) is
+        # passed over; a layout file there is another save's, and refused naming both.
+        try:
+            found = read_layout_file(layout)
+        except PskdError:
+            return None
+        check_belongs(found, checkpoint)
+        return found
+    return read_layout_file(layout, data=checkpoint)
+
+
+def _older(checkpoint: str | os.PathLike) -> LayoutFile | None:
+    """A layout file under a name an earlier version gave it, proven to belong to ``checkpoint``."""
     for older in older_layout_paths(checkpoint):
         if _regular(older):
             try:
-                found = read_layout_file(older, data=checkpoint)
+                return read_layout_file(older, data=checkpoint)
             except PskdError:
                 continue
-            _check_commit_whole(locate(checkpoint).path, older)
-            return found
     return None
-
-
-def _check_commit_whole(data: str, layout: str) -> None:
-    """Refuses (E9005, naming both files) the data and layout file of a save cut off between
-    putting the one and the other in place (:func:`pskd_jax._os.locks.commit_cut_short`): they may
-    come from two saves of headers alike, which no identity of the layout tells apart."""
-    if commit_cut_short(data):
-        raise MismatchError(f"{layout}: may not be the layout of {data}: a save of {data} was cut off between "
-                            f"putting its layout file and its data in place ({save_lock(data)} says so), so the "
-                            "two may come from different saves and neither is used: save it again, or give a "
-                            "layout you trust (layout=)")
 
 
 def _regular(path: str) -> bool:

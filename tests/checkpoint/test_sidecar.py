@@ -105,20 +105,18 @@ def test_a_layout_written_before_a_failed_rename_is_not_applied_to_the_old_data(
         ck.save(tmp_path / "c.psk.d", {"w": np.arange(5, dtype=np.float32), "b": np.int8(-1)})
     monkeypatch.setattr(atomic.os, "replace", real)
     assert any(str(d).endswith(".layout.json") for d in calls)  # the new layout went in first
-    with pytest.raises(PskdError) as e:  # …and is never applied to the old data
-        ck.restore(tmp_path / "c.psk.d", as_numpy=True)
-    assert e.value.code == "E9005"
-    os.unlink(tmp_path / "c.layout.json")
-    back = ck.restore(tmp_path / "c.psk.d", {"w": np.zeros(3, np.float32)})
-    assert back["w"].tolist() == [0.0, 1.0, 2.0]
+    # …and the failed save put the old one back before giving up its lock: the old pair, whole
+    back = ck.restore(tmp_path / "c.psk.d", as_numpy=True)
+    assert list(back) == ["w"] and back["w"].tolist() == [0.0, 1.0, 2.0]
+    assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]
 
 
-def test_a_commit_cut_short_is_refused_until_a_save_commits(tmp_path, monkeypatch):
-    # The same header both times (keys in another order): only the mark in the save's lock file
-    # tells that the layout in place is not the data's. A save refused meanwhile keeps the mark.
-    path = tmp_path / "c.psk.d"
-    ck.save(path, {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)})
+def _cut_short(monkeypatch, path, tree, *, after_data: bool) -> None:
+    """A save of ``tree`` at ``path`` left as a kill leaves it: between its layout's rename and its
+    data's (or, ``after_data``, just after the data's), its mark and the old layout kept."""
     import pskd_jax._os.atomic as atomic
+    import pskd_jax._os.locks as locks
+    import pskd_jax.checkpoint.saving as saving
 
     real = os.replace
 
@@ -127,20 +125,69 @@ def test_a_commit_cut_short_is_refused_until_a_save_commits(tmp_path, monkeypatc
             raise OSError(28, "No space left on device")
         return real(src, dst)
 
-    monkeypatch.setattr(atomic.os, "replace", failing)
-    with pytest.raises((PskdError, OSError)):
-        ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
-    monkeypatch.setattr(atomic.os, "replace", real)
+    with monkeypatch.context() as m:
+        m.setattr(locks, "_settle_held", lambda path, fd: None)  # (a killed writer settles nothing)
+        if after_data:
+            m.setattr(saving, "clear_committing", lambda path: None)
+            ck.save(path, tree)
+        else:
+            m.setattr(atomic.os, "replace", failing)
+            with pytest.raises((PskdError, OSError)):
+                ck.save(path, tree)
+
+
+@pytest.mark.parametrize("after_data", [False, True])
+def test_a_commit_cut_short_reads_as_the_old_pair_or_the_new_one_until_a_save_puts_it_in_order(
+        tmp_path, monkeypatch, after_data):
+    # The same header both times (keys in another order): only the mark in the save's lock file
+    # tells which save's data stands, and the old layout it kept is that data's own when the data
+    # is the old one. A reader writes nothing; the next save, refused or not, puts it in order.
+    path = tmp_path / "c.psk.d"
+    old = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
+    new = {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)}
+    ck.save(path, old)
+    _cut_short(monkeypatch, path, new, after_data=after_data)
+    left = sorted(os.listdir(tmp_path))
+    assert left == [".c.psk.d.layout-before", ".c.psk.d.lock", "c.layout.json", "c.psk.d"], left
+    assert (tmp_path / ".c.psk.d.lock").read_bytes().startswith(b"pskd: committing")
+    expected = new if after_data else old
     for _ in range(2):
-        with pytest.raises(PskdError) as e:  # (never {'b': [0, 0, 0], 'a': [1, 1, 1]})
-            ck.restore(path, as_numpy=True)
-        assert e.value.code == "E9005" and "cut off" in e.value.message and str(path) in e.value.message
-        with pytest.raises(PskdError):  # a save refused before its commit leaves the mark
-            ck.save(path, {"a": np.full(3, np.nan, np.float32)}, SaveOptions(finite_only=True))
-    ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
-    back = ck.restore(path, as_numpy=True)
-    assert list(back) == ["b", "a"] and back["a"].tolist() == [3.0] * 3
+        back = ck.restore(path, as_numpy=True)  # (never {'b': [0, 0, 0], 'a': [1, 1, 1]})
+        assert list(back) == list(expected), back
+        assert all(back[k].tolist() == v.tolist() for k, v in expected.items())
+        assert ck.restore(path, {k: np.zeros(3, np.float32) for k in expected}, as_numpy=True)["a"].tolist() \
+            == expected["a"].tolist()
+        assert sorted(os.listdir(tmp_path)) == left  # (a reader changes nothing)
+    with pytest.raises(PskdError):  # a save refused before its commit still puts the pair in order
+        ck.save(path, {"a": np.full(3, np.nan, np.float32)}, SaveOptions(finite_only=True))
     assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]
+    back = ck.restore(path, as_numpy=True)
+    assert list(back) == list(expected) and back["a"].tolist() == expected["a"].tolist()
+    ck.save(path, {"b": np.full(3, 4, np.float32), "a": np.full(3, 5, np.float32)})
+    back = ck.restore(path, as_numpy=True)
+    assert list(back) == ["b", "a"] and back["a"].tolist() == [5.0] * 3
+    assert sorted(os.listdir(tmp_path)) == ["c.layout.json", "c.psk.d"]
+
+
+def test_a_first_save_cut_short_reads_as_no_layout_and_the_next_save_removes_its_layout(tmp_path, monkeypatch):
+    # The old data had no layout file beside it (saved without one): a save cut off after putting
+    # its layout in place leaves the old data read as it was, without a layout.
+    path = tmp_path / "c.psk.d"
+    old = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
+    ck.save(path, old, SaveOptions(layout_file=False))
+    assert not (tmp_path / "c.layout.json").exists()
+    template = {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}
+    _cut_short(monkeypatch, path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)},
+               after_data=False)
+    assert sorted(os.listdir(tmp_path)) == [".c.psk.d.lock", "c.layout.json", "c.psk.d"]
+    from pskd_jax.format.layout_file import find_layout_file
+
+    assert find_layout_file(path) is None  # (the layout in place is the cut-off save's)
+    back = ck.restore(path, template, as_numpy=True)
+    assert back["a"].tolist() == [0.0] * 3 and back["b"].tolist() == [1.0] * 3
+    with pytest.raises(PskdError):
+        ck.save(path, {"a": np.full(3, np.nan, np.float32)}, SaveOptions(finite_only=True))
+    assert sorted(os.listdir(tmp_path)) == ["c.psk.d"]  # (its layout removed: the old pair had none)
 
 
 def test_identity_size_and_header(tmp_path):

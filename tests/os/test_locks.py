@@ -5,7 +5,9 @@ where flock is refused every lock is granted without excluding anyone."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import pathlib
 import subprocess
 import threading
 
@@ -201,3 +203,64 @@ def test_a_lock_held_by_another_process(tmp_path):
     with locks.destination_lock(destination, wait=False) as held:
         assert held is True
     assert os.listdir(tmp_path) == []
+
+
+def _marked(path, data: str | None, *, before: bool, layout: bool, whole: bool = True) -> None:
+    """A lock file as a writer killed while committing leaves it (``data``: the new data file)."""
+    line = b""
+    if data is not None:
+        st = os.stat(data)
+        line = json.dumps({"data": [st.st_dev, st.st_ino, st.st_size], "before": before, "layout": layout}).encode()
+        line = line + b"\n" if whole else line[:10]
+    pathlib.Path(names.save_lock(path)).write_bytes(locks.COMMITTING + line)
+
+
+def test_a_commit_mark_says_which_data_file_is_the_new_one(tmp_path):
+    path, new = tmp_path / "c.psk.d", tmp_path / "new"
+    path.write_bytes(b"old data")
+    new.write_bytes(b"new data!")
+    _marked(path, str(new), before=True, layout=True)
+    cut = locks.commit_cut_short(path)
+    assert cut is not None and cut.before and cut.layout and not cut.committed(path)
+    os.replace(new, path)  # (the data's rename keeps the file's identity)
+    assert locks.commit_cut_short(path).committed(path)
+    _marked(path, str(path), before=False, layout=True, whole=False)  # (cut off while written)
+    assert locks.commit_cut_short(path) is None
+    _marked(path, None, before=False, layout=False)  # (a mark that says nothing more)
+    assert locks.commit_cut_short(path) == locks.CutShort(None)
+    os.unlink(names.save_lock(path))
+    assert locks.commit_cut_short(path) is None and not os.path.exists(names.save_lock(path))
+
+
+@pytest.mark.parametrize("data_is_new", [False, True])
+def test_the_next_holder_puts_a_commit_cut_short_back_in_order(tmp_path, data_is_new):
+    path, new = tmp_path / "c.psk.d", tmp_path / ".c.psk.d.abcdefgh.tmp"
+    layout, kept = pathlib.Path(names.layout_path_for(path)), pathlib.Path(names.layout_before(path))
+    path.write_bytes(b"old data")
+    layout.write_text("old layout")
+    new.write_bytes(b"new data!")
+    os.link(layout, kept)
+    _marked(path, str(new), before=True, layout=True)
+    layout.write_text("new layout")  # (a rename in the real commit; the kept name still the old file)
+    kept.unlink()
+    kept.write_text("old layout")
+    if data_is_new:
+        os.replace(new, path)
+    with locks.destination_lock(path):
+        assert not kept.exists() and locks.commit_cut_short(path) is None
+        assert layout.read_text() == ("new layout" if data_is_new else "old layout")
+    assert sorted(os.listdir(tmp_path)) == sorted(["c.layout.json", "c.psk.d"] + ([] if data_is_new else [new.name]))
+    # a first save cut short: its layout goes, nothing else (the old save had none there)
+    layout.write_text("new layout")
+    (tmp_path / "other").write_bytes(b"a new save's data, never renamed")
+    _marked(path, str(tmp_path / "other"), before=False, layout=True)
+    with locks.destination_lock(path):
+        assert not layout.exists()
+    # a mark that does not say which data is new: left for readers (E9005 from them)
+    _marked(path, None, before=False, layout=False)
+    with locks.destination_lock(path):
+        pass
+    assert locks.commit_cut_short(path) == locks.CutShort(None)
+    with locks.destination_lock(path, keep_committing=False):  # (a manager's step file)
+        pass
+    assert not os.path.exists(names.save_lock(path))

@@ -76,7 +76,11 @@ def test_temporary_files_locks_and_distributed_temporaries_are_recognised(tmp_pa
     distributed = names.distributed_temporary(tmp_path / output)
     assert os.path.dirname(distributed) == str(tmp_path)
     assert names.leftover(os.path.basename(distributed)) == ("distributed", output)
-    for made in (temporary, os.path.basename(lock), os.path.basename(distributed)):
+    kept = names.layout_before(tmp_path / output)  # (the old layout a commit keeps meanwhile)
+    assert os.path.dirname(kept) == str(tmp_path)
+    assert names.leftover(os.path.basename(kept)) == ("layout-before", output)
+    assert not names.is_layout_name(kept) and names.data_path_for(kept) is None
+    for made in (temporary, os.path.basename(lock), os.path.basename(distributed), os.path.basename(kept)):
         assert made.startswith(".")  # hidden beside the output
         assert names.step_of(made) is None and names.shard_index(made) is None
 
@@ -91,7 +95,8 @@ def test_one_outputs_temporary_pattern_matches_no_other_outputs_files():
 
 
 @pytest.mark.parametrize("name", ["x.tmp", ".x.tmp", ".x.abc.tmp", ".x.ABCDEFGH.tmp", ".x.lock.bak", "x.lock",
-                                  ".lock", ".x.distributed.tmp.old", "x.distributed.tmp", ".x.abcdefgh.tmp2", ""])
+                                  ".lock", ".x.distributed.tmp.old", "x.distributed.tmp",
+                                  "x.layout-before", ".x.layout-before.tmp", ".layout-before", ".x.abcdefgh.tmp2", ""])
 def test_near_misses_are_not_leftovers(name):
     assert names.leftover(name) is None
 
