@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from pskd_jax._os import interrupts, locks, names
+from pskd_jax._os.files import fsync_directory
 from pskd_jax.errors import TruncatedError, UsageError
 
 _MAX_LINKS = 40  # the most symbolic links followed from an output path (as the kernel's ELOOP)
@@ -91,20 +92,6 @@ def check_destination(destination: str, *, links: str = "follow") -> None:
     kind = _kind_of(mode)
     if kind is not None and not (kind == "a symbolic link" and links == "replace"):
         raise UsageError(f"{destination}: {kind} stands there now; an output replaces only a regular file")
-
-
-def fsync_directory(directory: str) -> None:
-    """Makes a rename inside ``directory`` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _umask() -> int:

@@ -35,6 +35,21 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # how a URL starts (pskd_jax.st
 url_descriptor: Callable[[str, type[PskdError], str], int] | None = None
 
 
+def fsync_directory(directory: str) -> None:
+    """Makes a rename inside ``directory`` durable (a no-op where directories
+    cannot be opened). Here, below both, for pskd_jax._os.atomic and pskd_jax._os.locks.."""
+    try:
+        fd = os.open(directory or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def open_fd(path: str | os.PathLike, error: type[PskdError] = TruncatedError, what: str = "") -> int:
     """A read-only descriptor of the regular file ``path``. E9002 when it is anything else;
     ``error`` (E9003 by default) naming the file (and ``what`` it is) when it cannot be opened."""
@@ -132,4 +147,4 @@ def line_at(path: str | os.PathLike, offset: int, *, block: int = 1 << 17) -> in
     return line
 
 
-__all__ = ["check_regular", "line_at", "open_fd", "open_regular", "read_some", "read_whole"]
+__all__ = ["check_regular", "fsync_directory", "line_at", "open_fd", "open_regular", "read_some", "read_whole"]

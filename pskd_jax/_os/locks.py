@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from pskd_jax._os import names
+from pskd_jax._os.files import fsync_directory
 from pskd_jax.errors import PskdError, TruncatedError
 
 fcntl: ModuleType | None
@@ -228,7 +229,7 @@ def mark_committing(path: str | os.PathLike, *, data: int | str, before: bool, l
     finally:
         os.close(fd)
     if durable:
-        _sync_directory(os.path.dirname(os.path.abspath(path)))
+        fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
 def _write_whole(fd: int, data: bytes) -> None:
@@ -330,22 +331,8 @@ def _settle_held(path: str, fd: int) -> None:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(layout).st_mode):
                     os.unlink(layout)
-        _sync_directory(os.path.dirname(os.path.abspath(path)))
+        fsync_directory(os.path.dirname(os.path.abspath(path)))
     clear_committing(path)
-
-
-def _sync_directory(directory: str) -> None:
-    """As :func:`pskd_jax._os.atomic.fsync_directory` (which imports this module)."""
-    try:
-        fd = os.open(directory or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 __all__ = ["COMMITTING", "CutShort", "acquire", "clear_committing", "commit_cut_short", "destination_lock", "flock",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -15,6 +16,7 @@ from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_build import build_shard
 from pskd_jax.corpus.shard_writer import ShardWriter
 from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.storage import resolve
 
 B = 256  # the byte tokenizer's boundary
 
@@ -77,3 +79,14 @@ def write_corpus(d: pathlib.Path, pieces: list[np.ndarray], tokenizer: Tokenizer
         w.close()
         shards.append(Shard(p.name, len(tokens), 0, sha256(p)))
     return corpus.write_manifest(d / "shards.json", tokenizer, shards).path
+
+
+def put(place: str, name: str, data: bytes) -> None:
+    """A file (or an object) of the user's at ``name`` in a place."""
+    store, where = resolve(place)
+    if where.is_local:
+        os.makedirs(where.path, exist_ok=True)
+        with open(os.path.join(where.path, name), "wb") as f:
+            f.write(data)
+    else:
+        store.put(where.child(name).key, data)

@@ -20,6 +20,7 @@ from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.errors import CorpusInputError, StorageError, UsageError
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
+from .helpers import put
 
 
 def listing(directory) -> dict[str, bytes]:
@@ -287,19 +288,6 @@ def test_into_a_store_the_workers_put_the_local_bytes(request, tmp_path, docs, k
     result = corpus.build_corpus_beam(inputs, place)
     assert store_listing(place) == without_lock(listing(tmp_path / "local"))  # no claim left, no journal
     assert result.manifest.path == place + "/shards.json" and result.manifest.complete
-
-
-def put(place: str, name: str, data: bytes) -> None:
-    """A file (or an object) of the user's at ``name`` in a place."""
-    from pskd_jax.storage import resolve
-
-    store, where = resolve(place)
-    if where.is_local:
-        os.makedirs(where.path, exist_ok=True)
-        with open(os.path.join(where.path, name), "wb") as f:
-            f.write(data)
-    else:
-        store.put(where.child(name).key, data)
 
 
 def held(place: str) -> dict[str, bytes]:

@@ -23,7 +23,7 @@ from pskd_jax.storage import CREATE, Version, resolve
 from tests.faultproxy import Rule, answer, drop
 from tests.helpers import ROOT
 
-from .helpers import make_inputs
+from .helpers import make_inputs, put
 
 SHARDS = 5  # make_inputs gives four .jsonl inputs and a .txt
 
@@ -82,10 +82,9 @@ def test_nothing_is_written_to_a_local_path_named_like_a_url(tmp_path, inputs, m
     assert sorted(os.listdir(tmp_path)) == ["in"]
 
 
-def test_a_build_cut_off_resumes_and_gives_the_same_bytes(any_place, inputs, local, monkeypatch):
-    """The third shard's build dies: the manifest in progress lists the two before it, the journal
-    records them, and the rerun keeps them and finishes with the uninterrupted build's bytes."""
-    place = any_place + "/resumed"
+def kill_at_the_third_shard(monkeypatch):
+    """Builds from here on die (as if killed) when they start the third shard; returns the real
+    ``build_shard``, to put back."""
     real = shard_build_module.build_shard
 
     def dies_at_the_third(source, shard_path, *args, **kwargs):
@@ -94,6 +93,14 @@ def test_a_build_cut_off_resumes_and_gives_the_same_bytes(any_place, inputs, loc
         return real(source, shard_path, *args, **kwargs)
 
     monkeypatch.setattr(shard_build_module, "build_shard", dies_at_the_third)
+    return real
+
+
+def test_a_build_cut_off_resumes_and_gives_the_same_bytes(any_place, inputs, local, monkeypatch):
+    """The third shard's build dies: the manifest in progress lists the two before it, the journal
+    records them, and the rerun keeps them and finishes with the uninterrupted build's bytes."""
+    place = any_place + "/resumed"
+    real = kill_at_the_third_shard(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         corpus.build_corpus(inputs, place)
     cut = manifest_at(place)
@@ -287,17 +294,6 @@ def test_a_build_killed_mid_way_resumes_from_the_bucket(s3_bucket, tmp_path, loc
 # Files at shard names: only those an earlier record of the place lists are the build's own
 
 
-def put(place: str, name: str, data: bytes) -> None:
-    """A file (or an object) of the user's at ``name`` in a place."""
-    store, where = resolve(place)
-    if where.is_local:
-        os.makedirs(where.path, exist_ok=True)
-        with open(os.path.join(where.path, name), "wb") as f:
-            f.write(data)
-    else:
-        store.put(where.child(name).key, data)
-
-
 def test_a_users_file_at_a_shard_name_the_build_writes_is_refused_and_nothing_written(any_place, inputs):
     """A first build (no manifest, no journal) where the user keeps files named like shards: one
     at a name it would write is refused, E9012 naming it, before anything is written."""
@@ -337,14 +333,7 @@ def test_builds_killed_mid_way_then_one_of_fewer_inputs_removes_their_shards_and
     (the killed builds' own) and leaves the user's file at shard-99999.psk.d."""
     place = any_place + "/killed"
     put(place, "shard-99999.psk.d", b"the user's own bytes")
-    real = shard_build_module.build_shard
-
-    def dies_at_the_third(source, shard_path, *args, **kwargs):
-        if shard_path.endswith("shard-00002.psk.d"):
-            raise KeyboardInterrupt("killed")
-        return real(source, shard_path, *args, **kwargs)
-
-    monkeypatch.setattr(shard_build_module, "build_shard", dies_at_the_third)
+    real = kill_at_the_third_shard(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         corpus.build_corpus(inputs, place)
     put(place, "shard-00003.psk.d", b"PSKD a torn shard")
