@@ -36,8 +36,8 @@ url_descriptor: Callable[[str, type[PskdError], str], int] | None = None
 
 
 def fsync_directory(directory: str) -> None:
-    """Makes a rename inside ``directory`` durable (a no-op where directories
-    cannot be opened). Here, below both, for pskd_jax._os.atomic and pskd_jax._os.locks.."""
+    """Makes a rename inside ``directory`` durable (a no-op where directories cannot be opened).
+    (Here, below both pskd_jax._os.atomic and pskd_jax._os.locks, which both call it.)"""
     try:
         fd = os.open(directory or ".", os.O_RDONLY)
     except OSError:
