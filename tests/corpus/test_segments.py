@@ -85,6 +85,16 @@ def test_segments_with_boundaries_at_any_place_of_the_scans_blocks(rows, seq, se
     assert_reference(inputs, 250)
 
 
+@pytest.mark.parametrize("places", [[], [4095], [4094, 4095, 4096], [0, 4096, 8191, 8192], [8194], list(range(4090, 4100))])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_segments_across_the_compiled_scans_chunks(places, dtype):
+    """Windows longer than the chunk the compiled scan reads before it writes (4096 tokens):
+    a segment that runs on from one chunk into the next, and boundaries at a chunk's edges."""
+    inputs = np.random.default_rng(len(places)).integers(0, 200, (2, 2 * 4096 + 3)).astype(dtype)
+    inputs[:, places] = 250
+    assert_reference(inputs, 250)
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=st.integers(0, 4), seq=st.integers(1, 100), seed=st.integers(0, 2**32 - 1),
        dtype=st.sampled_from([np.uint8, np.uint16, np.uint32, np.int16, np.uint64]),
