@@ -28,7 +28,9 @@ safetensors → ``.psk.d`` gives the same bytes and the same keys. A tree of no 
 on the way out (E9005), as a file of no tensors is on the way back. A Python int is written as
 I64, or as U64 from 2^63 to 2^64 - 1.
 A recorded order that is not a list of exactly the file's names is ignored (the file's own order
-is used), and so are recorded keys that do not make up their name.
+is used), and so are recorded keys that do not make up their name and recorded values that are not
+strict JSON (a key given twice). A header that gives a tensor name or a ``__metadata__`` key twice
+is refused (E9002 naming it): the library would keep one of the two silently.
 
 A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
 the output is written atomically (a temporary file, renamed into place; an object of a store in
@@ -51,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.jsonfile import loads_strict
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
@@ -146,9 +149,12 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
     raw = read_small(source, NotPskdError, what="the safetensors file", limit=_WHOLE)  # (an object: one get)
     try:
         entries = safetensors.deserialize(raw)
-        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])  # accepted by the library above
     except Exception as e:  # the library's own errors: bytes it cannot read
         raise NotPskdError(f"{source}: not a safetensors file the library reads: {str(e)[:300]}") from None
+    # The library keeps one of two entries of the same name (a tensor or a __metadata__ key), as
+    # json.loads would: the header (accepted above) is read again strictly, refusing a name given twice.
+    header = loads_strict(raw[8 : 8 + int.from_bytes(raw[:8], "little")], source, NotPskdError,
+                          kind="a safetensors header")
     metadata = header.get("__metadata__")
     names = sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"][0])
     tensors = {}
@@ -195,16 +201,23 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
     return save_checkpoint(destination, tree, options, layout_extra=extra)
 
 
+def _recorded_json(metadata: dict, key: str) -> Any:
+    """The JSON value the metadata records under ``key``; None where it records none or no strict
+    JSON (an object giving a key twice: which one was meant is unknown), and the record is ignored."""
+    recorded = metadata.get(key)
+    if not recorded:
+        return None
+    try:
+        return loads_strict(recorded.encode("utf-8", "surrogatepass"), key, NotPskdError)
+    except NotPskdError:
+        return None
+
+
 def _recorded_order(metadata: dict, names: list[str]) -> list[str]:
-    recorded = metadata.get(ORDER_KEY)
-    if recorded:
-        try:
-            order = json.loads(recorded)
-        except ValueError:
-            order = None
-        # (only a list of the names themselves: sorting a list of mixed types would raise)
-        if isinstance(order, list) and all(isinstance(n, str) for n in order) and sorted(order) == sorted(names):
-            return order
+    order = _recorded_json(metadata, ORDER_KEY)
+    # (only a list of the names themselves: sorting a list of mixed types would raise)
+    if isinstance(order, list) and all(isinstance(n, str) for n in order) and sorted(order) == sorted(names):
+        return order
     return names
 
 
@@ -212,13 +225,7 @@ def _recorded_keys(metadata: dict, names: list[str]) -> dict[str, list[str | int
     """The keys ``pskd.keys`` records for names whose parts do not read back as the leaf's keys
     (a string key ``'0'``): used only where they are strings and ints that make up the name itself,
     ignored otherwise (the name's own parts are used)."""
-    recorded = metadata.get(KEYS_KEY)
-    if not recorded:
-        return {}
-    try:
-        found = json.loads(recorded)
-    except ValueError:
-        return {}
+    found = _recorded_json(metadata, KEYS_KEY)
     if not isinstance(found, dict):
         return {}
     known = set(names)
@@ -234,11 +241,10 @@ def _recorded_keys(metadata: dict, names: list[str]) -> dict[str, list[str | int
 def _recorded_tree(metadata: dict, keys: list[list[str | int]]) -> Any:
     """The containers ``pskd.tree`` records, used only where they describe exactly the leaves the
     names give, in their order (None otherwise: the names' nested dicts and lists are used)."""
-    recorded = metadata.get(TREE_KEY)
-    if not recorded:
+    described = _recorded_json(metadata, TREE_KEY)
+    if described is None:
         return None
     try:
-        described = json.loads(recorded)
         check_description(described, len(keys), MAX_KEY_DEPTH + 1)
         paths = described_paths(described)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):

@@ -122,9 +122,15 @@ def test_wrong_extensions_are_bad_usage(tmp_path):
 
 def write_safetensors(path, header: dict, data: bytes) -> None:
     import json
+
+    write_header_text(path, json.dumps(header), data)
+
+
+def write_header_text(path, text: str, data: bytes) -> None:
+    """A safetensors file of the header ``text`` as it is (a name given twice, which a dict cannot hold)."""
     import struct
 
-    raw = json.dumps(header).encode()
+    raw = text.encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
 
 
@@ -198,3 +204,35 @@ def test_an_export_keeps_its_temporary_file_locked_until_it_is_in_place(tmp_path
     assert removed == []
     assert safetensors_numpy.load_file(destination)["w"].tolist() == list(range(6))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.layout.json", "c.psk.d", "c.safetensors"]
+
+
+
+def f32(length: int, start: int, end: int) -> str:
+    """A header entry of an F32 tensor, as JSON text."""
+    return f'{{"dtype": "F32", "shape": [{length}], "data_offsets": [{start}, {end}]}}'
+
+
+@pytest.mark.parametrize("text, twice", [
+    # the library keeps one entry of the name (here the last, which covers the data) and reads the file
+    (f'{{"a": {f32(1, 0, 4)}, "a": {f32(2, 0, 8)}}}', "'a'"),
+    (f'{{"a": {f32(2, 0, 8)}, "b": {f32(1, 4, 8)}, "a": {f32(1, 0, 4)}}}', "'a'"),
+    (f'{{"__metadata__": {{"format": "pt", "format": "np"}}, "a": {f32(2, 0, 8)}}}', "'format'"),
+])
+def test_a_name_given_twice_in_the_header_is_e9002_naming_the_file_and_the_name(tmp_path, text, twice):
+    write_header_text(tmp_path / "twice.safetensors", text, np.array([1, 2], np.float32).tobytes())
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PskdError) as e:
+        convert.convert(tmp_path / "twice.safetensors", tmp_path / "out" / "o.psk.d")
+    assert e.value.code == "E9002"
+    assert str(tmp_path / "twice.safetensors") in e.value.message and f"{twice} appears twice" in e.value.message
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_recorded_keys_that_give_a_name_twice_are_ignored(tmp_path):
+    # (the last of the two would make the key the string '0'; which one was meant is unknown)
+    metadata = '{"pskd.keys": "{\\"0\\": [0], \\"0\\": [\\"0\\"]}"}'
+    write_header_text(tmp_path / "k.safetensors", f'{{"__metadata__": {metadata}, "0": {f32(1, 0, 4)}}}',
+                      np.array([5], np.float32).tobytes())
+    convert.safetensors_to_pskd(tmp_path / "k.safetensors", tmp_path / "k.psk.d")
+    back = ck.restore(tmp_path / "k.psk.d", as_numpy=True)
+    assert isinstance(back, list) and back[0].tolist() == [5.0]  # the name's own part: the index 0
