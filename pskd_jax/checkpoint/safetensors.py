@@ -16,7 +16,8 @@ string key (``01``, an empty part after a trailing dot). The names give nested d
 of first appearance in the file's data) and lists (a node whose keys are exactly 0..n-1). Going
 back, each leaf's keys joined by ``.`` are its name, so that names come back byte for byte
 (``layers.01.w`` and ``a.`` too, and a file holding both ``a.01`` and ``a.1``); a key containing
-``.`` cannot be written as a name and is refused.
+``.`` cannot be written as a name and is refused, as is a leaf whose name would be ``__metadata__``
+(the header's entry of the metadata).
 
 Metadata: the source file's ``__metadata__`` is kept in the checkpoint's layout file and written
 back as it was. A checkpoint of another origin gets ``pskd.order`` (its leaf order: the
@@ -98,6 +99,7 @@ ORDER_KEY = "pskd.order"
 TYPE_KEY = "pskd.type"
 KEYS_KEY = "pskd.keys"  # the keys of each name whose parts do not read back as its keys ('0' a string)
 TREE_KEY = "pskd.tree"  # the tree's containers, as a layout file records them (a dict of key 0, an empty dict)
+_METADATA = "__metadata__"  # the header's entry of the file's metadata: no tensor's name
 _WHOLE = 1 << 62  # a safetensors file is read whole, whatever its size (the library parses bytes in memory)
 
 
@@ -121,7 +123,8 @@ def name_keys(name: str) -> list[str | int]:
 
 
 def keys_name(keys: Any, path: str) -> str:
-    """Keys → a safetensors name; refuses keys that a dotted name cannot hold (E9005)."""
+    """Keys → a safetensors name; refuses keys that a dotted name cannot hold and the name
+    ``__metadata__`` (E9005)."""
     parts = []
     for key in keys:
         text = str(key)
@@ -136,7 +139,11 @@ def keys_name(keys: Any, path: str) -> str:
         parts.append(text)
     if not parts:
         raise MismatchError("a single-array checkpoint has no name for safetensors")
-    return ".".join(parts)
+    name = ".".join(parts)
+    if name == _METADATA:  # (the library would write the file, two __metadata__ entries, which nothing reads)
+        raise MismatchError(f"leaf {shown_path(path)}: the name {_METADATA!r} is the one safetensors reserves "
+                            "for the file's metadata, not a tensor's")
+    return name
 
 
 def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, str] | None]:
@@ -155,8 +162,8 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
     # json.loads would: the header (accepted above) is read again strictly, refusing a name given twice.
     header = loads_strict(raw[8 : 8 + int.from_bytes(raw[:8], "little")], source, NotPskdError,
                           kind="a safetensors header")
-    metadata = header.get("__metadata__")
-    names = sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"][0])
+    metadata = header.get(_METADATA)
+    names = sorted((n for n in header if n != _METADATA), key=lambda n: header[n]["data_offsets"][0])
     tensors = {}
     for name, entry in entries:
         dtype = SAFETENSORS_DTYPES.get(entry["dtype"])

@@ -236,3 +236,17 @@ def test_recorded_keys_that_give_a_name_twice_are_ignored(tmp_path):
     convert.safetensors_to_pskd(tmp_path / "k.safetensors", tmp_path / "k.psk.d")
     back = ck.restore(tmp_path / "k.psk.d", as_numpy=True)
     assert isinstance(back, list) and back[0].tolist() == [5.0]  # the name's own part: the index 0
+
+
+@pytest.mark.parametrize("tree", [{"__metadata__": np.ones(2, np.float32)},
+                                  {"w": np.ones(1, np.float32), "__metadata__": np.zeros(1, np.int32)}])
+def test_a_leaf_named_like_the_metadata_is_refused_before_anything_is_written(tmp_path, tree):
+    ck.save(tmp_path / "c.psk.d", tree)
+    with pytest.raises(PskdError) as e:
+        convert.convert(tmp_path / "c.psk.d", tmp_path / "c.safetensors")
+    assert e.value.code == "E9005"
+    assert str(tmp_path / "c.psk.d") in e.value.message and "leaf ['__metadata__']" in e.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.layout.json", "c.psk.d"]
+    with pytest.raises(PskdError, match="reserves"):
+        convert.keys_name(["__metadata__"], "['__metadata__']")
+    assert convert.keys_name(["__metadata__", "w"], "") == "__metadata__.w"  # (a name of its own)
