@@ -30,7 +30,8 @@ on the way out (E9005), as a file of no tensors is on the way back. A Python int
 I64, or as U64 from 2^63 to 2^64 - 1.
 A recorded order that is not a list of exactly the file's names is ignored (the file's own order
 is used), and so are recorded keys that do not make up their name and recorded values that are not
-strict JSON (a key given twice). A header that gives a tensor name or a ``__metadata__`` key twice
+strict JSON (a key given twice), and a recorded type whose name cannot name a ``params`` type (the
+checkpoint is then ``params Params``). A header that gives a tensor name or a ``__metadata__`` key twice
 is refused (E9002 naming it): the library would keep one of the two silently.
 
 A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
@@ -55,7 +56,7 @@ import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.jsonfile import loads_strict
-from pskd_jax.checkpoint.options import SaveOptions, save_options
+from pskd_jax.checkpoint.options import SaveOptions, is_params_name, save_options
 from pskd_jax.checkpoint.planning import SaveResult
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.checkpoint.saving import save_checkpoint
@@ -202,8 +203,9 @@ def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLik
         tree = build_described(described, values) if described is not None else nest(keys, values)
     except MismatchError as e:
         raise MismatchError(f"{source}: {e.message} (one name is a prefix of another)") from None
-    if options.name is None and metadata and metadata.get(TYPE_KEY, "").startswith("params "):
-        options = options.replace(name=metadata[TYPE_KEY].split(" ", 1)[1])
+    recorded_name = _recorded_params_name(metadata or {})
+    if options.name is None and recorded_name is not None:
+        options = options.replace(name=recorded_name)
     extra = {"safetensors": {"metadata": metadata}}  # (None: the source had none, and gets none back)
     return save_checkpoint(destination, tree, options, layout_extra=extra)
 
@@ -218,6 +220,17 @@ def _recorded_json(metadata: dict, key: str) -> Any:
         return loads_strict(recorded.encode("utf-8", "surrogatepass"), key, NotPskdError)
     except NotPskdError:
         return None
+
+
+def _recorded_params_name(metadata: dict) -> str | None:
+    """The name of the params type ``pskd.type`` records (``params NAME``); None where it records
+    none or one that cannot name a params type. The record is advisory (the tensors hold the data
+    whole), so an unusable one is ignored, as the other records are, and the default name applies."""
+    recorded = metadata.get(TYPE_KEY)
+    if not isinstance(recorded, str) or not recorded.startswith("params "):
+        return None
+    name = recorded.removeprefix("params ")
+    return name if is_params_name(name) else None
 
 
 def _recorded_order(metadata: dict, names: list[str]) -> list[str]:

@@ -250,3 +250,26 @@ def test_a_leaf_named_like_the_metadata_is_refused_before_anything_is_written(tm
     with pytest.raises(PskdError, match="reserves"):
         convert.keys_name(["__metadata__"], "['__metadata__']")
     assert convert.keys_name(["__metadata__", "w"], "") == "__metadata__.w"  # (a name of its own)
+
+
+@pytest.mark.parametrize("recorded, type_text", [
+    ("params Net", "params Net"),
+    ("params 1bad name!", "params Params"), ("params ", "params Params"), ("params x y", "params Params"),
+    ("params params", "params Params"), ("(f32[2],)", "params Params"),
+])
+def test_a_recorded_type_names_the_params_only_when_it_can(tmp_path, recorded, type_text):
+    """``pskd.type`` is advisory (the tensors are the data): one that names no params type is ignored."""
+    safetensors_numpy.save_file({"w": np.ones(2, np.float32)}, str(tmp_path / "t.safetensors"),
+                                metadata={"pskd.type": recorded})
+    assert convert.safetensors_to_pskd(tmp_path / "t.safetensors", tmp_path / "t.psk.d").type_text == type_text
+    assert ck.restore(tmp_path / "t.psk.d", as_numpy=True)["w"].tolist() == [1.0, 1.0]
+    # the metadata goes back as it was, the unusable type too
+    convert.pskd_to_safetensors(tmp_path / "t.psk.d", tmp_path / "back.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "back.safetensors"), framework="np") as f:
+        assert f.metadata() == {"pskd.type": recorded}
+    # a name the caller gives is the caller's: checked, never ignored
+    with pytest.raises(PskdError) as e:
+        convert.safetensors_to_pskd(tmp_path / "t.safetensors", tmp_path / "u.psk.d", SaveOptions(name="1bad"))
+    assert e.value.code == "E9001"
