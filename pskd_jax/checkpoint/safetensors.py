@@ -34,7 +34,8 @@ strict JSON (a key given twice), and a recorded type whose name cannot name a ``
 checkpoint is then ``params Params``). A header that gives a tensor name or a ``__metadata__`` key twice
 is refused (E9002 naming it): the library would keep one of the two silently.
 
-A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys (E9005 otherwise). Both ways
+A name holds at most :data:`pskd_jax.MAX_KEY_DEPTH` keys, and a tensor at most 63 axes and 2^60
+elements (E9005 otherwise: an empty tensor's other axes may be of any length in the file). Both ways
 the output is written atomically (a temporary file, renamed into place; an object of a store in
 one put); an import that refuses the data (a BOOL byte other than 0 or 1, a dtype with no numpy
 counterpart) writes nothing, neither the checkpoint nor its layout file.
@@ -49,12 +50,14 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
 import os
 from typing import Any
 
 import numpy as np
 
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.checks import abridged
 from pskd_jax._os.jsonfile import loads_strict
 from pskd_jax.checkpoint.options import SaveOptions, is_params_name, save_options
 from pskd_jax.checkpoint.planning import SaveResult
@@ -66,6 +69,7 @@ from pskd_jax.format.byte_sources import open_bytes, read_small
 from pskd_jax.format.encodings import LazyDtypes, bfloat16_dtype
 from pskd_jax.format.header import read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nest, path_keys, shown_key, shown_path
+from pskd_jax.format.sample_type import MAX_AXES, MAX_SAMPLE_ELEMENTS
 from pskd_jax.format.tree import build_described, check_description, described_paths
 from pskd_jax.storage import locate, store_for
 
@@ -172,11 +176,24 @@ def _tensors(source: str) -> tuple[dict[str, np.ndarray], list[str], dict[str, s
         if dtype is None:
             raise MismatchError(f"{source}: tensor {shown!r}: dtype {entry['dtype']} has no numpy counterpart "
                                 f"here (expected one of {', '.join(SAFETENSORS_DTYPES)})")
-        array = np.frombuffer(entry["data"], dtype=dtype).reshape(entry["shape"])
+        array = _shaped(entry["data"], dtype, entry["shape"], f"{source}: tensor {shown!r}")
         if dtype == np.bool_:
             array = sd.as_bool(array.view(np.uint8), f"{source}: tensor {shown!r}")
         tensors[name] = array
     return tensors, names, metadata
+
+
+def _shaped(data: Any, dtype: np.dtype, shape: list[int], where: str) -> np.ndarray:
+    """A tensor's bytes as its array; E9005 for a shape no checkpoint leaf has (more than 63 axes,
+    more than 2^60 elements with an empty axis counted as one) or numpy cannot make. The library
+    checks the byte count, which is 0 for an empty tensor whatever its other axes."""
+    if len(shape) > MAX_AXES or math.prod(d for d in shape if d) > MAX_SAMPLE_ELEMENTS:
+        raise MismatchError(f"{where}: shape {abridged(shape, 120)}: a checkpoint's leaf has at most {MAX_AXES} "
+                            "axes and 2^60 elements (an empty axis counted as one)")
+    try:
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+    except ValueError as e:  # (an empty F64 tensor of 2^60 elements: more bytes than numpy counts)
+        raise MismatchError(f"{where}: shape {abridged(shape, 120)}: numpy cannot make it ({e})") from None
 
 
 def safetensors_to_pskd(source: str | os.PathLike, destination: str | os.PathLike,

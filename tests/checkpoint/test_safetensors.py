@@ -273,3 +273,28 @@ def test_a_recorded_type_names_the_params_only_when_it_can(tmp_path, recorded, t
     with pytest.raises(PskdError) as e:
         convert.safetensors_to_pskd(tmp_path / "t.safetensors", tmp_path / "u.psk.d", SaveOptions(name="1bad"))
     assert e.value.code == "E9001"
+
+
+@pytest.mark.parametrize("dtype, shape", [
+    ("F32", [0, 2**62]), ("F32", [0, 2**63]), ("F32", [0] * 70), ("F32", [0] * 64), ("F32", [0, 2**40, 2**40]),
+    ("F64", [0, 2**60]),  # (2^60 elements, but 2^63 bytes: more than numpy counts)
+])
+def test_an_empty_tensor_of_a_shape_no_leaf_has_is_e9005_naming_the_file(tmp_path, dtype, shape):
+    """The library checks the bytes (none, for an empty tensor), not the other axes."""
+    write_safetensors(tmp_path / "e.safetensors", {"a.w": {"dtype": dtype, "shape": shape, "data_offsets": [0, 0]}},
+                      b"")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PskdError) as e:
+        convert.convert(tmp_path / "e.safetensors", tmp_path / "out" / "e.psk.d")
+    assert e.value.code == "E9005"
+    assert f"{tmp_path / 'e.safetensors'}: tensor 'a.w': shape [" in e.value.message
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_empty_tensor_of_long_axes_converts_both_ways(tmp_path):
+    shape = [0, 2**40, 3]
+    write_safetensors(tmp_path / "e.safetensors", {"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}, b"")
+    convert.convert(tmp_path / "e.safetensors", tmp_path / "e.psk.d")
+    assert ck.restore(tmp_path / "e.psk.d", as_numpy=True)["w"].shape == tuple(shape)
+    convert.convert(tmp_path / "e.psk.d", tmp_path / "back.safetensors")
+    assert safetensors_numpy.load_file(str(tmp_path / "back.safetensors"))["w"].shape == tuple(shape)
