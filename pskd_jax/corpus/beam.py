@@ -54,7 +54,7 @@ from pskd_jax.corpus.manifest import (
     write_manifest,
 )
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.corpus.publisher import ManifestPublisher, check_shard_names, tidy_directory
+from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, check_shard_names, tidy_directory
 from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, build_shard
 from pskd_jax.errors import (
     CODES,
@@ -350,12 +350,17 @@ def _run_in_directory(beam: Any, sources: list[str], directory: str, options: Bu
         raise UsageError(f"{directory}: cannot create the corpus directory: {e.strerror or e}") from e
     with directory_lock(directory):
         place = Location("file", "", directory)
+        check_manifest_name(os.path.join(directory, MANIFEST))
         journal = journal_for(place, options)
         owned = owned_shards(journal, local_manifest(directory))
         planned = [names.shard_name(i) for i in range(len(sources))]
         check_shard_names(place, planned, owned)
         journal.start([], owned | set(planned))  # the names the build writes, for a rerun after a kill
         journal.close()
+        # Every shard is written again: the manifest standing there (an earlier build's, complete)
+        # is replaced by one in progress that lists none, as the local build does, before any
+        # shard it lists changes under a reader (or stays listed after a crash).
+        ManifestPublisher(place, options, len(sources)).start([None] * len(sources))
         _run(beam, build_transform(sources, directory, options, readable=_readable_paths(sources), owned=sorted(owned)),
              flags)
 

@@ -362,3 +362,56 @@ def test_a_served_scheme_without_its_slashes_is_refused_not_handed_to_beam(given
     with pytest.raises(StorageError, match=f"E9018: {given}: starts like a URL"):
         corpus_beam.find_sources([given])
     assert os.listdir(tmp_path) == []
+
+
+def listed_shards_intact(directory) -> dict[str, bool]:
+    """What ``shards.json`` of ``directory`` lists now: each listed shard's name, and whether its
+    file still matches its entry (a reader's view at that moment)."""
+    from pskd_jax.corpus.journal import local_manifest
+    from pskd_jax.corpus.maintain import shard_problem
+
+    manifest = local_manifest(str(directory))
+    assert manifest is not None, "no shards.json a reader could read"
+    return {s.path: shard_problem(os.path.join(directory, s.path), s, manifest.tokenizer) is None
+            for s in manifest.shards}
+
+
+@pytest.mark.slow
+def test_a_rebuild_unlists_the_old_shards_before_it_replaces_them(tmp_path, docs, monkeypatch):
+    """Over a complete corpus of other inputs, every shard the rebuild writes is unlisted first: a
+    reader while the shards are written, or after the pipeline dies before its manifest, sees a
+    manifest in progress listing no shard whose bytes changed. A rerun then finishes the corpus."""
+    pytest.importorskip("apache_beam")
+    place = tmp_path / "c"
+    old_inputs, new_inputs = make_inputs(tmp_path / "old", docs), make_inputs(tmp_path / "new", docs[1:])
+    corpus.build_corpus(old_inputs, place)
+    old_shards = {n: b for n, b in listing(place).items() if names.shard_index(n) is not None}
+    seen: list[dict[str, bool]] = []
+    real = corpus_beam.build_shard
+
+    def watched(source, shard_path, *args, **kwargs):
+        seen.append(listed_shards_intact(place))  # what a reader sees while shards are rewritten
+        return real(source, shard_path, *args, **kwargs)
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("the pipeline dies before its manifest")
+
+    monkeypatch.setattr(corpus_beam, "build_shard", watched)
+    monkeypatch.setattr(corpus_beam, "write_manifest", killed)
+    with pytest.raises(Exception, match="dies before its manifest"):
+        corpus.build_corpus_beam(new_inputs, place)
+    assert len(seen) == 5 and all(all(view.values()) for view in seen)
+    assert any(listing(place)[n] != b for n, b in old_shards.items())  # shards changed: the listing is what counts
+    assert all(listed_shards_intact(place).values())
+    monkeypatch.undo()
+    corpus.build_corpus_beam(new_inputs, place)
+    corpus.build_corpus(new_inputs, tmp_path / "local")
+    assert_same_corpus(tmp_path / "local", place)
+
+
+def test_a_directory_at_the_manifests_name_is_refused_before_the_pipeline_runs(tmp_path, docs):
+    pytest.importorskip("apache_beam")
+    (tmp_path / "c" / "shards.json").mkdir(parents=True)
+    with pytest.raises(UsageError, match=r"^E9012: .*c/shards\.json: not a file \(a directory"):
+        corpus.build_corpus_beam(make_inputs(tmp_path / "in", docs), tmp_path / "c")
+    assert sorted(set(os.listdir(tmp_path / "c")) - {names.CORPUS_LOCK}) == ["shards.json"]  # nothing written
