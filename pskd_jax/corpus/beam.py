@@ -318,13 +318,15 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
 
     ``beam_options`` are Beam's own flags (``--runner``, ``--project``, …), passed to the runner as
     given; ``options.workers`` is the local runner's number of worker processes when they do not
-    say. A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
+    say (at most one per input). A worker's error is raised here as the toolkit's error (E9015 for bad input, …)."""
     started = time.perf_counter()
     beam = beam_module()
     options = BuildOptions.checked(options)
     place = locate(out_dir)  # E9018 for a URL the toolkit cannot serve
     sources = require_inputs(find_sources(inputs), inputs)
-    flags = pipeline_options(beam_options, options.workers)
+    # No more worker processes than inputs: each input is one shard, one element of the pipeline,
+    # and a worker given none is a process (a Python and its imports) started for nothing.
+    flags = pipeline_options(beam_options, min(options.workers, len(sources)))
     if not place.is_local:
         if place.scheme == "memory" and options.workers > 1:
             raise UsageError(f"{place.url}: a memory:// store is this process's own; a Beam build into it runs in "

@@ -415,3 +415,27 @@ def test_a_directory_at_the_manifests_name_is_refused_before_the_pipeline_runs(t
     with pytest.raises(UsageError, match=r"^E9012: .*c/shards\.json: not a file \(a directory"):
         corpus.build_corpus_beam(make_inputs(tmp_path / "in", docs), tmp_path / "c")
     assert sorted(set(os.listdir(tmp_path / "c")) - {names.CORPUS_LOCK}) == ["shards.json"]  # nothing written
+
+
+class _Launched(Exception):
+    """Raised in place of running the pipeline: the test wants only its options."""
+
+
+@pytest.mark.parametrize(("inputs", "expected"), [(1, None), (3, 3)])
+def test_the_local_runner_gets_no_more_workers_than_inputs(tmp_path, docs, monkeypatch, inputs, expected):
+    """``workers=12`` for one input is one process (Beam's default: no multi-processing flags), for
+    three inputs three worker processes; the pipeline is not run."""
+    pytest.importorskip("apache_beam")
+    sources = [write_jsonl(tmp_path / f"{i}.jsonl", docs[i::3]) for i in range(inputs)]
+    launched = []
+
+    def launch(beam, transform, flags):
+        launched.append(flags.get_all_options())
+        raise _Launched
+
+    monkeypatch.setattr(corpus_beam, "_run", launch)
+    with pytest.raises(_Launched):
+        corpus.build_corpus_beam(sources, tmp_path / "c", BuildOptions(workers=12))
+    [given] = launched
+    assert given["runner"] == corpus_beam.DEFAULT_RUNNER and given["direct_num_workers"] == (expected or 1)
+    assert given["direct_running_mode"] == ("multi_processing" if expected else "in_memory")
