@@ -326,9 +326,10 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
     sources = require_inputs(find_sources(inputs), inputs)
     # No more worker processes than inputs: each input is one shard, one element of the pipeline,
     # and a worker given none is a process (a Python and its imports) started for nothing.
-    flags = pipeline_options(beam_options, min(options.workers, len(sources)))
+    workers = min(options.workers, len(sources))
+    flags = pipeline_options(beam_options, workers)
     if not place.is_local:
-        if place.scheme == "memory" and options.workers > 1:
+        if place.scheme == "memory" and workers > 1:
             raise UsageError(f"{place.url}: a memory:// store is this process's own; a Beam build into it runs in "
                              "this process (workers=1)")
         manifest = _run_in_store(beam, sources, place, options, flags)

@@ -290,6 +290,19 @@ def test_into_a_store_the_workers_put_the_local_bytes(request, tmp_path, docs, k
     assert result.manifest.path == place + "/shards.json" and result.manifest.complete
 
 
+def test_a_memory_store_takes_a_build_of_worker_processes_only_where_they_are_not_needed(tmp_path, docs):
+    """A memory:// store is the launching process's own: two inputs with ``workers=2`` are refused
+    (E9012) before anything is written; one input with ``workers=4`` runs in this process (one
+    worker an input) and is built."""
+    pytest.importorskip("apache_beam")
+    inputs = make_inputs(tmp_path / "in", docs)
+    with pytest.raises(UsageError, match="memory://beam-workers/two: a memory:// store is this process's own"):
+        corpus.build_corpus_beam(inputs[:2], "memory://beam-workers/two", BuildOptions(workers=2))
+    assert store_listing("memory://beam-workers/two") == {}
+    result = corpus.build_corpus_beam(inputs[:1], "memory://beam-workers/one", BuildOptions(workers=4))
+    assert result.manifest.complete and len(result.manifest.shards) == 1
+
+
 def held(place: str) -> dict[str, bytes]:
     return without_lock(listing(place)) if "://" not in place else store_listing(place)
 
