@@ -136,7 +136,8 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str)
             yield f"pskd:   {example}"
     mb = result.input_bytes / 1e6
     if result.built:
-        workers = f"{options.workers} worker{'s' if options.workers > 1 else ''}"
+        used = min(options.workers, result.built)  # (the pool, and Beam's, start no more than the shards built)
+        workers = f"{used} worker{'s' if used > 1 else ''}"
         yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
                f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {workers}{' ' + where if where else ''})")
 

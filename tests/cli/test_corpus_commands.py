@@ -31,6 +31,8 @@ def test_build_verify_info(tmp_path):
     assert lines[0] == (f"pskd: wrote out/shards.json (3 shards, {m.tokens} tokens, {m.documents} documents, "
                         "a vocabulary of 257 tokens with boundary 256)")
     assert lines[1].startswith("pskd: 3 shards from ") and "2 workers" in lines[1]
+    # The summary names the workers that ran: no more than the shards built.
+    assert "with 3 workers)" in ok("corpus", "build", "in", "-o", "out8", "--workers", "8", cwd=tmp_path)[1]
     assert [s.source["path"] for s in m.shards] == ["in/a.jsonl", "in/b.jsonl", "in/c.txt"]
     lines = ok("corpus", "verify", "out/shards.json", "--workers", "2", cwd=tmp_path)
     assert lines[0].startswith(f"pskd: ok out/shards.json: 3 shards, {m.tokens} tokens; every sha256")
