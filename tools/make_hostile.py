@@ -977,6 +977,18 @@ def safetensors_files(c: Collection) -> None:
     add("names-65-deep", st(tensor(name=".".join(["a"] * 65)), bytes(8)), "E9005",
         "a name 65 keys deep (64 is the most a tree nests)")
     add("names-64-deep", st(tensor(name=".".join(["a"] * 64)), bytes(8)), None, "a name 64 keys deep")
+    twice = '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, ' \
+            '"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'
+    add("name-twice", st(twice), "E9002", "a header naming one tensor twice (neither may be dropped)")
+    add("metadata-key-twice", st('{"__metadata__": {"k": "1", "k": "2"}, ' + tensor()[1:], bytes(8)), "E9002",
+        "a metadata key given twice")
+    add("type-no-params-name", st(json.dumps({"__metadata__": {"pskd.type": "params 1bad name!"},
+                                              "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}),
+                                  bytes(8)), None, "a recorded type no params type can have (ignored)")
+    add("empty-tensor-huge-axes", st(tensor(shape=(0, 2**62), offsets=(0, 0))), "E9005",
+        "an empty tensor whose other axis no array holds")
+    add("empty-tensor-70-axes", st(tensor(shape=(0,) + (1,) * 69, offsets=(0, 0))), "E9005",
+        "an empty tensor of 70 axes")
 
 
 # Files that are not regular files, claims no byte backs, non-finite reals, output paths.
@@ -1218,7 +1230,9 @@ def checkpoints_beside(c: Collection) -> None:
             ("python-int-2-64", {"n": 2**64}, "E9004", "a Python int 2^64: beyond what safetensors holds"),
             ("empty-tree", {}, "E9005", "a tree of no leaves: refused on the way out, as on the way back"),
             ("string-keys-0-1", {"0": np.ones(1), "1": np.zeros(1)}, None,
-             "string keys '0' and '1': come back strings (pskd.keys records their types)")):
+             "string keys '0' and '1': come back strings (pskd.keys records their types)"),
+            ("leaf-named-metadata", {"__metadata__": np.ones(1), "w": np.zeros(1)}, "E9005",
+             "a leaf named __metadata__, the name safetensors keeps for itself: refused before writing")):
         data, layout = _saved(tree)
         files = {"m.psk.d": data}
         if layout is not None:
