@@ -28,7 +28,8 @@ state and the loader's iterator state are saved every ``--save_every`` steps (as
 ``--resume`` continues from the latest complete checkpoint with exactly the batches an
 uninterrupted run would have seen. Without ``--resume``, a ``--checkpoint_dir`` that already holds
 checkpoints is refused (E9012): a new run saved among another's would mix the two.
-``--help`` (and ``--helpfull``) print the usage and exit 0.
+``--help`` (and ``--helpfull``) print the usage and exit 0. An error of the toolkit, at set-up or
+mid-run, prints one line ``pskd: E9xxx: …`` on stderr, no traceback, and exits 1.
 """
 
 from __future__ import annotations
@@ -284,23 +285,25 @@ def train(config: RunConfig, data: TrainingData, model: Any, begin: Start, manag
     loader = Loader(data.source, data.pipeline, state=begin.loader_state)
     bar = tqdm.tqdm(total=config.steps, initial=step, unit="step", disable=not sys.stdout.isatty(), file=sys.stdout,
                     dynamic_ncols=True, leave=False)
-    for batch in loader:  # (inputs, targets), and with --segments (…, segment_ids, positions)
-        if step >= config.steps:
-            break
-        params, opt, loss_value = train_step(params, opt, *batch)
-        step += 1
-        rate = (step - begin.step) / (time.perf_counter() - started)
-        if step % config.log_every == 0 or step == config.steps or step == begin.step + 1:
-            loss = float(loss_value)
-            bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
-            tqdm.tqdm.write(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", file=sys.stdout)
-            sys.stdout.flush()
-        bar.update(1)
-        if manager is not None and (step % config.save_every == 0 or step == config.steps):
-            manager.save_async(step, {"params": params, "opt": opt},
-                               extra={"step": step, "loader": loader.state.to_json()})
-    loader.close()
-    bar.close()
+    try:  # (an error mid-run stops the loader's thread and the bar before it is reported)
+        for batch in loader:  # (inputs, targets), and with --segments (…, segment_ids, positions)
+            if step >= config.steps:
+                break
+            params, opt, loss_value = train_step(params, opt, *batch)
+            step += 1
+            rate = (step - begin.step) / (time.perf_counter() - started)
+            if step % config.log_every == 0 or step == config.steps or step == begin.step + 1:
+                loss = float(loss_value)
+                bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+                tqdm.tqdm.write(f"step {step:5d}  loss {loss:.4f}  ({rate:.1f} steps/s)", file=sys.stdout)
+                sys.stdout.flush()
+            bar.update(1)
+            if manager is not None and (step % config.save_every == 0 or step == config.steps):
+                manager.save_async(step, {"params": params, "opt": opt},
+                                   extra={"step": step, "loader": loader.state.to_json()})
+    finally:
+        loader.close()
+        bar.close()
     if manager is not None:
         manager.wait()
     seconds = time.perf_counter() - started
@@ -312,31 +315,37 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # JAX's backend probing would otherwise log at INFO
+    from pskd_jax.errors import PskdError
+
+    # The whole run, training included: a shard or file that fails mid-run (a value out of its
+    # bound, a save that cannot be written) is the toolkit's one line, as every pskd command prints it.
+    try:
+        run_training(RunConfig.from_flags(FLAGS))
+    except PskdError as e:
+        print(f"pskd: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def run_training(config: RunConfig) -> None:
+    """Opens the data, the model and the checkpoints the flags name, trains, and prints what it did."""
     # JAX is imported here, not at the top, so that --help answers without starting it.
     import jax
 
-    from pskd_jax.errors import PskdError
-
     from . import charlm
 
-    config = RunConfig.from_flags(FLAGS)
-    try:
-        data = open_data(config)
-        for note in data.notes:
-            print(note, flush=True)
-        check_batches(data)
-        model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
-                                   heads=config.heads)
-        manager = checkpoint_manager(config)
-        begin = fresh_start(config, model)
-        if config.resume:
-            begin = resume(begin, manager)
-        if begin.resumed_from is not None:
-            print(f"train: resumed at step {begin.step} from {begin.resumed_from} (next batch: epoch "
-                  f"{begin.loader_state.epoch}, batch {begin.loader_state.batch})", flush=True)
-    except PskdError as e:
-        print(f"train: {e}", file=sys.stderr)
-        sys.exit(1)
+    data = open_data(config)
+    for note in data.notes:
+        print(note, flush=True)
+    check_batches(data)
+    model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
+                               heads=config.heads)
+    manager = checkpoint_manager(config)
+    begin = fresh_start(config, model)
+    if config.resume:
+        begin = resume(begin, manager)
+    if begin.resumed_from is not None:
+        print(f"train: resumed at step {begin.step} from {begin.resumed_from} (next batch: epoch "
+              f"{begin.loader_state.epoch}, batch {begin.loader_state.batch})", flush=True)
 
     masked = f" (targets {data.mask_token}, the boundary, left out of the loss)" if data.mask_token is not None else ""
     packed = " (packed segments: attention inside each document)" if data.segments else ""
@@ -377,4 +386,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["FLAGS", "HELP_FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager",
-           "fresh_start", "main", "open_data", "parse_flags", "resume", "run", "train"]
+           "fresh_start", "main", "open_data", "parse_flags", "resume", "run", "run_training", "train"]

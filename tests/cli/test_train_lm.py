@@ -11,7 +11,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from tests.helpers import documents, train_lm
+from tests.helpers import assert_code, documents, train_lm
 from tests.helpers import pskd_ok as ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -77,3 +77,27 @@ def test_train_lm_on_a_corpus(tmp_path):
         [["step", "1"], ["step", "2"], ["step", "3"]]
     result = run()
     assert result.returncode == 1 and "E9012: " in result.stderr and "--seq T" in result.stderr
+
+
+# --- errors: one line of the toolkit's, whenever they happen -------------------------------------------
+
+
+def test_an_error_of_the_data_mid_run_is_one_line_of_its_code_without_a_traceback(windows):
+    data = bytearray(windows.read_bytes())
+    data[-1] = 200  # the last sample's last target (the file ends with the values): above its bound idx[96]
+    windows.write_bytes(bytes(data))
+    result = train_lm(f'--pipeline=stream "{windows}" |> batch(B = 1)', "--steps=200", "--width=16", "--layers=1",
+                      "--heads=2")
+    assert result.returncode == 1, result.stderr[-3000:]
+    # (sample 111 lies beyond the 96 batches of 1 the loader holds in flight: training has started)
+    assert "step     1  loss " in result.stdout
+    assert result.stderr == f"pskd: E9004: {windows}: sample 111, leaf [1]: stored value 200 is not below its bound " \
+        "idx[96]\n"
+
+
+def test_an_error_of_the_setup_is_one_line_of_its_code_too(tmp_path):
+    missing = tmp_path / "none.psk.d"
+    result = train_lm(f'--pipeline=stream "{missing}" |> batch(B = 2)', "--steps=1")
+    assert result.returncode == 1 and result.stdout == ""
+    assert_code(result, "E9002", f"{missing}: cannot read")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
