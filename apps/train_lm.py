@@ -28,13 +28,17 @@ state and the loader's iterator state are saved every ``--save_every`` steps (as
 ``--resume`` continues from the latest complete checkpoint with exactly the batches an
 uninterrupted run would have seen. Without ``--resume``, a ``--checkpoint_dir`` that already holds
 checkpoints is refused (E9012): a new run saved among another's would mix the two.
-``--help`` (and ``--helpfull``) print the usage and exit 0. An error of the toolkit, at set-up or
-mid-run, prints one line ``pskd: E9xxx: …`` on stderr, no traceback, and exits 1.
+Flags no run can use (a count below 1, a period of 0 steps, ``--heads`` not dividing ``--width``,
+a learning rate that is not a finite number above 0) are refused before anything is opened (E9012
+naming the flag and its value). An error of the toolkit, at set-up or mid-run, prints one line
+``pskd: E9xxx: …`` on stderr, no traceback, and exits 1. ``--help`` (and ``--helpfull``) print the
+usage and exit 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -55,8 +59,8 @@ flags.DEFINE_bool("resume", False, "Continue from the latest checkpoint in --che
 flags.DEFINE_integer("log_every", 25, "Print the loss every this many steps.")
 flags.DEFINE_integer("width", 64, "Model width.")
 flags.DEFINE_integer("layers", 2, "Transformer blocks.")
-flags.DEFINE_integer("heads", 4, "Attention heads.")
-flags.DEFINE_float("learning_rate", 3e-3, "Adam's learning rate.")
+flags.DEFINE_integer("heads", 4, "Attention heads (a divisor of --width).")
+flags.DEFINE_float("learning_rate", 3e-3, "Adam's learning rate (a finite number > 0).")
 flags.DEFINE_integer("seed", 0, "Seed of the initial parameters.")
 flags.DEFINE_integer("seq", None, "Window length when the pipeline streams a corpus (DIR/shards.json).")
 flags.DEFINE_integer("stride", None, "Distance between window starts in a corpus (default: --seq).")
@@ -103,6 +107,31 @@ class RunConfig:
     @classmethod
     def from_flags(cls, values: Any) -> RunConfig:
         return cls(**{field.name: getattr(values, field.name) for field in dataclasses.fields(cls)})
+
+
+# The integer flags and the least value each takes: a count of nothing (steps, blocks, heads, features,
+# checkpoints kept, tokens a window) trains no model, a period of 0 steps divides by zero, and a seed
+# is a non-negative integer (numpy's). --seq and --stride may be unset.
+INTEGER_FLAG_LEAST = {"steps": 1, "save_every": 1, "keep": 1, "log_every": 1, "width": 1, "layers": 1, "heads": 1,
+                      "seed": 0, "seq": 1, "stride": 1}
+
+
+def check_flags(config: RunConfig) -> None:
+    """Refuses (E9012, naming the flag and its value) a flag no run can use, before anything is opened
+    or started: an integer below its least value, ``--heads`` that does not divide ``--width`` (each
+    head takes width/heads of the features), a learning rate that is not a finite number above 0."""
+    from pskd_jax._os.checks import checked_integer
+    from pskd_jax.errors import UsageError
+
+    for name, least in INTEGER_FLAG_LEAST.items():
+        value = getattr(config, name)
+        if value is not None:
+            checked_integer(value, f"--{name}", low=least)
+    if config.width % config.heads:
+        raise UsageError(f"--heads={config.heads}: does not divide --width={config.width} (each head takes "
+                         "width/heads of the features)")
+    if not (math.isfinite(config.learning_rate) and config.learning_rate > 0):
+        raise UsageError(f"--learning_rate={config.learning_rate!r}: expected a finite number > 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,7 +349,9 @@ def main(argv: list[str]) -> None:
     # The whole run, training included: a shard or file that fails mid-run (a value out of its
     # bound, a save that cannot be written) is the toolkit's one line, as every pskd command prints it.
     try:
-        run_training(RunConfig.from_flags(FLAGS))
+        config = RunConfig.from_flags(FLAGS)
+        check_flags(config)  # (before anything is opened, JAX imported or a checkpoint directory made)
+        run_training(config)
     except PskdError as e:
         print(f"pskd: {e}", file=sys.stderr)
         sys.exit(1)
@@ -385,5 +416,6 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "HELP_FLAGS", "RunConfig", "Start", "TrainingData", "check_batches", "checkpoint_manager",
-           "fresh_start", "main", "open_data", "parse_flags", "resume", "run", "run_training", "train"]
+__all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RunConfig", "Start", "TrainingData", "check_batches",
+           "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags", "resume", "run",
+           "run_training", "train"]

@@ -101,3 +101,31 @@ def test_an_error_of_the_setup_is_one_line_of_its_code_too(tmp_path):
     assert result.returncode == 1 and result.stdout == ""
     assert_code(result, "E9002", f"{missing}: cannot read")
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+# --- flags no run can use: refused before anything is done ---------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("--save_every=0", "--save_every=0: expected an integer >= 1"),
+    ("--log_every=0", "--log_every=0: expected an integer >= 1"),
+    ("--steps=-1", "--steps=-1: expected an integer >= 1"),
+    ("--keep=0", "--keep=0: expected an integer >= 1"),
+    ("--width=-16", "--width=-16: expected an integer >= 1"),
+    ("--layers=0", "--layers=0: expected an integer >= 1"),
+    ("--heads=0", "--heads=0: expected an integer >= 1"),
+    ("--seq=-3", "--seq=-3: expected an integer >= 1"),
+    ("--stride=0", "--stride=0: expected an integer >= 1"),
+    ("--seed=-1", "--seed=-1: expected an integer >= 0"),
+    ("--heads=3", "--heads=3: does not divide --width=16 (each head takes width/heads of the features)"),
+    ("--learning_rate=nan", "--learning_rate=nan: expected a finite number > 0"),
+    ("--learning_rate=inf", "--learning_rate=inf: expected a finite number > 0"),
+    ("--learning_rate=-0.001", "--learning_rate=-0.001: expected a finite number > 0"),
+    ("--learning_rate=0", "--learning_rate=0.0: expected a finite number > 0"),
+])
+def test_a_flag_no_run_can_use_is_refused_naming_it_before_anything_is_done(windows, tmp_path, flag, message):
+    checkpoints = tmp_path / "ckpt"
+    result = train_lm(f'--pipeline=stream "{windows}" |> batch(B = 4)', "--steps=2", "--width=16", "--layers=1",
+                      "--heads=2", f"--checkpoint_dir={checkpoints}", flag)
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", f"pskd: E9012: {message}\n")
+    assert not checkpoints.exists()  # (the checkpoint directory is made once the flags are known good)
