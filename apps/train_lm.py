@@ -26,8 +26,10 @@ A ``jit``-compiled step is fed by the loader (batches gathered and ``device_put`
 background thread, in pipeline order). With ``--checkpoint_dir`` the parameters, the optimizer
 state and the loader's iterator state are saved every ``--save_every`` steps (asynchronously);
 ``--resume`` continues from the latest complete checkpoint with exactly the batches an
-uninterrupted run would have seen. Without ``--resume``, a ``--checkpoint_dir`` that already holds
-checkpoints is refused (E9012): a new run saved among another's would mix the two.
+uninterrupted run would have seen; a checkpoint that does not keep that state (its step and the
+loader's, train_lm's extra JSON) is refused, E9014 naming it. Without ``--resume``, a
+``--checkpoint_dir`` that already holds checkpoints is refused (E9012): a new run saved among
+another's would mix the two.
 Flags no run can use (a count below 1, a period of 0 steps, ``--heads`` not dividing ``--width``,
 a learning rate that is not a finite number above 0) are refused before anything is opened (E9012
 naming the flag and its value). An error of the toolkit, at set-up or mid-run, prints one line
@@ -290,14 +292,50 @@ def fresh_start(config: RunConfig, model: Any) -> Start:
 def resume(fresh: Start, manager: Any) -> Start:
     """The latest checkpoint's parameters and optimizer state, restored into ``fresh``'s structure,
     with the step and the loader's state saved beside them; ``fresh`` itself when there is none."""
-    from pskd_jax.pipeline import IteratorState
-
     if manager is None or manager.latest_step() is None:
         return fresh
-    restored = manager.restore(target={"params": fresh.params, "opt": fresh.opt})
-    extra = manager.extra()
-    return Start(restored["params"], restored["opt"], extra["step"], IteratorState.from_json(extra["loader"]),
-                 manager.path())
+    step = manager.latest_step()
+    loader_state = saved_loader_state(manager, step)  # (checked before the whole file is read)
+    restored = manager.restore(step, target={"params": fresh.params, "opt": fresh.opt})
+    return Start(restored["params"], restored["opt"], step, loader_state, manager.path(step))
+
+
+RESUME_EXTRA_KEYS = ("step", "loader")  # the extra JSON train() saves with each checkpoint
+
+
+def saved_loader_state(manager: Any, step: int) -> Any:
+    """The loader's state that ``step``'s checkpoint keeps in its extra JSON, beside the step itself,
+    as train() saves them. E9014 naming the checkpoint and what is missing or wrong when the extra is
+    not train_lm's: an index rebuilt after checkpoints.json was lost keeps none, and a checkpoint
+    another program saved keeps its own (resuming from it would start the loader at a guess)."""
+    from pskd_jax._os.checks import abridged, is_integer
+    from pskd_jax.errors import CheckpointDirectoryError, PskdError
+    from pskd_jax.pipeline import IteratorState
+
+    path, extra = manager.path(step), manager.extra(step)
+
+    def refused(what: str) -> CheckpointDirectoryError:
+        return CheckpointDirectoryError(f"{path}: cannot resume from it: {what} (train_lm saves the step and the "
+                                        'loader\'s state with each checkpoint: {"step": N, "loader": {"epoch": E, '
+                                        '"batch": B}})')
+
+    if extra is None:
+        raise refused("it keeps no extra JSON; the directory's checkpoints.json keeps it, and one rebuilt after "
+                      "it was lost has none")
+    if not isinstance(extra, dict):
+        raise refused(f"its extra JSON is {abridged(extra, 80)}, not an object")
+    missing = [key for key in RESUME_EXTRA_KEYS if key not in extra]
+    if missing:
+        raise refused(f"its extra JSON {abridged(extra, 80)} has no {' and no '.join(map(repr, missing))}")
+    unknown = sorted(set(extra) - set(RESUME_EXTRA_KEYS))
+    if unknown:
+        raise refused(f"its extra JSON holds {', '.join(map(repr, unknown))}, which train_lm does not save")
+    if not is_integer(extra["step"]) or extra["step"] != step:
+        raise refused(f"its extra JSON's step {abridged(extra['step'], 80)} is not the checkpoint's step {step}")
+    try:
+        return IteratorState.from_json(extra["loader"])
+    except PskdError as e:
+        raise refused(f"its extra JSON's loader: {e.message}") from e
 
 
 def train(config: RunConfig, data: TrainingData, model: Any, begin: Start, manager: Any) -> tuple[int, float, float]:
@@ -416,6 +454,6 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RunConfig", "Start", "TrainingData", "check_batches",
-           "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags", "resume", "run",
-           "run_training", "train"]
+__all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RESUME_EXTRA_KEYS", "RunConfig", "Start", "TrainingData",
+           "check_batches", "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags",
+           "resume", "run", "run_training", "saved_loader_state", "train"]

@@ -129,3 +129,43 @@ def test_a_flag_no_run_can_use_is_refused_naming_it_before_anything_is_done(wind
                       "--heads=2", f"--checkpoint_dir={checkpoints}", flag)
     assert (result.returncode, result.stdout, result.stderr) == (1, "", f"pskd: E9012: {message}\n")
     assert not checkpoints.exists()  # (the checkpoint directory is made once the flags are known good)
+
+
+# --- --resume from a checkpoint whose extra JSON is not train_lm's ---------------------------------------
+
+
+def resume_refused(windows: pathlib.Path, checkpoints: pathlib.Path, code: str, *fragments: str) -> None:
+    """A --resume from ``checkpoints`` fails with one line ``pskd: CODE: …`` holding ``fragments``,
+    and leaves the directory's checkpoint files as they were (its index is the manager's to rebuild)."""
+    saved = lambda: {p.name: p.read_bytes() for p in checkpoints.iterdir() if p.name.startswith("step-")}  # noqa: E731
+    before = saved()
+    result = train_lm(f'--pipeline=stream "{windows}" |> batch(B = 8)', "--width=16", "--layers=1", "--heads=2",
+                      "--steps=9", f"--checkpoint_dir={checkpoints}", "--resume")
+    assert result.returncode == 1 and result.stdout == "", result.stderr[-3000:]
+    assert_code(result, code, *fragments)
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert saved() == before
+
+
+def test_resume_after_the_index_was_lost_names_the_checkpoint_and_the_missing_extra(windows, tmp_path):
+    train(windows, tmp_path / "ckpt", "--steps=2", "--save_every=2")
+    (tmp_path / "ckpt" / "checkpoints.json").unlink()  # (the index is rebuilt from the files, without the extras)
+    resume_refused(windows, tmp_path / "ckpt", "E9014", f"{tmp_path / 'ckpt' / 'step-00000002.psk.d'}: cannot "
+                   "resume from it: it keeps no extra JSON")
+
+
+@pytest.mark.parametrize(("extra", "wrong"), [
+    ({"step": 7}, "its extra JSON {'step': 7} has no 'loader'"),
+    ("run 7", "its extra JSON is 'run 7', not an object"),
+    ({"step": 7, "loader": {"epoch": 1, "batch": 0}, "rng": 3}, "its extra JSON holds 'rng', which train_lm does not"),
+    ({"step": 5, "loader": {"epoch": 1, "batch": 0}}, "its extra JSON's step 5 is not the checkpoint's step 7"),
+    ({"step": True, "loader": {"epoch": 1, "batch": 0}}, "its extra JSON's step True is not the checkpoint's step 7"),
+    ({"step": 7, "loader": {"epoch": 0, "batch": 0}}, "its extra JSON's loader: iterator state epoch must be an "
+     "integer >= 1, got 0"),
+])
+def test_resume_from_another_programs_checkpoint_names_it_and_what_is_wrong(windows, tmp_path, extra, wrong):
+    checkpoints = tmp_path / "ckpt"
+    with pskd_jax.CheckpointManager(checkpoints) as manager:
+        manager.save(7, {"w": np.arange(3.0)}, extra=extra)
+    resume_refused(windows, checkpoints, "E9014", f"{checkpoints / 'step-00000007.psk.d'}: cannot resume from it: "
+                   f"{wrong}")
