@@ -165,6 +165,7 @@ def open_data(config: RunConfig) -> TrainingData:
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
+    check_cut_flags(list(pipeline.paths) if isinstance(pipeline, Mixture) else [pipeline.path], config)
     if not isinstance(pipeline, Mixture):
         return _stream_data(pipeline.path, pipeline, config)
     parts = []
@@ -189,6 +190,22 @@ def open_data(config: RunConfig) -> TrainingData:
     notes = tuple(note for part in parts for note in part.notes)
     return TrainingData([part.source for part in parts], pipeline, first.sample_type, first.vocab, first.seq,
                         first.mask_token, notes, first.segments)
+
+
+def check_cut_flags(paths: list[str], config: RunConfig) -> None:
+    """E9012 for ``--seq`` or ``--stride`` when no stream is a corpus: an lm-windows file's windows
+    are cut already, and the flag would go unheeded."""
+    from pskd_jax import corpus
+    from pskd_jax.errors import UsageError
+    from pskd_jax.loader.opening import check_stream_path
+
+    for path in paths:
+        check_stream_path(path)  # (E9010 for nothing there, or a directory: the Loader's own check)
+    if any(corpus.is_manifest(path) for path in paths):
+        return
+    for name in ("seq", "stride"):
+        if getattr(config, name) is not None:
+            raise UsageError(f"--{name} cuts a corpus's windows; {paths[0]} is a .psk.d file of windows cut already")
 
 
 def _stream_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
@@ -393,6 +410,9 @@ def main(argv: list[str]) -> None:
     except PskdError as e:
         print(f"pskd: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # (Ctrl-C: the checkpoints saved so far stand; a save cut off is not listed)
+        print("pskd: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 def run_training(config: RunConfig) -> None:
@@ -455,5 +475,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RESUME_EXTRA_KEYS", "RunConfig", "Start", "TrainingData",
-           "check_batches", "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags",
-           "resume", "run", "run_training", "saved_loader_state", "train"]
+           "check_batches", "check_cut_flags", "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data",
+           "parse_flags", "resume", "run", "run_training", "saved_loader_state", "train"]

@@ -33,7 +33,7 @@ from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
 from pskd_jax.pipeline.streams import is_corpus_manifest
 from pskd_jax.storage.urls import is_url
 
-__all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "open_pipeline"]
+__all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "check_stream_path", "open_pipeline"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,22 +86,26 @@ def _check_no_base_dir(pipeline: Pipeline | Mixture, base_dir: str | os.PathLike
                          "as it is): pass the text, or parse it with parse_pipeline(text, base_dir=…)")
 
 
+def check_stream_path(path: str, where: str = "") -> None:
+    """E9010 naming a stream's local path when nothing stands there or a directory does (with the
+    manifest to stream instead when it is a corpus directory); a URL is its reader's to check."""
+    if is_url(path):
+        return
+    if os.path.isdir(path):
+        manifest = os.path.join(path, MANIFEST)
+        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
+        raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
+    if not os.path.lexists(path):
+        raise PipelineError(f"{where}the stream {path!r} does not exist (relative paths are joined to the "
+                            "loader's base_dir, default the current directory)")
+
+
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:
     """The source a stream's path names: windows of a corpus manifest, or a ``.psk.d`` Reader
     (a URL: a corpus when its object starts like JSON, as a local file; its reader says what else
     is wrong, and a URL the toolkit cannot serve is E9018)."""
-    if is_url(path):
-        corpus = is_corpus_manifest(path)
-    elif os.path.isdir(path):
-        manifest = os.path.join(path, MANIFEST)
-        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
-        raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
-    elif not os.path.lexists(path):
-        raise PipelineError(f"{where}the stream {path!r} does not exist (relative paths are joined to the "
-                            "loader's base_dir, default the current directory)")
-    else:
-        corpus = is_corpus_manifest(path)
-    if corpus:
+    check_stream_path(path, where)
+    if is_corpus_manifest(path):
         if options.seq is None:
             raise UsageError(f"{where}{path} is a corpus: give the window length (Loader(…, seq=T))")
         return CorpusWindows(path, seq=options.seq, stride=options.stride, verify=options.verify,

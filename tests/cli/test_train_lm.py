@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from tests.helpers import assert_code, documents, train_lm
+from tests.helpers import ENV, ROOT, TIMEOUT_S, assert_code, documents, train_lm
 from tests.helpers import pskd_ok as ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -95,11 +98,29 @@ def test_an_error_of_the_data_mid_run_is_one_line_of_its_code_without_a_tracebac
         "idx[96]\n"
 
 
+def test_ctrl_c_mid_run_is_one_line_and_exit_status_130(windows, tmp_path):
+    """SIGINT once training has printed its first step: ``pskd: interrupted`` on stderr, no
+    traceback, exit status 130 (as ``pskd`` answers one)."""
+    pipeline = f'stream "{windows}" |> batch(B = 1)'
+    command = [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--steps=1000000", "--width=16",
+               "--layers=1", "--heads=2", "--log_every=1", f"--checkpoint_dir={tmp_path / 'c'}", "--save_every=5"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=dict(ENV, JAX_PLATFORMS="cpu")) as process:
+        assert process.stdout is not None and process.stderr is not None
+        for line in process.stdout:
+            if line.startswith("step     1 "):
+                break
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+        assert process.returncode == 130, stderr[-3000:]
+    assert stderr.endswith("pskd: interrupted\n") and "Traceback" not in stderr, stderr[-3000:]
+
+
 def test_an_error_of_the_setup_is_one_line_of_its_code_too(tmp_path):
     missing = tmp_path / "none.psk.d"
     result = train_lm(f'--pipeline=stream "{missing}" |> batch(B = 2)', "--steps=1")
     assert result.returncode == 1 and result.stdout == ""
-    assert_code(result, "E9002", f"{missing}: cannot read")
+    assert_code(result, "E9010", f"the stream '{missing}' does not exist")
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
@@ -129,6 +150,17 @@ def test_a_flag_no_run_can_use_is_refused_naming_it_before_anything_is_done(wind
                       "--heads=2", f"--checkpoint_dir={checkpoints}", flag)
     assert (result.returncode, result.stdout, result.stderr) == (1, "", f"pskd: E9012: {message}\n")
     assert not checkpoints.exists()  # (the checkpoint directory is made once the flags are known good)
+
+
+@pytest.mark.parametrize("flag", ["--seq=8", "--stride=4"])
+def test_seq_and_stride_with_a_windows_file_are_refused_not_ignored(windows, tmp_path, flag):
+    """An lm-windows file's windows are cut already: --seq or --stride would go unheeded."""
+    result = train_lm(f'--pipeline=stream "{windows}" |> batch(B = 4)', "--steps=2", "--width=16", "--layers=1",
+                      "--heads=2", flag)
+    name = flag.split("=")[0]
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"pskd: E9012: {name} cuts a corpus's windows; {windows} is a .psk.d file of windows " \
+        "cut already\n"
 
 
 # --- --resume from a checkpoint whose extra JSON is not train_lm's ---------------------------------------
