@@ -112,17 +112,35 @@ def _diff(args) -> Iterator[str]:
     if layout_b is None and args.layout:
         checkpoint.check_belongs(layout_a, args.b)
         layout_b = layout_a
-    distance = data.diff(args.a, args.b, layout_a=layout_a.layout if layout_a is not None else None,
-                         layout_b=layout_b.layout if layout_b is not None else None)
+    # (The layout files themselves: they also say what each idx leaf's elements stand for.)
+    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
+    yield from _exact_lines(distance.exact)
     for name, paths in (("a", distance.only_a), ("b", distance.only_b)):
         if paths:
-            more = f" … and {len(paths) - SHOWN_PATHS} more" if len(paths) > SHOWN_PATHS else ""
-            yield f"only in {name} ({len(paths)} leaves, not compared): {' '.join(paths[:SHOWN_PATHS])}{more}"
+            yield f"only in {name} ({len(paths)} leaves, not compared): {_abridged(paths)}"
     for note in distance.notes:
         yield f"note: {note}"
+
+
+def _abridged(names) -> str:
+    more = f" … and {len(names) - SHOWN_PATHS} more" if len(names) > SHOWN_PATHS else ""
+    return " ".join(names[:SHOWN_PATHS]) + more
+
+
+def _exact_lines(exact: data.Exact) -> Iterator[str]:
+    """The idx leaves' line (integers, bools, bit patterns: compared exactly), when they hold any
+    element, and the paired leaves of other dtypes, which were not compared."""
+    if exact.elements:
+        first = f"; first: {exact.first}" if exact.first else ""
+        yield (f"idx leaves: {exact.differing} of {exact.elements} elements differ (integers, bools and bit "
+               f"patterns, compared exactly){first}")
+    if exact.not_compared:
+        n = len(exact.not_compared)
+        yield (f"not compared ({n} {'leaf' if n == 1 else 'leaves'} of one key path stored as other dtypes): "
+               f"{_abridged(exact.not_compared)}")
 
 
 def _export(args) -> Iterator[str]:

@@ -14,7 +14,7 @@ from pskd_jax._os.lazy import lazy_names
 
 if TYPE_CHECKING:
     from pskd_jax._os.names import STANDARD_STREAM
-    from pskd_jax.data.distance import Distance, diff
+    from pskd_jax.data.distance import Distance, Exact, diff
     from pskd_jax.data.export import export_json
     from pskd_jax.data.info import info_lines
     from pskd_jax.data.pack import pack_file, parse_encodings
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 else:  # each name imported from its module when first asked for (see pskd_jax._os.lazy)
     __getattr__, __dir__ = lazy_names(__name__, {
         "pskd_jax._os.names": ("STANDARD_STREAM",),
-        "pskd_jax.data.distance": ("Distance", "diff"),
+        "pskd_jax.data.distance": ("Distance", "Exact", "diff"),
         "pskd_jax.data.export": ("export_json",),
         "pskd_jax.data.info": ("info_lines",),
         "pskd_jax.data.pack": ("pack_file", "parse_encodings"),
@@ -54,6 +54,7 @@ else:  # each name imported from its module when first asked for (see pskd_jax._
 __all__ = [
     "STANDARD_STREAM",
     "Distance",
+    "Exact",
     "char_vocab",
     "char_vocab_file",
     "decode",

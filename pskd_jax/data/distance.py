@@ -16,22 +16,40 @@ from typing import Any
 
 import numpy as np
 
+from pskd_jax.data.export import layout_and_forms, plain
 from pskd_jax.errors import MismatchError, NotClosedError
+from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.sample_type import ParamsType, parse_type
+from pskd_jax.format.stored_dtypes import shown_values
 
-__all__ = ["BLOCK_BYTES", "CHUNK_ELEMENTS", "Distance", "diff"]
+__all__ = ["BLOCK_BYTES", "CHUNK_ELEMENTS", "Distance", "Exact", "diff"]
 
 CHUNK_ELEMENTS = 1 << 20  # values converted to f64 at a time, per file
 BLOCK_BYTES = 1 << 23  # bytes read at a time from each file when samples are read whole
 
 
 @dataclasses.dataclass(frozen=True)
+class Exact:
+    """The idx leaves two files share (integers, bools, key data, the bit patterns of narrow
+    floats), compared exactly, element by stored element: ``elements`` compared, ``differing`` of
+    them unequal, ``first`` naming the first such element and both values (as a restore gives them
+    back), and ``not_compared`` the leaves paired by key path but stored differently in the two
+    files (another idx bound or dtype: their patterns mean other values), each with why."""
+
+    elements: int = 0
+    differing: int = 0
+    first: str | None = None
+    not_compared: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Distance:
-    """‖a − b‖₂ and ‖a‖₂ over the real leaves two files share, and ``relative`` = their ratio.
+    """‖a − b‖₂ and ‖a‖₂ over the real leaves two files share, and ``relative`` = their ratio;
+    ``exact``: their idx leaves compared exactly (:class:`Exact`).
 
     ``relative`` is computed from the scaled sums, so it is right even where a norm is beyond
     the largest f64 (and printed as ``inf``). ``only_a`` and ``only_b`` name the leaves (key
@@ -46,6 +64,7 @@ class Distance:
     only_b: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     relative: float | None = None
+    exact: Exact = Exact()
 
     def __post_init__(self) -> None:
         if self.relative is None:
@@ -199,15 +218,20 @@ def _largest(values: np.ndarray) -> float:
 
 
 def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, layout_b: Any = None) -> Distance:
-    """The distance between the real leaves of two files of one type structure and count.
+    """The distance between the real leaves of two files of one type structure and count, and
+    their idx leaves compared exactly (:class:`Exact`).
 
     ``layout`` reads both files (a ``params`` file needs one); ``layout_a`` and ``layout_b`` give
     each file its own, so that two checkpoints pair their leaves by key path through their own
-    layouts. Two ``params`` files without a layout compare as flat vectors when every leaf has one
-    encoding. Different structures, counts, or a shared key path of another shape are E9005.
+    layouts. A layout file (:class:`LayoutFile`, which must belong to its file: E9005 otherwise)
+    also says what each idx leaf's elements stand for, so that the first difference shows values
+    as a restore gives them back (an int8 −3 as −3) and leaves of one key path but another dtype
+    are named as not compared. Two ``params`` files without a layout compare as flat vectors when
+    every leaf has one encoding. Different structures, counts, or a shared key path of another
+    shape are E9005.
     """
-    layout_a = layout if layout_a is None else layout_a
-    layout_b = layout if layout_b is None else layout_b
+    layout_a, forms_a = layout_and_forms(path_a, layout if layout_a is None else layout_a)
+    layout_b, forms_b = layout_and_forms(path_b, layout if layout_b is None else layout_b)
     with Reader(path_a, layout=layout_a, access="pread") as a, Reader(path_b, layout=layout_b, access="pread") as b:
         _check_types(a, b)
         if len(a) != len(b):
@@ -220,12 +244,16 @@ def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, 
             missing, other = (a, b) if a.placement is None else (b, a)
             raise NotClosedError(f"{missing.path}: type {missing.header.type_text!r} needs its own layout to be "
                                  f"compared with {other.path}, which has one (the NAME.layout.json beside it)")
-        pairs, only_a, only_b = _pair_leaves(a, b)
-        with _DataFile(a) as file_a, _DataFile(b) as file_b:
-            total = _Accumulator()
-            for chunk_a, chunk_b, where in _chunk_pairs(file_a, file_b, pairs, len(a)):
-                total.add(chunk_a, chunk_b, where)
-        return total.distance(only_a=only_a, only_b=only_b)
+        file_a, file_b = _DataFile(a, forms_a), _DataFile(b, forms_b)
+        pairing = _pair_leaves(file_a, file_b)
+        total, exact = _Accumulator(), _ExactCount(file_a, file_b)
+        for chunk in _chunk_pairs(file_a, file_b, pairing.pairs, len(a)):
+            if file_a.is_real(chunk.i):
+                total.add(file_a.values(chunk.raw_a, chunk.i), file_b.values(chunk.raw_b, chunk.j), chunk.where)
+            else:
+                exact.add(chunk)
+        return total.distance(only_a=pairing.only_a, only_b=pairing.only_b,
+                              exact=exact.result(pairing.not_compared))
 
 
 def _check_types(a: Reader, b: Reader) -> None:
@@ -242,18 +270,26 @@ def _check_types(a: Reader, b: Reader) -> None:
                             "differ in structure (axis names aside)")
 
 
-def _pair_leaves(a: Reader, b: Reader) -> tuple[list[tuple[int, int]], tuple[str, ...], tuple[str, ...]]:
-    """The real leaves to compare as (leaf of a, leaf of b), and the key paths in one file only.
+@dataclasses.dataclass(frozen=True)
+class _Pairing:
+    """The leaves to compare as (leaf of a, leaf of b), the key paths in one file only, and the
+    paired idx leaves left uncompared (each named with why)."""
 
-    Closed types pair leaves in order (their paths are positions); ``params`` files by key path.
-    """
-    placement_a, placement_b = a.placement, b.placement
-    assert placement_a is not None and placement_b is not None  # (leaves are paired when both have a layout)
-    leaves_a, leaves_b = placement_a.layout.leaves, placement_b.layout.leaves
-    if not a.header.is_params:
-        return [(i, i) for i, leaf in enumerate(leaves_a) if leaf.is_real], (), ()
+    pairs: list[tuple[int, int]]
+    only_a: tuple[str, ...] = ()
+    only_b: tuple[str, ...] = ()
+    not_compared: tuple[str, ...] = ()
+
+
+def _pair_leaves(a: _DataFile, b: _DataFile) -> _Pairing:
+    """Closed types pair leaves in order (their paths are positions); ``params`` files by key path.
+    Real leaves pair with real leaves (their values are compared whatever the encodings), idx
+    leaves with idx leaves of the same bound and dtype, whose stored patterns mean the same values."""
+    leaves_a, leaves_b = a.placed.layout.leaves, b.placed.layout.leaves
+    if not a.reader.header.is_params:
+        return _Pairing(*_comparable([(i, i) for i in range(len(leaves_a))], a, b))
     by_path = {leaf.path: j for j, leaf in enumerate(leaves_b)}
-    pairs = []
+    paired = []
     for i, leaf in enumerate(leaves_a):
         j = by_path.get(leaf.path)
         if j is None:
@@ -262,12 +298,27 @@ def _pair_leaves(a: Reader, b: Reader) -> tuple[list[tuple[int, int]], tuple[str
         if (leaf.shape, leaf.is_real) != (other.shape, other.is_real):
             raise MismatchError(f"leaf {leaf.path or '(root)'}: {_describe(leaf)} in {a.path}, {_describe(other)} in "
                                 f"{b.path}")
-        if leaf.is_real:
-            pairs.append((i, j))
+        paired.append((i, j))
     paths_a = {leaf.path for leaf in leaves_a}
     only_a = tuple(leaf.path for leaf in leaves_a if leaf.path not in by_path)
     only_b = tuple(leaf.path for leaf in leaves_b if leaf.path not in paths_a)
-    return pairs, only_a, only_b
+    pairs, not_compared = _comparable(paired, a, b)
+    return _Pairing(pairs, only_a, only_b, not_compared)
+
+
+def _comparable(paired: list[tuple[int, int]], a: _DataFile, b: _DataFile) -> tuple[list[tuple[int, int]],
+                                                                                      tuple[str, ...]]:
+    """The pairs that can be compared, and why each other one cannot: two idx leaves of other
+    bounds, or of other dtypes by their layout files (uint8 and int8 both store idx[256])."""
+    pairs, not_compared = [], []
+    for i, j in paired:
+        leaf, other = a.placed.layout.leaves[i], b.placed.layout.leaves[j]
+        name_a, name_b = a.dtype_name(i), b.dtype_name(j)
+        if leaf.is_real or (leaf.bound == other.bound and name_a == name_b):
+            pairs.append((i, j))
+        else:
+            not_compared.append(f"{leaf.path or '(root)'} ({name_a} in a, {name_b} in b)")
+    return pairs, tuple(not_compared)
 
 
 def _describe(leaf) -> str:
@@ -280,12 +331,14 @@ def _describe(leaf) -> str:
 
 class _DataFile:
     """A file's samples read with positional reads of its reader's descriptor (the file whose
-    header was read, whatever its name leads to now): its placement and its data region."""
+    header was read, whatever its name leads to now): its placement, its data region, and each
+    leaf's form when a layout file gave them (None: the stored values are the values)."""
 
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader, forms: list[sd.Form | None] | None = None):
         self.path = reader.path
         self.reader = reader
         self.placement: Placement | None = reader.placement
+        self.forms = forms
 
     @property
     def placed(self) -> Placement:
@@ -293,12 +346,26 @@ class _DataFile:
         assert self.placement is not None
         return self.placement
 
+    def is_real(self, i: int) -> bool:
+        return self.placed.layout.leaves[i].is_real
+
+    def form(self, i: int) -> sd.Form | None:
+        return self.forms[i] if self.forms is not None else None
+
+    def dtype_name(self, i: int) -> str:
+        """What leaf ``i``'s elements are: its dtype by the layout file, else its stored type."""
+        form = self.form(i)
+        leaf = self.placed.layout.leaves[i]
+        if form is not None:
+            return form.dtype
+        return "ℝ" if leaf.is_real else f"idx[{leaf.bound}]"
+
     def read(self, offset: int, size: int) -> np.ndarray:
         """``size`` bytes of the data region from ``offset`` (E9003 when the file ends first)."""
         return self.reader.read_data(offset, offset + size)
 
     def values(self, raw: np.ndarray, i: int) -> np.ndarray:
-        """Raw bytes of leaf ``i``'s elements (whole elements) as f64."""
+        """Raw bytes of real leaf ``i``'s elements (whole elements) as f64."""
         placement = self.placed
         values = raw.view(placement.disk_dtypes[i])
         if placement.value_dtype(i) != placement.disk_dtypes[i]:
@@ -306,23 +373,87 @@ class _DataFile:
         with np.errstate(invalid="ignore"):  # a signalling NaN widens to a NaN: the NaN rule, not a warning
             return values.astype(np.float64)
 
-    def __enter__(self) -> _DataFile:
-        return self
+    def stored(self, raw: np.ndarray, i: int) -> np.ndarray:
+        """Raw bytes of idx leaf ``i``'s elements as the unsigned integers stored."""
+        return raw.view(self.placed.disk_dtypes[i])
 
-    def __exit__(self, *exc: Any) -> None:
-        pass  # (the reader owns the descriptor)
+    def shown(self, sample: int, i: int, element: int) -> str:
+        """Element ``element`` of leaf ``i`` of one sample as a restore gives it back (info's text of
+        it): read on its own, or the whole leaf for a Python scalar (whose limbs make one value)."""
+        form, leaf = self.form(i), self.placed.layout.leaves[i]
+        where = f"{self.path}: at {leaf.path or '(root)'}, sample {sample}"
+        if form is not None and form.kind == sd.KIND_PYTHON:
+            stored = self.reader.leaf_range(sample, i, 0, leaf.size).reshape(leaf.shape)
+            return _value_text(plain(shown_values(stored, form, where, bound=leaf.bound)))
+        stored = self.reader.leaf_range(sample, i, element, element + 1)
+        if form is not None and form.kind == sd.KIND_BITS:
+            return _value_text(plain(shown_values(stored, form, where, bound=leaf.bound))[0])
+        if form is not None and form.dtype == "bool":
+            return str(bool(stored[0]))
+        return str(int(stored[0]))
 
 
-ChunkPair = tuple[np.ndarray, np.ndarray, Callable[[int], str]]
+def _value_text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
-def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[ChunkPair]:
-    """The paired leaves' values as f64 chunks of both files, in one order: by blocks of whole
-    samples when a sample fits a block, else sample by sample in chunks inside each leaf."""
+@dataclasses.dataclass(frozen=True)
+class _Chunk:
+    """The same elements of a pair of leaves (``i`` of a, ``j`` of b) as raw bytes of each file,
+    from element ``first_element`` of sample ``first_sample`` on (a block: whole samples)."""
+
+    i: int
+    j: int
+    raw_a: np.ndarray
+    raw_b: np.ndarray
+    path: str
+    size: int
+    first_sample: int
+    first_element: int
+
+    def place(self, k: int) -> tuple[int, int]:
+        """(sample, element) of element k of the chunk."""
+        sample, element = divmod(self.first_element + k, self.size)
+        return self.first_sample + sample, element
+
+    def where(self, k: int) -> str:
+        sample, element = self.place(k)
+        return f"leaf {self.path or '(root)'}, sample {sample}, element {element}"
+
+
+class _ExactCount:
+    """The paired idx leaves compared exactly, chunk by chunk: equal stored patterns (of one bound
+    and dtype) are equal values, for integers and bools; a narrow float's pattern is compared bit
+    for bit (−0 differs from +0, a NaN equals the same NaN)."""
+
+    def __init__(self, a: _DataFile, b: _DataFile) -> None:
+        self.a, self.b = a, b
+        self.elements = 0
+        self.differing = 0
+        self.first: str | None = None
+
+    def add(self, chunk: _Chunk) -> None:
+        unequal = self.a.stored(chunk.raw_a, chunk.i) != self.b.stored(chunk.raw_b, chunk.j)
+        self.elements += unequal.size
+        count = int(np.count_nonzero(unequal))
+        if count and self.first is None:
+            k = int(np.argmax(unequal))
+            sample, element = chunk.place(k)
+            self.first = (f"{chunk.where(k)}: a holds {self.a.shown(sample, chunk.i, element)}, "
+                          f"b holds {self.b.shown(sample, chunk.j, element)}")
+        self.differing += count
+
+    def result(self, not_compared: tuple[str, ...]) -> Exact:
+        return Exact(self.elements, self.differing, self.first, not_compared)
+
+
+def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[_Chunk]:
+    """The paired leaves' bytes as chunks of both files, in one order: by blocks of whole samples
+    when a sample fits a block, else sample by sample in chunks inside each leaf."""
     if not pairs or count == 0:
         return
     elements = sum(a.placed.layout.leaves[i].size for i, _ in pairs)
-    if elements == 0:  # no real element in any sample: nothing to read however many samples
+    if elements == 0:  # no element in any sample: nothing to read however many samples
         return
     largest = max(a.placed.sample_bytes, b.placed.sample_bytes)
     if largest <= BLOCK_BYTES:
@@ -332,7 +463,7 @@ def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], c
 
 
 def _by_blocks(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int,
-               per_block: int) -> Iterator[ChunkPair]:
+               per_block: int) -> Iterator[_Chunk]:
     size_a, size_b = a.placed.sample_bytes, b.placed.sample_bytes
     for first in range(0, count, per_block):
         n = min(per_block, count - first)
@@ -342,9 +473,8 @@ def _by_blocks(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], cou
             leaf = a.placed.layout.leaves[i]
             if leaf.size == 0:
                 continue
-            yield (a.values(_leaf_columns(a, rows_a, i), i).reshape(-1),
-                   b.values(_leaf_columns(b, rows_b, j), j).reshape(-1),
-                   _place_namer(leaf.path, leaf.size, first, 0))
+            yield _Chunk(i, j, _leaf_columns(a, rows_a, i).reshape(-1), _leaf_columns(b, rows_b, j).reshape(-1),
+                         leaf.path, leaf.size, first, 0)
 
 
 def _leaf_columns(file: _DataFile, rows: np.ndarray, i: int) -> np.ndarray:
@@ -355,14 +485,14 @@ def _leaf_columns(file: _DataFile, rows: np.ndarray, i: int) -> np.ndarray:
     return np.ascontiguousarray(rows[:, start : start + width])
 
 
-def _inside_samples(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[ChunkPair]:
+def _inside_samples(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[_Chunk]:
     for sample in range(count):
         for i, j in pairs:
             leaf = a.placed.layout.leaves[i]
             for lo in range(0, leaf.size, CHUNK_ELEMENTS):
                 hi = min(lo + CHUNK_ELEMENTS, leaf.size)
-                yield (a.values(_leaf_span(a, sample, i, lo, hi), i), b.values(_leaf_span(b, sample, j, lo, hi), j),
-                       _place_namer(leaf.path, leaf.size, sample, lo))
+                yield _Chunk(i, j, _leaf_span(a, sample, i, lo, hi), _leaf_span(b, sample, j, lo, hi),
+                             leaf.path, leaf.size, sample, lo)
 
 
 def _leaf_span(file: _DataFile, sample: int, i: int, lo: int, hi: int) -> np.ndarray:
@@ -376,14 +506,6 @@ def _leaf_span(file: _DataFile, sample: int, i: int, lo: int, hi: int) -> np.nda
 def _element_namer(first: int) -> Callable[[int], str]:
     """Names value k of a chunk of the data as one vector, the chunk starting at element ``first``."""
     return lambda k: f"element {first + k} of the data"
-
-
-def _place_namer(path: str, size: int, first_sample: int, first_element: int) -> Callable[[int], str]:
-    """Names value k of a chunk that starts at ``first_element`` of sample ``first_sample``."""
-    def where(k: int) -> str:
-        sample, element = divmod(first_element + k, size)
-        return f"leaf {path or '(root)'}, sample {first_sample + sample}, element {element}"
-    return where
 
 
 # --- without a layout ---------------------------------------------------------------------------
@@ -405,11 +527,17 @@ def _diff_flat(a: Reader, b: Reader) -> Distance:
         raise MismatchError(f"{a.path} and {b.path}: data of {sizes[0]} and {sizes[1]} bytes")
     total = _Accumulator()
     step = CHUNK_ELEMENTS * disk.itemsize
-    with _DataFile(a) as file_a, _DataFile(b) as file_b:
-        for start in range(0, sizes[0], step):
-            size = min(step, sizes[0] - start)
-            with np.errstate(invalid="ignore"):  # (a signalling NaN widens to a NaN)
-                chunk_a, chunk_b = [f.read(start, size).view(disk).view(value).astype(np.float64)
-                                    for f in (file_a, file_b)]
-            total.add(chunk_a, chunk_b, _element_namer(start // disk.itemsize))
+    file_a, file_b = _DataFile(a), _DataFile(b)
+    for start in range(0, sizes[0], step):
+        size = min(step, sizes[0] - start)
+        with np.errstate(invalid="ignore"):  # (a signalling NaN widens to a NaN)
+            chunk_a, chunk_b = [f.read(start, size).view(disk).view(value).astype(np.float64)
+                                for f in (file_a, file_b)]
+        total.add(chunk_a, chunk_b, _element_namer(start // disk.itemsize))
+    if encoding == Encoding.F64:
+        # An idx leaf carries encoding byte 0 too: without the layout its bytes cannot be told
+        # from f64 ones, and they were read as reals.
+        total.notes["flat f64"] = ("without the layouts every leaf was read as f64; an idx leaf (an integer or "
+                                   "bool, whose encoding byte is 0 too) would have been read as reals: supply the "
+                                   "layouts for an exact comparison")
     return total.distance(without_layout=True)

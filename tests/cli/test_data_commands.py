@@ -89,9 +89,23 @@ def test_pack_info_export_diff(tmp_path):
     values.write_text("1 0.5 0.25\n0 0.1 1\n")
     b = tmp_path / "b.psk.d"
     ok("pack", "--type", "(idx[2][], R[2])", values, "-o", b)
-    (line,) = ok("diff", a, b)
+    line, exact = ok("diff", a, b)
     assert line.startswith("‖a − b‖₂ = 4.0  ‖a‖₂ = ")
     assert "over 4 real elements" in line
+    assert exact == "idx leaves: 0 of 2 elements differ (integers, bools and bit patterns, compared exactly)"
+
+
+def test_diff_reports_idx_and_bool_leaves_compared_exactly(tmp_path):
+    a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
+    pskd_jax.write(a, "(idx[10][2], bool[], ℝ[])", (np.array([[1, 2], [3, 4]]), np.array([True, False]),
+                                                    np.array([0.5, 1.5])))
+    pskd_jax.write(b, "(idx[10][2], bool[], ℝ[])", (np.array([[1, 7], [3, 4]]), np.array([True, True]),
+                                                    np.array([0.5, 1.5])))
+    assert ok("diff", a, b) == [
+        f"‖a − b‖₂ = 0.0  ‖a‖₂ = {2.5 ** 0.5!r}  relative 0.0  over 2 real elements",
+        "idx leaves: 2 of 6 elements differ (integers, bools and bit patterns, compared exactly); first: leaf [0], "
+        "sample 0, element 1: a holds 2, b holds 7",
+    ]
 
 
 @pytest.mark.slow

@@ -50,6 +50,19 @@ def test_export_of_a_checkpoint_writes_restored_values(tmp_path):
     assert json.loads((tmp_path / "c.json").read_text())["samples"] == [{"q": [-3, 4], "ok": [True]}]
 
 
+def test_diff_of_checkpoints_compares_integer_and_bool_leaves_exactly(tmp_path):
+    ck.save(tmp_path / "a.psk.d", {"w": np.ones(2, np.float32), "step": np.int32(-1), "ok": np.array([True]),
+                                   "x": np.array([255], np.uint8)})
+    ck.save(tmp_path / "b.psk.d", {"w": np.ones(2, np.float32), "step": np.int32(-2), "ok": np.array([False]),
+                                   "x": np.array([-1], np.int8)})
+    assert pskd_ok("diff", tmp_path / "a.psk.d", tmp_path / "b.psk.d") == [
+        "‖a − b‖₂ = 0.0  ‖a‖₂ = 1.4142135623730951  relative 0.0  over 2 real elements",
+        "idx leaves: 2 of 2 elements differ (integers, bools and bit patterns, compared exactly); first: leaf "
+        "['step'], sample 0, element 0: a holds -1, b holds -2",
+        "not compared (1 leaf of one key path stored as other dtypes): ['x'] (uint8 in a, int8 in b)",
+    ]
+
+
 def other_save(tmp_path):
     """A checkpoint, and the layout file of a save of another tree (the data file of another
     type, of the same size)."""

@@ -138,6 +138,66 @@ def test_params_files_without_layouts_compare_flat(tmp_path):
         pskd_jax.diff(a, b, layout_a=template)
 
 
+# --- idx leaves, exactly -----------------------------------------------------------------------------
+
+
+def test_idx_and_bool_leaves_are_compared_exactly_and_their_differences_counted(tmp_path):
+    a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
+    reals = np.array([0.5, 1.5])
+    pskd_jax.write(a, "(idx[10][2], bool[], ℝ[])", (np.array([[1, 2], [3, 4]]), np.array([True, False]), reals))
+    pskd_jax.write(b, "(idx[10][2], bool[], ℝ[])", (np.array([[1, 7], [3, 4]]), np.array([True, True]), reals))
+    got = pskd_jax.diff(a, b)
+    assert (got.diff_norm, got.elements) == (0.0, 2)  # the reals agree
+    assert (got.exact.elements, got.exact.differing) == (6, 2)
+    assert got.exact.first == "leaf [0], sample 0, element 1: a holds 2, b holds 7"
+    assert got.exact.not_compared == ()
+    same = pskd_jax.diff(a, a)
+    assert (same.exact.elements, same.exact.differing, same.exact.first) == (6, 0, None)
+
+
+def test_a_checkpoints_integer_leaves_are_compared_exactly_and_shown_as_restored(tmp_path):
+    a_path, _ = checkpoint(tmp_path / "a.psk.d", {"w": np.ones(2, np.float32), "q": np.array([-3, 4], np.int8),
+                                                  "ok": np.array([True, False]), "n": 10**30})
+    b_path, _ = checkpoint(tmp_path / "b.psk.d", {"w": np.ones(2, np.float32), "q": np.array([-3, -4], np.int8),
+                                                  "ok": np.array([True, True]), "n": 10**30 + 1})
+    got = pskd_jax.diff(a_path, b_path, layout_a=find_layout_file(a_path), layout_b=find_layout_file(b_path))
+    assert (got.diff_norm, got.elements) == (0.0, 2)
+    # q's second element, ok's second, and the low limb of n's two
+    assert (got.exact.elements, got.exact.differing) == (6, 3)
+    assert got.exact.first == "leaf ['q'], sample 0, element 1: a holds 4, b holds -4"
+    c_path, _ = checkpoint(tmp_path / "c.psk.d", {"n": 10**30})
+    d_path, _ = checkpoint(tmp_path / "d.psk.d", {"n": 10**30 + 1})
+    got = pskd_jax.diff(c_path, d_path, layout_a=find_layout_file(c_path), layout_b=find_layout_file(d_path))
+    assert got.exact.first == f"leaf ['n'], sample 0, element 0: a holds {10**30}, b holds {10**30 + 1}"
+
+
+def test_a_narrow_float_leaf_is_compared_bit_for_bit(tmp_path):
+    a_path, _ = checkpoint(tmp_path / "a.psk.d", {"f": np.array([1.0, 0.0], ml_dtypes.float8_e4m3fn)})
+    b_path, _ = checkpoint(tmp_path / "b.psk.d", {"f": np.array([1.0, -0.0], ml_dtypes.float8_e4m3fn)})
+    got = pskd_jax.diff(a_path, b_path, layout_a=find_layout_file(a_path), layout_b=find_layout_file(b_path))
+    assert (got.exact.elements, got.exact.differing) == (2, 1)
+    assert got.exact.first == "leaf ['f'], sample 0, element 1: a holds 0.0, b holds -0.0"
+
+
+def test_leaves_of_one_key_path_and_other_dtypes_are_named_as_not_compared(tmp_path):
+    # uint8 255 and int8 -1 are both stored as idx[256] 255: equal patterns, other values.
+    a_path, _ = checkpoint(tmp_path / "a.psk.d", {"x": np.array([255], np.uint8), "y": np.int16(1)})
+    b_path, _ = checkpoint(tmp_path / "b.psk.d", {"x": np.array([-1], np.int8), "y": np.int32(1)})
+    got = pskd_jax.diff(a_path, b_path, layout_a=find_layout_file(a_path), layout_b=find_layout_file(b_path))
+    assert got.exact.not_compared == ("['x'] (uint8 in a, int8 in b)", "['y'] (int16 in a, int32 in b)")
+    assert (got.exact.elements, got.exact.differing) == (0, 0)
+
+
+def test_flat_f64_comparison_says_an_idx_leaf_would_be_read_as_reals(tmp_path):
+    template = {"w": np.zeros(2), "n": np.zeros(8, np.uint8)}
+    a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
+    pskd_jax.write(a, "params M", {"w": np.zeros((1, 2)), "n": np.zeros((1, 8), np.uint8)}, layout=template)
+    pskd_jax.write(b, "params M", {"w": np.zeros((1, 2)), "n": np.ones((1, 8), np.uint8)}, layout=template)
+    got = pskd_jax.diff(a, b)
+    assert got.without_layout and got.elements == 3  # the idx leaf's 8 bytes read as one f64
+    assert any("every leaf was read as f64" in note for note in got.notes)
+
+
 # --- numbers ----------------------------------------------------------------------------------------
 
 
@@ -238,7 +298,9 @@ def test_a_sample_larger_than_a_block_is_read_in_chunks_inside_it(tmp_path, read
     assert got.diff_norm == pytest.approx(diff_norm, rel=1e-14) and got.a_norm == pytest.approx(a_norm, rel=1e-14)
     assert got.elements == 2002
     assert max(size for _, size in reads) <= 100 * 8  # never more than a chunk, whatever the sample
-    assert len(reads) == 2 * 2 * (10 + 1)  # two files, two samples, ten chunks of ℝ[1000] and one of ℝ[]
+    assert (got.exact.elements, got.exact.differing) == (6, 0)
+    # two files, two samples, ten chunks of ℝ[1000], one of idx[9][3] (compared exactly) and one of ℝ[]
+    assert len(reads) == 2 * 2 * (10 + 1 + 1)
 
 
 def test_many_small_samples_are_read_in_blocks(tmp_path, reads, monkeypatch):
@@ -259,8 +321,8 @@ def test_a_file_cut_short_while_it_is_read_is_e9003(tmp_path, monkeypatch):
     pskd_jax.write(tmp_path / "b.psk.d", "ℝ[4]", np.ones((100, 4)))
     original = D._DataFile.__init__
 
-    def open_then_cut(self, reader):
-        original(self, reader)
+    def open_then_cut(self, reader, *forms):
+        original(self, reader, *forms)
         if reader.path.endswith("b.psk.d"):
             os.truncate(reader.path, reader.header.data_offset + 8)
 
