@@ -10,6 +10,7 @@ from pskd_jax._os.checks import integer
 from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
+from pskd_jax.format.placement import encoding_labels
 
 
 def _wrote(args, line: str) -> Iterator[str]:
@@ -62,7 +63,7 @@ def _pack(args) -> Iterator[str]:
     encodings = data.parse_encodings(args.encoding, layout)
     result = data.pack_file(args.input, args.type, args.output, encodings=encodings,
                             round_to_encoding=args.round)
-    labels = "" if result.version == 1 else ", encodings " + " ".join(e.label for e in result.encodings)
+    labels = "" if result.version == 1 else ", encodings " + " ".join(encoding_labels(layout.leaves, result.encodings))
     yield f"pskd: wrote {args.output} ({result.count} samples of type {result.type_text}{labels})"
     for report in result.rounding:
         yield f"pskd: {report.describe()}"

@@ -225,9 +225,10 @@ def plan(tree: Any, options: SaveOptions | None = None, *, keep_global: bool = F
 
 @dataclasses.dataclass(frozen=True)
 class SaveResult:
-    """What a save wrote: the file, its type, header version, encodings, the largest rounding error
-    of each rounded leaf, its size, its layout file (None when none was written), and the digests
-    computed while writing (``{"xxh3_128": hex}``; empty when none was asked)."""
+    """What a save wrote: the file, its type, header version, encodings (an idx leaf's is its byte
+    0, F64), the largest rounding error of each rounded leaf, its size, its layout file (None when
+    none was written), the digests computed while writing (``{"xxh3_128": hex}``; empty when none
+    was asked), and each leaf's encoding as a summary names it (``labels``: idx for an idx leaf)."""
 
     path: str
     type_text: str
@@ -237,6 +238,7 @@ class SaveResult:
     bytes: int
     layout_path: str | None
     digests: Mapping[str, str]
+    labels: tuple[str, ...] = ()  # each leaf's encoding as summaries name it: f64, f32, bf16, or idx
 
     @classmethod
     def of(cls, path: str, plan_: SavePlan, reports: dict[int, Rounding], digests: Mapping[str, str],
@@ -245,7 +247,7 @@ class SaveResult:
         encodings = plan_.placement.encodings
         version = 2 if any(e != Encoding.F64 for e in encodings) else 1
         return cls(path, plan_.type_text, version, encodings, [reports[i] for i in sorted(reports)], plan_.size,
-                   layout_path, dict(digests))
+                   layout_path, dict(digests), plan_.placement.labels)
 
 
 __all__ = ["SavePlan", "SaveResult", "leaf_name", "plan"]

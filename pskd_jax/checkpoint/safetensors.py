@@ -394,7 +394,7 @@ def convert(source: str | os.PathLike, destination: str | os.PathLike, *, layout
     source, destination = _named(source), _named(destination)
     if source.endswith(".safetensors") and destination.endswith(".psk.d"):
         result = safetensors_to_pskd(source, destination, SaveOptions(name=name))
-        labels = sorted({e.label for e in result.encodings})
+        labels = sorted(set(result.labels))  # (an integer leaf is idx, never its encoding byte's f64)
         return (f"wrote {destination} ({len(result.encodings)} leaves of type {result.type_text}, "
                 f"encodings {' '.join(labels)}, {result.bytes} bytes)")
     if source.endswith(".psk.d") and destination.endswith(".safetensors"):

@@ -163,10 +163,7 @@ def _export(path: str, output: str, layout: Any, forms: list[sd.Form | None] | N
         head = {
             "type": reader.header.type_text,
             "version": reader.header.version,
-            "encodings": [
-                enc.label if leaf.is_real else "idx"
-                for leaf, enc in zip(placement.layout.leaves, placement.encodings)
-            ],
+            "encodings": list(placement.labels),
             "count": count,
         }
         with whole_output(output) as f:

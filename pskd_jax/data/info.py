@@ -17,6 +17,7 @@ import numpy as np
 from pskd_jax._os.checks import checked_integer
 from pskd_jax.data.export import ShownLeaves, layout_and_forms, plain
 from pskd_jax.format import stored_dtypes as sd
+from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.layout_file import LayoutFile
 from pskd_jax.format.reader import Reader
 
@@ -27,6 +28,8 @@ INFO_DEPTH = 32  # containers nested deeper than this are shown as … by info
 INFO_SAMPLES = 2  # the samples shown when values are shown and no count is given
 
 PATH_WIDTH = 60  # key paths are padded to the longest, up to this many characters
+
+BYTE_0_LABEL = "f64|idx"  # encoding byte 0 of a params file read without its layout
 
 
 class _Head:
@@ -124,10 +127,8 @@ def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None
                 yield f"layout  {source}"
             yield from _leaf_lines(placement, forms)
         elif header.version == 2:
-            yield "encodings " + " ".join(
-                f"{leaf.path or '(root)'}={enc.label}" if leaf.is_real else f"{leaf.path or '(root)'}=idx"
-                for leaf, enc in zip(leaves, placement.encodings)
-            )
+            yield "encodings " + " ".join(f"{leaf.path or '(root)'}={label}"
+                                          for leaf, label in zip(leaves, placement.labels))
         if reader.trailing_bytes:
             yield (f"trailing {reader.trailing_bytes} bytes after the last sample (an interrupted "
                    "append; readers ignore them)")
@@ -188,8 +189,10 @@ def _params_lines(reader: Reader) -> list[str]:
     header = reader.header
     lines = []
     if header.encodings is not None:
-        labels = " ".join(e.label for e in header.encodings)
-        lines.append(f"leaves  {len(header.encodings)} (encodings in storage order: {labels})")
+        # Without the layout a leaf of byte 0 may be f64 or idx: the header cannot tell them apart.
+        labels = " ".join(BYTE_0_LABEL if e == Encoding.F64 else e.label for e in header.encodings)
+        lines.append(f"leaves  {len(header.encodings)} (encodings in storage order: {labels}; {BYTE_0_LABEL} is "
+                     "byte 0, f64 for a real leaf and idx for an index leaf, which only the layout tells apart)")
     lines.append(f"data    {reader.file_size - header.data_offset} bytes")
     lines.append(
         f"layout  the leaves of {header.type_text} come from the program that wrote it: "

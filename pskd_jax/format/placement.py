@@ -52,10 +52,21 @@ class Placement:
             position += leaf.size * dtype.itemsize
         return cls(layout, tuple(Encoding(e) for e in encodings), tuple(offsets), tuple(dtypes), position)
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Each leaf's encoding as a summary names it (:func:`encoding_labels`)."""
+        return encoding_labels(self.layout.leaves, self.encodings)
+
     def value_dtype(self, i: int) -> np.dtype:
         """The dtype of leaf i's values in memory (bfloat16 for bf16, whose disk dtype is u2)."""
         leaf = self.layout.leaves[i]
         return REAL_DTYPES[self.encodings[i]] if leaf.is_real else self.disk_dtypes[i]
+
+
+def encoding_labels(leaves: Sequence[Leaf], encodings: Sequence[Encoding]) -> tuple[str, ...]:
+    """Each leaf's encoding as a summary line names it: f64, f32 or bf16 for a real leaf, idx for an
+    index leaf (its encoding byte is 0, which is no f64: its elements are unsigned integers)."""
+    return tuple(Encoding(e).label if leaf.is_real else "idx" for leaf, e in zip(leaves, encodings))
 
 
 def _check_leaf(leaf: Leaf, where: str) -> None:
@@ -84,4 +95,4 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-__all__ = ["Placement", "c_strides"]
+__all__ = ["Placement", "c_strides", "encoding_labels"]

@@ -148,7 +148,8 @@ def test_indices_bools_and_negative_ints(tmp_path):
     # negative values are stored as their two's-complement pattern
     ck.save(tmp_path / "d.psk.d", {"step": np.array([3, -1], np.int32)})
     assert ck.restore(tmp_path / "d.psk.d", as_numpy=True)["step"].tolist() == [3, -1]
-    assert result.encodings and all(e.label == "f64" for e in result.encodings)
+    assert result.encodings and all(e.label == "f64" for e in result.encodings)  # (the header's byte 0)
+    assert result.labels == ("idx", "idx", "idx", "idx")  # what a summary names them: never f64
 
 
 # ------------------------------------------------------------------------------------------------

@@ -109,6 +109,16 @@ def test_convert_both_ways(tmp_path):
     fails("E9002", "convert", tmp_path / "m.layout.json.safetensors", "-o", tmp_path / "y.psk.d")
 
 
+def test_convert_names_an_integer_tensors_encoding_idx(tmp_path):
+    from safetensors import numpy as safetensors_numpy
+
+    tensors = {"w": np.ones(2, np.float32), "step": np.array([3], np.int32)}
+    safetensors_numpy.save_file(tensors, str(tmp_path / "m.safetensors"))
+    result = pskd("convert", tmp_path / "m.safetensors", "-o", tmp_path / "m.psk.d")
+    assert result.returncode == 0, result.stderr
+    assert ", encodings f32 idx, " in result.stdout  # (the int32 leaf's encoding byte 0 is no f64)
+
+
 @pytest.mark.slow
 def test_info_diff_export_find_the_layout_written_beside_a_checkpoint(tmp_path):
     import json as json_lib

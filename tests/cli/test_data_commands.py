@@ -184,6 +184,24 @@ def test_two_params_files_of_one_encoding_diff_without_their_layout(tmp_path):
     assert line.endswith("(flat, without the layout)")
 
 
+def test_summaries_name_an_idx_leaf_idx_never_f64(tmp_path):
+    values = tmp_path / "values.txt"
+    values.write_text("1 2 0.5\n")
+    out = tmp_path / "o.psk.d"
+    assert ok("pack", "--type", "(idx[10][2], ℝ[])", "--encoding", "-,f32", values, "-o", out) == [
+        f"pskd: wrote {out} (1 samples of type (idx[10][2], ℝ[]), encodings idx f32)"
+    ]
+    assert "encodings [0]=idx [1]=f32" in ok("info", out)
+    # A params file read without its layout: byte 0 may be either, and info says so.
+    template = {"w": np.zeros(2, np.float32), "n": np.zeros(3, np.uint8)}
+    params = tmp_path / "p.psk.d"
+    pskd_jax.write(params, "params M", {"w": np.zeros((1, 2), np.float32), "n": np.zeros((1, 3), np.uint8)},
+                   layout=template)
+    assert ok("info", params)[3] == (
+        "leaves  2 (encodings in storage order: f32 f64|idx; f64|idx is byte 0, f64 for a real leaf and idx for "
+        "an index leaf, which only the layout tells apart)")
+
+
 def test_data_commands_never_import_jax():
     code = "import sys, pskd_jax.apps.pskd; sys.exit(1 if 'jax' in sys.modules else 0)"
     result = run_python(code)
