@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax.data.export import layout_and_forms, plain
-from pskd_jax.errors import MismatchError, NotClosedError
+from pskd_jax.errors import BadValueError, MismatchError, NotClosedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding
 from pskd_jax.format.layout import Layout
@@ -317,6 +317,8 @@ def _comparable(paired: list[tuple[int, int]], a: _DataFile, b: _DataFile) -> tu
         if leaf.is_real or (leaf.bound == other.bound and name_a == name_b):
             pairs.append((i, j))
         else:
+            if name_a == name_b:  # (a Python int of another width: its dtype name says nothing more)
+                name_a, name_b = f"{name_a} as {_describe(leaf)}", f"{name_b} as {_describe(other)}"
             not_compared.append(f"{leaf.path or '(root)'} ({name_a} in a, {name_b} in b)")
     return pairs, tuple(not_compared)
 
@@ -433,7 +435,10 @@ class _ExactCount:
         self.first: str | None = None
 
     def add(self, chunk: _Chunk) -> None:
-        unequal = self.a.stored(chunk.raw_a, chunk.i) != self.b.stored(chunk.raw_b, chunk.j)
+        stored_a, stored_b = self.a.stored(chunk.raw_a, chunk.i), self.b.stored(chunk.raw_b, chunk.j)
+        for file, stored, i in ((self.a, stored_a, chunk.i), (self.b, stored_b, chunk.j)):
+            _check_bound(file, stored, i, chunk)
+        unequal = stored_a != stored_b
         self.elements += unequal.size
         count = int(np.count_nonzero(unequal))
         if count and self.first is None:
@@ -445,6 +450,16 @@ class _ExactCount:
 
     def result(self, not_compared: tuple[str, ...]) -> Exact:
         return Exact(self.elements, self.differing, self.first, not_compared)
+
+
+def _check_bound(file: _DataFile, stored: np.ndarray, i: int, chunk: _Chunk) -> None:
+    """Refuses (E9004) a stored value at or above its leaf's bound, as every reader does: a
+    damaged file, which two equal copies of would otherwise compare as equal."""
+    bound = file.placed.layout.leaves[i].bound
+    bad = sd.out_of_bound(stored, bound)
+    if bad is not None:
+        raise BadValueError(f"{file.path}: {chunk.where(bad)}: stored value {int(stored[bad])} is not below its "
+                            f"bound idx[{bound}]")
 
 
 def _chunk_pairs(a: _DataFile, b: _DataFile, pairs: Sequence[tuple[int, int]], count: int) -> Iterator[_Chunk]:

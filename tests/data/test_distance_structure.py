@@ -188,6 +188,25 @@ def test_leaves_of_one_key_path_and_other_dtypes_are_named_as_not_compared(tmp_p
     assert (got.exact.elements, got.exact.differing) == (0, 0)
 
 
+def test_an_idx_value_beyond_its_bound_is_refused_even_where_both_files_hold_it(tmp_path):
+    # Two copies of one damaged file: every reader refuses the value, so must diff (never "equal").
+    a = raw_file(tmp_path / "a.psk.d", "(ℝ[], bool[2])", np.frombuffer(np.float64(0.5).tobytes() + bytes([1, 2]), "u1"),
+                 count=1)
+    b = raw_file(tmp_path / "b.psk.d", "(ℝ[], bool[2])", np.frombuffer(np.float64(0.5).tobytes() + bytes([1, 2]), "u1"),
+                 count=1)
+    with pytest.raises(PskdError) as caught:
+        pskd_jax.diff(a, b)
+    assert caught.value.code == "E9004"
+    assert caught.value.message == f"{a}: leaf [1], sample 0, element 1: stored value 2 is not below its bound idx[2]"
+
+
+def test_python_ints_of_other_widths_are_named_with_how_each_is_stored(tmp_path):
+    a_path, _ = checkpoint(tmp_path / "a.psk.d", {"n": -5})
+    b_path, _ = checkpoint(tmp_path / "b.psk.d", {"n": 300})
+    got = pskd_jax.diff(a_path, b_path, layout_a=find_layout_file(a_path), layout_b=find_layout_file(b_path))
+    assert got.exact.not_compared == ("['n'] (int as idx[256][] in a, int as idx[65536][] in b)",)
+
+
 def test_flat_f64_comparison_says_an_idx_leaf_would_be_read_as_reals(tmp_path):
     template = {"w": np.zeros(2), "n": np.zeros(8, np.uint8)}
     a, b = tmp_path / "a.psk.d", tmp_path / "b.psk.d"
