@@ -211,7 +211,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="show a checkpoint's values too, as a restore gives them back (a data file shows them anyway)")
     p.add_argument("--layout", metavar="LAYOUT.json", help=LAYOUT_HELP)
 
-    p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files.")
+    p = command("diff", _diff, "‖a − b‖₂ and relative to ‖a‖₂ over the real leaves of two files; their idx leaves "
+                               "(integers, bools, bit patterns) compared exactly.")
     p.add_argument("a", metavar="A.psk.d", help=URL_HELP)
     p.add_argument("b", metavar="B.psk.d", help=URL_HELP)
     p.add_argument("--layout", metavar="LAYOUT.json",
