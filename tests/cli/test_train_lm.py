@@ -102,8 +102,9 @@ def test_ctrl_c_mid_run_is_one_line_and_exit_status_130(windows, tmp_path):
     """SIGINT once training has printed its first step: ``pskd: interrupted`` on stderr, no
     traceback, exit status 130 (as ``pskd`` answers one)."""
     pipeline = f'stream "{windows}" |> batch(B = 1)'
-    command = [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--steps=1000000", "--width=16",
-               "--layers=1", "--heads=2", "--log_every=1", f"--checkpoint_dir={tmp_path / 'c'}", "--save_every=5"]
+    command = [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--steps=1000000",
+               "--width=16", "--layers=1", "--heads=2", "--log_every=1", f"--checkpoint_dir={tmp_path / 'c'}",
+               "--save_every=5"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                           env=dict(ENV, JAX_PLATFORMS="cpu")) as process:
         assert process.stdout is not None and process.stderr is not None

@@ -85,7 +85,8 @@ def test_segments_with_boundaries_at_any_place_of_the_scans_blocks(rows, seq, se
     assert_reference(inputs, 250)
 
 
-@pytest.mark.parametrize("places", [[], [4095], [4094, 4095, 4096], [0, 4096, 8191, 8192], [8194], list(range(4090, 4100))])
+@pytest.mark.parametrize("places", [[], [4095], [4094, 4095, 4096], [0, 4096, 8191, 8192], [8194],
+                                    list(range(4090, 4100))])
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
 def test_segments_across_the_compiled_scans_chunks(places, dtype):
     """Windows longer than the chunk the compiled scan reads before it writes (4096 tokens):
