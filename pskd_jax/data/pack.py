@@ -105,8 +105,10 @@ def parse_encodings(spec: str | None, layout: Layout) -> list[Encoding]:
     if spec is None:
         return [Encoding.F64] * len(leaves)
     names = [n.strip() for n in spec.split(",")]
-    if len(names) == 1:
+    if len(names) == 1 and not (len(leaves) == 1 and names[0] == "-"):  # (a type of one leaf: its own '-')
         encoding = Encoding.parse(names[0])
+        if encoding is not Encoding.F64 and not any(leaf.is_real for leaf in leaves):
+            raise UsageError(f"--encoding {names[0]}: the type has no real leaf to encode (its leaves are indices)")
         return [encoding if leaf.is_real else Encoding.F64 for leaf in leaves]
     if len(names) != len(leaves):
         raise UsageError(f"--encoding lists {len(names)} encodings for a type of {len(leaves)} leaves")

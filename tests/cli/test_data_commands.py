@@ -184,6 +184,18 @@ def test_two_params_files_of_one_encoding_diff_without_their_layout(tmp_path):
     assert line.endswith("(flat, without the layout)")
 
 
+def test_pack_encoding_of_a_type_without_real_leaves(tmp_path):
+    """A type of one idx leaf takes its own '-' (as in a comma list), and an encoding of reals for a
+    type that has none is refused, not ignored."""
+    values = tmp_path / "values.txt"
+    values.write_text("1 2\n")
+    out = tmp_path / "o.psk.d"
+    assert ok("pack", "--type", "idx[10][2]", "--encoding", "-", values, "-o", out)[0].startswith(f"pskd: wrote {out}")
+    message = fails("E9012", "pack", "--type", "idx[10][2]", "--encoding", "f32", values, "-o", tmp_path / "p.psk.d")
+    assert "--encoding f32: the type has no real leaf to encode" in message
+    assert not (tmp_path / "p.psk.d").exists()
+
+
 def test_summaries_name_an_idx_leaf_idx_never_f64(tmp_path):
     values = tmp_path / "values.txt"
     values.write_text("1 2 0.5\n")
