@@ -309,6 +309,24 @@ def commit_cut_short(path: str | os.PathLike) -> CutShort | None:
         pause = min(pause * 2, 0.05)
 
 
+def commit_witness(path: str | os.PathLike) -> tuple[CutShort | None, tuple[int, int, int] | None]:
+    """What a reader that pairs the data file at ``path`` with a layout file compares before and
+    after it reads the layout: the commit a killed save left marked (:func:`commit_cut_short`,
+    which first waits for a save committing now) and the identity of the data file standing there
+    (its st_dev, st_ino and st_size; None: none). Each step of a commit changes one of the two: its
+    mark is written before its first rename and cleared after its second, and its data's rename
+    puts another file there (a file held open keeps its inode number, so none comes back with
+    it). The same witness on both sides of a read of the layout file therefore means that no
+    commit began or ended meanwhile: the layout read is the one standing beside that very data
+    file (or, after a save cut short, its own pair as :func:`commit_cut_short` tells it)."""
+    cut = commit_cut_short(path)
+    try:
+        st = os.stat(path)  # (through a link, as a save writes through it)
+    except (OSError, ValueError):
+        return cut, None
+    return cut, (st.st_dev, st.st_ino, st.st_size)
+
+
 def _settle_held(path: str, fd: int) -> None:
     """Puts a commit of ``path`` that was cut short back in order, for the holder of its lock
     (open as ``fd``): when the data file is the commit's new one, the kept old layout file goes;
@@ -335,5 +353,5 @@ def _settle_held(path: str, fd: int) -> None:
     clear_committing(path)
 
 
-__all__ = ["COMMITTING", "CutShort", "acquire", "clear_committing", "commit_cut_short", "destination_lock", "flock",
-           "holding", "keep_layout_before", "mark_committing", "release"]
+__all__ = ["COMMITTING", "CutShort", "acquire", "clear_committing", "commit_cut_short", "commit_witness",
+           "destination_lock", "flock", "holding", "keep_layout_before", "mark_committing", "release"]

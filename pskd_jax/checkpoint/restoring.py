@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.digests import DIGESTS
-from pskd_jax._os.files import open_fd
+from pskd_jax._os.locks import commit_witness
 from pskd_jax._os.positional import read_into
 from pskd_jax.checkpoint.integrity import check_digest, checked_digests
 from pskd_jax.checkpoint.jax_arrays import jax_module, single_device, wrap_keys
@@ -43,6 +43,10 @@ from pskd_jax.format.reader import Reader
 from pskd_jax.storage import locate
 
 PARALLEL_READ_BYTES = 64 << 20  # restores larger than this read leaves on two threads
+
+# A restore that a save of its path overtakes (its layout read beside one data file, another one
+# there after) reads the checkpoint again, the new one whole, at most this many times in all.
+ATTEMPTS = 8
 
 HASH_PIECE = 16 << 20  # a verified restore reads, and hashes, pieces of at most this size
 
@@ -84,6 +88,10 @@ def restore(
     ``digests`` (``{"xxh3_128": HEX}``, ``{"sha256": HEX}`` or both, as a save's result has them)
     checks the whole file while reading (each given is checked) and raises E9013 naming the file
     on a mismatch; nothing is returned from a file that does not verify.
+
+    A local checkpoint saved again meanwhile (by another process) gives back the old checkpoint
+    whole or the new one whole, never one's key paths with the other's values (E9005 when saves
+    overtake it :data:`ATTEMPTS` times running; ``docs/checkpoints.md``, "A checkpoint file").
     """
     where = locate(path)
     path = where.path if where.is_local else where.url
@@ -100,8 +108,8 @@ def restore(
                 read = plan_read(stored, wanted, layout=layout, partial=partial)
                 values = _read_stored_values(stored, read, as_numpy, expected, allow_overflow)
             return read.tree(values)
-        with Reader(path) as reader:
-            read = plan_read(reader, wanted, layout=layout, partial=partial)
+        reader, read = _open_planned(path, wanted, layout, partial)
+        with reader:
             if zero_copy:
                 values = _zero_copy_values(path, reader, read, expected, allow_overflow)
             else:
@@ -113,6 +121,46 @@ def restore(
         # A last guard: the roots are checked above; no raw error of numpy's or JAX's escapes.
         raise MismatchError(f"{path}: cannot restore into this target ({GUARDED}): {type(e).__name__}: "
                             f"{str(e)[:300]}") from None
+
+
+def _open_planned(path: str, wanted: Target | None, layout: Any, partial: bool) -> tuple[Reader, ReadPlan]:
+    """A reader of the local checkpoint ``path``, open, and its read plan (the caller closes the
+    reader). A save of the path that overtakes the planning has the checkpoint opened again, the
+    new one read whole; E9005 when saves overtake it :data:`ATTEMPTS` times running."""
+    for _ in range(ATTEMPTS):
+        reader = Reader(path)
+        try:
+            read = _plan_of_held_file(reader, wanted, layout, partial)
+        except BaseException:
+            reader.close()
+            raise
+        if read is not None:
+            return reader, read
+        reader.close()  # (saved again meanwhile)
+    raise MismatchError(f"{path}: saved again while this restore read it, {ATTEMPTS} times running: its layout "
+                        "file and its data could not be read from one save, and a mix of two is never returned: "
+                        "restore again once the saves of it pause")
+
+
+def _plan_of_held_file(reader: Reader, wanted: Target | None, layout: Any, partial: bool) -> ReadPlan | None:
+    """The read plan of the data file ``reader`` holds open, with the layout of that very file;
+    None when a save of its path ran meanwhile (another file stands there now, or a commit began
+    or ended while its layout was read: the layout read may be the other save's, whose header and
+    size can be the same). Every byte of data is then read through the reader's descriptor, never
+    by the path again, so the data read is the file the layout was proven to go with."""
+    if not locate(reader.path).is_local:  # (an object of a store: no rename commits it, nothing to witness)
+        return plan_read(reader, wanted, layout=layout, partial=partial)
+    held = os.fstat(reader.fileno())
+    before = commit_witness(reader.path)
+    if before[1] != (held.st_dev, held.st_ino, held.st_size):
+        return None
+    try:
+        read = plan_read(reader, wanted, layout=layout, partial=partial)
+    except PskdError:
+        if commit_witness(reader.path) != before:
+            return None  # (what refused it may be the save's doing: a layout of the new data)
+        raise
+    return read if commit_witness(reader.path) == before else None
 
 
 def _zero_copy_values(path: str, reader: Reader, read: ReadPlan, expected: dict[str, str],
@@ -133,19 +181,16 @@ def _zero_copy_values(path: str, reader: Reader, read: ReadPlan, expected: dict[
 
 def _hash_only(path: str, reader: Reader, names: list[str]) -> dict[str, str]:
     hashes = {name: DIGESTS[name]() for name in names}
-    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
-    try:
-        buffer = bytearray(min(HASH_PIECE, max(1, reader.file_size)))
-        position = 0
-        while position < reader.file_size:
-            n = min(len(buffer), reader.file_size - position)
-            view = memoryview(buffer)[:n]
-            read_into(fd, view, position, path)
-            for digest in hashes.values():
-                digest.update(view)
-            position += n
-    finally:
-        os.close(fd)
+    fd = reader.fileno()  # (the file the plan was made for: never the path again)
+    buffer = bytearray(min(HASH_PIECE, max(1, reader.file_size)))
+    position = 0
+    while position < reader.file_size:
+        n = min(len(buffer), reader.file_size - position)
+        view = memoryview(buffer)[:n]
+        read_into(fd, view, position, path)
+        for digest in hashes.values():
+            digest.update(view)
+        position += n
     return {name: digest.hexdigest() for name, digest in hashes.items()}
 
 
@@ -155,13 +200,10 @@ def _map_views(path: str, reader: Reader, placement: Placement, which: Sequence[
     leaves = placement.layout.leaves
     if reader.file_size == 0 or placement.sample_bytes == 0:
         return {i: np.zeros(leaves[i].shape, placement.value_dtype(i)) for i in which}
-    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
-    try:
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    try:  # (the file the plan was made for, through the reader's descriptor: never the path again)
+        mapped = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
         raise TruncatedError(f"{path}: cannot map: {getattr(e, 'strerror', None) or e}") from e
-    finally:
-        os.close(fd)
     views = {}
     for i in which:
         leaf = leaves[i]
@@ -209,43 +251,40 @@ def _read_values(path: str, reader: Reader, read: ReadPlan, as_numpy: bool, expe
     data_offset = reader.header.data_offset
     routes = _routes(path, read, placement, as_numpy)
     results: list[Any] = [None] * len(chosen)
-    fd = open_fd(path, TruncatedError)  # a regular file only: never a FIFO to block on
+    fd = reader.fileno()  # (the file the plan was made for: never the path again; the reader closes it)
     hashes = {name: DIGESTS[name]() for name in expected}
-    try:
-        header_bytes = bytearray(data_offset)
-        read_into(fd, memoryview(header_bytes), 0, path)
-        for digest in hashes.values():
-            digest.update(header_bytes)
-        # Leaves bound for JAX are read and put on their device one at a time, so the host holds
-        # one leaf, not a second copy of the tree (unless verifying, which reads all in file order).
-        streamed = [] if hashes else [k for k in routes.plain if routes.to_jax[k]]
-        wanted = {chosen[k] for k in routes.plain if k not in streamed}
-        if hashes:
-            wanted |= {chosen[k] for k in routes.sharded}
-        host = _read_leaves(fd, path, data_offset, placement, sorted(wanted), list(hashes.values()),
-                            every=len(leaves) if hashes else 0)
-        for k in streamed:
+    header_bytes = bytearray(data_offset)
+    read_into(fd, memoryview(header_bytes), 0, path)
+    for digest in hashes.values():
+        digest.update(header_bytes)
+    # Leaves bound for JAX are read and put on their device one at a time, so the host holds
+    # one leaf, not a second copy of the tree (unless verifying, which reads all in file order).
+    streamed = [] if hashes else [k for k in routes.plain if routes.to_jax[k]]
+    wanted = {chosen[k] for k in routes.plain if k not in streamed}
+    if hashes:
+        wanted |= {chosen[k] for k in routes.sharded}
+    host = _read_leaves(fd, path, data_offset, placement, sorted(wanted), list(hashes.values()),
+                        every=len(leaves) if hashes else 0)
+    for k in streamed:
+        i = chosen[k]
+        one = _read_leaves(fd, path, data_offset, placement, [i], [])[i]
+        results[k] = _finish(path, one, leaves[i], forms[i], specs[k], placement, i, True, allow_overflow)
+        del one
+    if hashes:
+        _hash_tail(fd, path, data_offset + placement.sample_bytes, reader.file_size, hashes.values())
+        for name, digest in hashes.items():
+            check_digest(path, name, digest.hexdigest(), expected[name])
+    for k in routes.plain:
+        if k not in streamed:
             i = chosen[k]
-            one = _read_leaves(fd, path, data_offset, placement, [i], [])[i]
-            results[k] = _finish(path, one, leaves[i], forms[i], specs[k], placement, i, True, allow_overflow)
-            del one
-        if hashes:
-            _hash_tail(fd, path, data_offset + placement.sample_bytes, reader.file_size, hashes.values())
-            for name, digest in hashes.items():
-                check_digest(path, name, digest.hexdigest(), expected[name])
-        for k in routes.plain:
-            if k not in streamed:
-                i = chosen[k]
-                results[k] = _finish(path, host[i], leaves[i], forms[i], specs[k], placement, i, routes.to_jax[k],
-                                     allow_overflow)
-        for k in routes.sharded:
-            i = chosen[k]
-            spec = specs[k]
-            assert spec is not None  # (a sharded leaf has a target)
-            results[k] = _restore_sharded(fd, path, data_offset + placement.offsets[i], leaves[i], forms[i],
-                                          placement, i, spec, host.get(i), allow_overflow)
-    finally:
-        os.close(fd)
+            results[k] = _finish(path, host[i], leaves[i], forms[i], specs[k], placement, i, routes.to_jax[k],
+                                 allow_overflow)
+    for k in routes.sharded:
+        i = chosen[k]
+        spec = specs[k]
+        assert spec is not None  # (a sharded leaf has a target)
+        results[k] = _restore_sharded(fd, path, data_offset + placement.offsets[i], leaves[i], forms[i],
+                                      placement, i, spec, host.get(i), allow_overflow)
     return results
 
 
@@ -458,8 +497,8 @@ def read_saved_leaves(path: str | os.PathLike, *,
     arrays as their key data, Python scalars as themselves), and its layout file (when it has
     one): what a conversion writes out."""
     path = os.fspath(path)
-    with Reader(path) as reader:
-        read = plan_read(reader, None, layout=layout)
+    reader, read = _open_planned(path, None, layout, False)
+    with reader:
         leaves = read.view.layout.leaves
         out = []
         for i in read.chosen:

@@ -257,6 +257,14 @@ class Reader(RandomAccessSource):
             raise UsageError(f"{self.path}: the reader is closed")
         return self._bytes
 
+    def fileno(self) -> int:
+        """The descriptor of the local file this reader holds open: every read through it reads
+        that file, whatever its path names since. E9012 for an object of a store, or once closed."""
+        source = self._require_open()
+        if not isinstance(source, FileBytes):
+            raise UsageError(f"{self.path}: an object of a store, read by byte ranges, has no descriptor")
+        return source.fileno()
+
     def _mapped(self) -> mmap.mmap | None:
         """The map of the file, made now if this reader had none yet (``access="pread"`` maps only
         for the views asked of it); None for an empty file or a closed reader. E9012 for an object

@@ -232,6 +232,26 @@ def test_a_commit_mark_says_which_data_file_is_the_new_one(tmp_path):
     assert locks.commit_cut_short(path) is None and not os.path.exists(names.save_lock(path))
 
 
+def test_the_commit_witness_changes_at_every_step_of_a_commit(tmp_path):
+    # What a reader compares before and after reading a layout file: the mark, then the data's rename.
+    path, new = tmp_path / "c.psk.d", tmp_path / "new"
+    path.write_bytes(b"old data")
+    new.write_bytes(b"new data")  # (the same size)
+    idle = locks.commit_witness(path)
+    assert idle == (None, (os.stat(path).st_dev, os.stat(path).st_ino, 8))
+    assert locks.commit_witness(path) == idle and not os.path.exists(names.save_lock(path))  # (creates nothing)
+    _marked(path, str(new), before=True, layout=True)
+    marked = locks.commit_witness(path)
+    assert marked[0] == locks.commit_cut_short(path) and marked[1] == idle[1]
+    os.replace(new, path)
+    renamed = locks.commit_witness(path)
+    assert renamed[0] == marked[0] and renamed[1] not in (None, idle[1])
+    locks.clear_committing(path)
+    assert locks.commit_witness(path) == (None, renamed[1])
+    os.unlink(path)
+    assert locks.commit_witness(path) == (None, None)
+
+
 @pytest.mark.parametrize("data_is_new", [False, True])
 def test_the_next_holder_puts_a_commit_cut_short_back_in_order(tmp_path, data_is_new):
     path, new = tmp_path / "c.psk.d", tmp_path / ".c.psk.d.abcdefgh.tmp"
