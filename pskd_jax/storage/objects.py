@@ -43,6 +43,7 @@ from pskd_jax.storage.base import (
     merged_ranges,
 )
 from pskd_jax.storage.config import DEFAULT_OPTIONS, StorageOptions, client_store, obstore_module, redact
+from pskd_jax.storage.urls import check_key_length
 
 _POOL_LOCK = threading.Lock()
 MIN_PART = 5 << 20  # S3's smallest part of a multipart upload (but the last)
@@ -92,11 +93,13 @@ class ObjectStore(Store):
     def _named(self, key: str, what: str) -> None:
         """Refuses the empty key before any request: it names the bucket itself, and S3 answers a
         GET of it with the bucket's listing (read as if it were an object's bytes) and a PUT with
-        errors it retries; no object can be stored there."""
+        errors it retries; no object can be stored there. Refuses a key longer than a store takes
+        too (one made from a long prefix and a step's or a shard's name)."""
         if not key:
             error = StorageError if what == "write it" else TruncatedError
             raise error(f"{self.url(key)}: names the bucket, not an object (cannot {what}): give the object's key "
                         f"({self.scheme}://{self.bucket}/KEY)")
+        check_key_length(self.url(key), key)
 
     def _call(self, key: str, what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         self._named(key, what)
@@ -136,6 +139,7 @@ class ObjectStore(Store):
         which has no byte range, is looked at instead)."""
         if not key:  # (the bucket itself: no object is there)
             return None
+        check_key_length(self.url(key), key)
         started = time.monotonic()
         try:
             result = self._obstore.get(self._client, key, options={"range": (0, max(1, size))})

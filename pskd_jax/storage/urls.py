@@ -23,6 +23,7 @@ SCHEMES = ("file", *OBJECT_SCHEMES)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # how every URL starts, "//" or not
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")  # S3's and GCS's common rule (3 to 63 characters)
+MAX_KEY_BYTES = 1024  # the longest key S3 and GCS store (in UTF-8); a longer one is a server's 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +153,19 @@ def _checked_key(place: str, key: str) -> str:
                            "of an object's key once (no '//')")
     if any(ord(c) < 32 for c in stripped):
         raise StorageError(f"{place}: the key holds a control character")
+    check_key_length(place, stripped)
     return stripped
 
 
-__all__ = ["OBJECT_SCHEMES", "SCHEMES", "Location", "is_object_url", "is_url", "locate"]
+def check_key_length(url: str, key: str) -> None:
+    """Refuses (E9018 naming ``url``) a key longer than S3 and GCS store, before any request: the
+    server's refusal would come only after a multipart upload's data was sent, in its own words.
+    A key made from a prefix (a step's, a shard's) is checked where it is used, by the store."""
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > MAX_KEY_BYTES:
+        raise StorageError(f"{url}: the key is {size} bytes long in UTF-8; S3 and GCS store keys of at most "
+                           f"{MAX_KEY_BYTES} bytes: write a shorter prefix or name")
+
+
+__all__ = ["MAX_KEY_BYTES", "OBJECT_SCHEMES", "SCHEMES", "Location", "check_key_length", "is_object_url", "is_url",
+           "locate"]

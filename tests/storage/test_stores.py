@@ -164,3 +164,25 @@ def test_the_bucket_itself_is_no_object(object_place):
         assert "tries" not in str(refused.value)  # refused before any request
     store.delete("")  # nothing there: nothing to do
     assert [o.key for o in store.list("")] == ["a.bin"]
+
+
+def test_a_key_longer_than_a_store_takes_is_refused_naming_it(object_place):
+    """S3 and GCS store keys of at most 1024 bytes (UTF-8); moto and memory:// take longer ones, a
+    real store answers 400 after the data was sent. The toolkit refuses such a key itself, before
+    any request, whether given whole or made from a prefix."""
+    longest = "é" * 510 + "abcd"  # 1024 bytes
+    place = locate(object_place).child(longest)
+    store, _ = resolve(place)
+    store.put(place.key, b"fits")
+    assert store.get(place.key)[0] == b"fits"
+    too_long = locate(object_place).child("é" * 510 + "abcde")  # 1025 bytes
+    with pytest.raises(StorageError, match="E9018") as refused:
+        locate(too_long.url)
+    assert too_long.url in str(refused.value) and "1025 bytes" in str(refused.value)
+    long_prefix = locate(object_place).child("p" * 1020)  # a prefix that fits, and a name made under it
+    for call in (lambda k: store.put(k, b"x"), lambda k: store.put(k, b"x", mode=CREATE), store.info, store.get,
+                 lambda k: store.head(k, 10), lambda k: store.read_ranges(k, [0], [1])):
+        with pytest.raises(StorageError, match="E9018") as refused:
+            call(long_prefix.child("step-1").key)
+        assert long_prefix.child("step-1").url in str(refused.value) and "1027 bytes" in str(refused.value)
+    assert [o.key for o in store.list(locate(object_place).key)] == [place.key]
