@@ -151,8 +151,13 @@ def _checked_key(place: str, key: str) -> str:
     if bad:
         raise StorageError(f"{place}: the key {key!r} has an empty, '.' or '..' part; write each part "
                            "of an object's key once (no '//')")
-    if any(ord(c) < 32 for c in stripped):
+    if any(ord(c) < 32 or ord(c) == 127 for c in stripped):  # (the client refuses DEL as it does the rest)
         raise StorageError(f"{place}: the key holds a control character")
+    try:
+        stripped.encode("utf-8")
+    except UnicodeEncodeError:  # (a name of bytes the file system's encoding did not decode: surrogates)
+        raise StorageError(f"{place}: the key is not UTF-8 text (it holds bytes that do not decode); object keys "
+                           "are UTF-8") from None
     check_key_length(place, stripped)
     return stripped
 

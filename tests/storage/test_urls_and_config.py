@@ -44,6 +44,8 @@ def test_locations(text, scheme, bucket, key):
     ("S3:/bkt/x", "starts like a URL (S3:) but not with S3://"),
     ("hdfs:x", "starts like a URL (hdfs:) but not with hdfs://"),
     ("file:/tmp/x", "starts like a URL (file:) but not with file://"),
+    ("s3://bkt/a\x7fb", "control character"),  # (DEL, which the client refuses as a retried-sounding failure)
+    ("s3://bkt/a\udcffb", "not UTF-8"),  # (a command line's byte 0xff: no key can hold it)
 ])
 def test_refused_urls_name_themselves(text, words):
     with pytest.raises(StorageError, match="E9018") as refused:
