@@ -181,7 +181,7 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
             yield piece
 
     try:
-        info = store.put(where.key, hashed())
+        info = store.put(where.key, hashed(), size=plan_.size)
         found = {algorithm: hasher.hexdigest()} if hasher and algorithm else {}
     except BaseException:
         if hasher:

@@ -137,7 +137,8 @@ def put_shard(where: Location, blocks: Iterable[tuple[np.ndarray, int]], options
         written = write_shard_file(local, blocks, options.replace(durable=False))  # the store makes it durable
         if claim is not None:
             claim.check(where.url)
-        info = store.put(where.key, _file_parts(local, getattr(store, "options", None)))
+        parts = _file_parts(local, getattr(store, "options", None))
+        info = store.put(where.key, parts, size=os.path.getsize(local))
     return written, info.tag
 
 

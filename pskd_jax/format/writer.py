@@ -217,8 +217,9 @@ class Writer:
         return self._result()
 
     def _put(self, spool: BinaryIO, store: Store, key: str) -> None:
+        size = spool.seek(0, os.SEEK_END)
         spool.seek(0)
-        store.put(key, iter(lambda: spool.read(8 << 20), b""))
+        store.put(key, iter(lambda: spool.read(8 << 20), b""), size=size)
         spool.close()
         self._file = None
 

@@ -94,8 +94,9 @@ def whole_output(place: str | os.PathLike[str] | Location, *, durable: bool = Tr
     with tempfile.TemporaryFile() as spool:
         yield spool
         spool.flush()
+        size = spool.seek(0, os.SEEK_END)
         spool.seek(0)
-        store.put(where.key, iter(lambda: spool.read(8 << 20), b""))
+        store.put(where.key, iter(lambda: spool.read(8 << 20), b""), size=size)
 
 
 def _after_fork_in_child() -> None:

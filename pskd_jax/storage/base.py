@@ -154,10 +154,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def put(self, key: str, data: Buffer | Iterable[Buffer], *, mode: str | Version = OVERWRITE,
-            durable: bool = True) -> ObjectInfo:
+            durable: bool = True, size: int | None = None) -> ObjectInfo:
         """Writes an object whole, visible only once complete (a generator that raises leaves
         nothing). ``mode``: :data:`OVERWRITE`, :data:`CREATE` or a :class:`Version`; a condition
-        that does not hold raises :class:`Conflict` and writes nothing."""
+        that does not hold raises :class:`Conflict` and writes nothing. ``size``: the bytes an
+        iterable of pieces holds, when the caller knows them: an object store makes the parts of
+        its upload large enough to fit S3's 10000 (a local store ignores it)."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

@@ -114,7 +114,7 @@ class LocalStore(Store):
             os.close(fd)
 
     def put(self, key: str, data: Buffer | Iterable[Buffer], *, mode: str | Version = OVERWRITE,
-            durable: bool = True) -> ObjectInfo:
+            durable: bool = True, size: int | None = None) -> ObjectInfo:
         pieces = [data] if isinstance(data, (bytes, bytearray, memoryview)) or hasattr(data, "__array__") \
             else data
         if mode == OVERWRITE:

@@ -47,6 +47,7 @@ from pskd_jax.storage.urls import check_key_length
 
 _POOL_LOCK = threading.Lock()
 MIN_PART = 5 << 20  # S3's smallest part of a multipart upload (but the last)
+MAX_PARTS = 10_000  # S3's most parts of one upload (a part numbered past it is a 400, the data sent)
 _RETRIED = re.compile(r"after (\d+) retries")  # how the client's messages say it tried again
 _ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal, not a lost answer)
 # How they say a range started at or past the object's end (a server's 416; memory://'s own words)
@@ -297,8 +298,12 @@ class ObjectStore(Store):
     # -- writing -----------------------------------------------------------------------------------
 
     def put(self, key: str, data: Buffer | Iterable[Buffer], *, mode: str | Version = OVERWRITE,
-            durable: bool = True) -> ObjectInfo:
-        """(``durable`` is always true of a completed put: the store has the object.)"""
+            durable: bool = True, size: int | None = None) -> ObjectInfo:
+        """(``durable`` is always true of a completed put: the store has the object.) The parts of
+        an upload are ``part_bytes``, or larger where the object's size (one buffer's, or ``size``)
+        needs more than :data:`MAX_PARTS` of them; pieces of no stated size that outgrow that many
+        parts are E9018 at once (the upload aborted, nothing visible), not the server's 400 at the
+        end."""
         if mode not in (OVERWRITE, CREATE) and not isinstance(mode, Version):
             raise ValueError(f"mode {mode!r}")
         self._named(key, "write it")
@@ -307,20 +312,20 @@ class ObjectStore(Store):
             whole = data if single else b"".join(_bytes(piece) for piece in data)
             return self._put_conditional(key, _bytes(whole), mode)
         # (mypy cannot narrow through ``single``: there, data is one buffer)
-        size = [len(memoryview(data).cast("B"))] if single else [0]  # type: ignore[arg-type]
+        written = [len(memoryview(data).cast("B"))] if single else [0]  # type: ignore[arg-type]
+        part = _part_bytes(written[0] if single else size, self.options)
         failed: list[BaseException] = []  # the caller's own error while making the data
         if not single:
-            data = _watched(data, failed, size)
+            data = _watched(data, failed, written, MAX_PARTS * part, self.url(key))
         started = time.monotonic()
         try:
-            result = self._obstore.put(self._client, key, data, mode="overwrite",
-                                       chunk_size=max(self.options.part_bytes, MIN_PART),
+            result = self._obstore.put(self._client, key, data, mode="overwrite", chunk_size=part,
                                        max_concurrency=self.options.concurrency)
         except Exception as e:
             if failed:
                 raise failed[0] from None  # the upload was aborted: nothing is visible
             raise self._write_failed(key, e, started) from None
-        return ObjectInfo(key, size[0], self._tag(result))
+        return ObjectInfo(key, written[0], self._tag(result))
 
     def _put_conditional(self, key: str, data: bytes, mode: str | Version) -> ObjectInfo:
         """One object put under a condition, retried (when the client would not) and checked so
@@ -447,12 +452,24 @@ def _bytes(piece: Buffer) -> bytes:
     return piece if isinstance(piece, bytes) else bytes(memoryview(piece).cast("B"))
 
 
-def _watched(pieces: Iterable[Buffer], failed: list[BaseException], size: list[int]) -> Iterator[Buffer]:
+def _part_bytes(size: int | None, options: StorageOptions) -> int:
+    """The part size of an upload of ``size`` bytes (None: not known): ``part_bytes``, at least
+    S3's smallest part, and large enough that the object fits in :data:`MAX_PARTS` parts."""
+    part = max(options.part_bytes, MIN_PART)
+    return part if size is None else max(part, -(-int(size) // MAX_PARTS))
+
+
+def _watched(pieces: Iterable[Buffer], failed: list[BaseException], size: list[int], most: int, url: str
+             ) -> Iterator[Buffer]:
     """The caller's pieces, counted into ``size[0]``, with the error that stops them kept for the
-    caller."""
+    caller; E9018 once they pass ``most`` bytes (more parts than an upload takes)."""
     try:
         for piece in pieces:
             size[0] += len(memoryview(piece).cast("B"))
+            if size[0] > most:
+                raise StorageError(f"{url}: cannot write it: more than {most} bytes, {MAX_PARTS} parts of "
+                                   f"{most // MAX_PARTS}, the most one upload takes; give a larger part_bytes "
+                                   "(StorageOptions) for objects this large")
             yield piece
     except BaseException as e:
         failed.append(e)

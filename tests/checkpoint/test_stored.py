@@ -307,3 +307,16 @@ def test_only_the_manager_makes_a_directory_and_only_for_a_local_place():
     text = (pathlib.Path(pskd_jax.checkpoint.__file__).parent / "manager.py").read_text()
     before = text[: text.index("os.makedirs")]
     assert "CheckpointDirectory.of(directory)" in before and "if not self._place.is_local:" in before
+
+
+def test_a_save_states_its_size_so_that_its_upload_fits_the_parts(object_place, monkeypatch):
+    """S3 takes at most 10000 parts an upload; a save knows its object's size and says it, so
+    that the parts are made large enough (the bound is made 1 here: a save of more than one part
+    that did not say its size would be E9018)."""
+    from pskd_jax.storage import objects
+
+    monkeypatch.setattr(objects, "MAX_PARTS", 1)
+    url = _place(object_place, "big.psk.d")
+    tree = {"w": np.arange(9 << 18, dtype=np.float32)}  # 9 MiB: two parts of 8 MiB
+    ck.save(url, tree)
+    assert np.array_equal(ck.restore(url, as_numpy=True)["w"], tree["w"])

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError, StorageError, TruncatedError
-from pskd_jax.storage import CREATE, Conflict, ObjectStore, StorageOptions, Version
+from pskd_jax.storage import CREATE, Conflict, ObjectStore, StorageOptions, Version, objects
 from tests.faultproxy import Fault, Rule, answer, cut, drop, lost_answer, short, slow
 from tests.helpers import assert_code
 
@@ -269,6 +269,30 @@ def test_a_multipart_put_that_keeps_failing_leaves_nothing(faulty_bucket, fault_
     assert fault_proxy.count("DELETE", "uploadId=") == 1  # the client aborted the upload: no parts are kept
     fault_proxy.plan()
     assert store.info("big.bin") is None and store.list("") == []
+
+
+@pytest.mark.slow
+def test_an_upload_never_has_more_parts_than_s3_takes(faulty_bucket, fault_proxy, monkeypatch):
+    """S3 takes at most 10000 parts an upload and answers a part numbered past them with 400, after
+    the data before it was sent (moto does too). The bound is made 3 here, for objects of a few
+    parts: one whose size is known (one buffer, or pieces with ``size``) is cut into parts large
+    enough to fit; pieces of no stated size that outgrow the parts are E9018 before the server sees
+    a part past the bound, and nothing is visible."""
+    monkeypatch.setattr(objects, "MAX_PARTS", 3)
+    store = _store(faulty_bucket)  # (parts of 5 MiB, S3's smallest: four for this object)
+    data = BIG + BIG[: 6 << 20]
+    pieces = [data[start : start + (1 << 20)] for start in range(0, len(data), 1 << 20)]
+    for written, size in ((data, None), (pieces, len(data))):
+        fault_proxy.plan()
+        store.put("big.bin", written, size=size)
+        assert fault_proxy.count("PUT", r"partNumber=") == 3
+        assert store.get("big.bin")[0] == data
+    fault_proxy.plan()
+    with pytest.raises(StorageError) as refused:
+        store.put("unknown.bin", iter(pieces))
+    assert_code(refused, "E9018", store.url("unknown.bin"), "3 parts of 5242880")
+    assert fault_proxy.count("PUT", r"partNumber=4") == 0
+    assert store.info("unknown.bin") is None
 
 
 # -- conditional puts report what happened -------------------------------------------------------------------------

@@ -186,3 +186,16 @@ def test_a_key_longer_than_a_store_takes_is_refused_naming_it(object_place):
             call(long_prefix.child("step-1").key)
         assert long_prefix.child("step-1").url in str(refused.value) and "1027 bytes" in str(refused.value)
     assert [o.key for o in store.list(locate(object_place).key)] == [place.key]
+
+
+def test_a_whole_output_states_its_size_so_that_its_upload_fits_the_parts(object_place, monkeypatch):
+    """(S3's 10000 parts an upload, made 1 here: the spooled output's size is known and said.)"""
+    from pskd_jax.storage import objects, whole_output
+
+    monkeypatch.setattr(objects, "MAX_PARTS", 1)
+    where = locate(object_place).child("out.bin")
+    data = os.urandom(9 << 20)  # two parts of 8 MiB
+    with whole_output(where.url) as f:
+        f.write(data)
+    store, _ = resolve(where)
+    assert store.get(where.key)[0] == data
