@@ -50,6 +50,9 @@ MIN_PART = 5 << 20  # S3's smallest part of a multipart upload (but the last)
 MAX_PARTS = 10_000  # S3's most parts of one upload (a part numbered past it is a 400, the data sent)
 _RETRIED = re.compile(r"after (\d+) retries")  # how the client's messages say it tried again
 _ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal, not a lost answer)
+# S3's 409 ConditionalRequestConflict: another write or delete of the key was in progress. No verdict
+# on the condition (the client calls it "already exists"); AWS says to try the put again.
+_IN_PROGRESS = re.compile(r"status code: 409\b")
 # How they say a range started at or past the object's end (a server's 416; memory://'s own words)
 _UNSATISFIABLE = re.compile(r"status code: 416\b|Wanted range starting at \d+, but object was only")
 
@@ -339,7 +342,9 @@ class ObjectStore(Store):
                 return ObjectInfo(key, len(data), self._tag(result))
             except Exception as e:
                 error: BaseException = e
-            refused = isinstance(error, (Conflict, exceptions.AlreadyExistsError, exceptions.PreconditionError))
+            in_progress = _IN_PROGRESS.search(str(error)) is not None
+            refused = not in_progress and isinstance(error, (Conflict, exceptions.AlreadyExistsError,
+                                                             exceptions.PreconditionError))
             answered = refused or _ANSWERED in str(error)
             client_retries = _client_retries(error)
             if tries > 1 or client_retries or not answered:  # an earlier try of this put may have landed
@@ -348,6 +353,11 @@ class ObjectStore(Store):
                     return mine
             if refused:
                 raise error if isinstance(error, Conflict) else self._conflict(key, mode) from None
+            if in_progress:
+                if not client_retries and self._within_bounds(tries, started):  # (the client retries an If-Match)
+                    time.sleep(_pause(tries, started, self.options))
+                    continue
+                raise self._still_in_progress(key, error, started, tries) from None
             if not self._again(error, tries, started):
                 raise self._write_failed(key, error, started, tries) from None
             time.sleep(_pause(tries, started, self.options))
@@ -392,6 +402,11 @@ class ObjectStore(Store):
                                ) from None
         return self._info(key, result.meta) if memoryview(found) == memoryview(data) else None
 
+    def _still_in_progress(self, key: str, error: BaseException, started: float, tries: int) -> PskdError:
+        return StorageError(f"{self.url(key)}: cannot write it: the store kept answering 409 Conflict (another write "
+                            f"or delete of the object in progress), not whether the put's condition holds: "
+                            f"{_tried(error, started, tries, self.options)}; this put wrote nothing: try again")
+
     def _write_failed(self, key: str, error: BaseException, started: float, tries: int = 1) -> PskdError:
         if isinstance(error, FileNotFoundError):
             return StorageError(f"{self.url(key)}: cannot write it: the store answered 'not found' (no bucket "
@@ -420,8 +435,11 @@ class ObjectStore(Store):
     def _again(self, error: BaseException, tries: int, started: float) -> bool:
         """Whether this store tries a request again itself: when its connection dropped before an
         answer and the client, having not retried it, left that to the caller."""
-        return (_ANSWERED not in str(error) and not _client_retries(error) and tries <= self.options.retries
-                and time.monotonic() - started < self.options.retry_seconds)
+        return _ANSWERED not in str(error) and not _client_retries(error) and self._within_bounds(tries, started)
+
+    def _within_bounds(self, tries: int, started: float) -> bool:
+        """Whether another try stays within the options' retries and seconds."""
+        return tries <= self.options.retries and time.monotonic() - started < self.options.retry_seconds
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         base = prefix.rstrip("/")

@@ -342,6 +342,38 @@ def test_a_real_conflict_stays_a_conflict_through_retries(faulty_bucket, fault_p
     assert store.get("index.json")[0] == b"theirs"
 
 
+@pytest.mark.parametrize("mode", ["create", "version"])
+def test_a_conditional_put_answered_409_is_tried_again(faulty_bucket, fault_proxy, mode):
+    """S3 answers 409 ConditionalRequestConflict to a conditional put while another write or delete
+    of the key is in progress: no verdict on the condition (the client calls it "already exists"),
+    and AWS says to try again. The put is tried again and does what its condition says."""
+    store = _store(faulty_bucket)
+    condition = CREATE
+    if mode == "version":
+        condition = Version(store.put("index.json", b"old").tag)
+    fault_proxy.plan(Rule(answer(409), method="PUT", times=1))
+    info = store.put("index.json", b"mine", mode=condition)
+    assert store.get("index.json") == (b"mine", info)
+    assert fault_proxy.count("PUT", fault=None) == 1  # the try after the 409 reached the server
+
+
+@pytest.mark.parametrize("mode", ["create", "version"])
+def test_a_conditional_put_that_keeps_meeting_409_is_e9018_never_a_conflict(faulty_bucket, fault_proxy, mode):
+    """A 409 that persists says nothing of the condition: E9018 saying so, not a lost race (the
+    callers' E9014, E9016), and nothing written."""
+    store = _store(faulty_bucket)
+    condition = CREATE
+    if mode == "version":
+        condition = Version(store.put("index.json", b"old").tag)
+    fault_proxy.plan(Rule(answer(409), method="PUT", times=None))
+    with pytest.raises(StorageError) as failed:
+        store.put("index.json", b"mine", mode=condition)
+    assert_code(failed, "E9018", store.url("index.json"), "409 Conflict", "wrote nothing")
+    assert fault_proxy.count("PUT") >= RETRIES + 1
+    fault_proxy.plan()
+    assert store.info("index.json") is None if mode == "create" else store.get("index.json")[0] == b"old"
+
+
 def test_a_refusal_at_the_first_try_is_a_conflict_even_for_equal_bytes(faulty_bucket, fault_proxy):
     """Only a put that was tried more than once can have been refused by its own object: one
     refused at its first try lost, whatever the object there holds."""
