@@ -53,6 +53,8 @@ _ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal
 # S3's 409 ConditionalRequestConflict: another write or delete of the key was in progress. No verdict
 # on the condition (the client calls it "already exists"); AWS says to try the put again.
 _IN_PROGRESS = re.compile(r"status code: 409\b")
+# A store without conditional writes (S3 itself before 2024, some S3-compatible ones) refuses the header
+_NOT_IMPLEMENTED = re.compile(r"status code: 501\b")
 # How they say a range started at or past the object's end (a server's 416; memory://'s own words)
 _UNSATISFIABLE = re.compile(r"status code: 416\b|Wanted range starting at \d+, but object was only")
 
@@ -358,9 +360,17 @@ class ObjectStore(Store):
                     time.sleep(_pause(tries, started, self.options))
                     continue
                 raise self._still_in_progress(key, error, started, tries) from None
+            if _NOT_IMPLEMENTED.search(str(error)):
+                raise self._no_conditional_writes(key, error, started, tries) from None
             if not self._again(error, tries, started):
                 raise self._write_failed(key, error, started, tries) from None
             time.sleep(_pause(tries, started, self.options))
+
+    def _no_conditional_writes(self, key: str, error: BaseException, started: float, tries: int) -> PskdError:
+        return StorageError(f"{self.url(key)}: cannot write it: the store does not implement conditional writes "
+                            f"(If-None-Match, If-Match: 501 Not Implemented), which an index (checkpoints.json, "
+                            f"shards.json) is committed with; nothing was written: use a store that takes them "
+                            f"({_tried(error, started, tries, self.options)}: {_client_words(error, self.options)})")
 
     def _condition(self, key: str, mode: str | Version) -> Any:
         """The client's ``mode`` for a conditional put. GCS matches a generation, not an ETag: the

@@ -374,6 +374,23 @@ def test_a_conditional_put_that_keeps_meeting_409_is_e9018_never_a_conflict(faul
     assert store.info("index.json") is None if mode == "create" else store.get("index.json")[0] == b"old"
 
 
+@pytest.mark.parametrize("mode", ["create", "version"])
+def test_a_store_without_conditional_writes_says_so(faulty_bucket, fault_proxy, mode):
+    """A store that does not take If-None-Match / If-Match answers 501 Not Implemented (as S3 did
+    before it had conditional writes): E9018 saying what is missing, and the object untouched."""
+    store = _store(faulty_bucket)
+    condition = CREATE
+    if mode == "version":
+        condition = Version(store.put("index.json", b"old").tag)
+    fault_proxy.plan(Rule(answer(501), method="PUT", times=None))
+    with pytest.raises(StorageError) as failed:
+        store.put("index.json", b"mine", mode=condition)
+    assert_code(failed, "E9018", store.url("index.json"), "does not implement conditional writes",
+                "nothing was written")
+    fault_proxy.plan()
+    assert store.info("index.json") is None if mode == "create" else store.get("index.json")[0] == b"old"
+
+
 def test_a_refusal_at_the_first_try_is_a_conflict_even_for_equal_bytes(faulty_bucket, fault_proxy):
     """Only a put that was tried more than once can have been refused by its own object: one
     refused at its first try lost, whatever the object there holds."""
