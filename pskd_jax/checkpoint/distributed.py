@@ -22,7 +22,7 @@ from pskd_jax._os.locks import clear_committing, destination_lock, keep_layout_b
 from pskd_jax._os.positional import write_at
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_array_like, is_global, jax_module
-from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready, own_store_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.parts import TOKEN_BYTES, PartsIndex, part_key, parts_index_at, parts_named_for
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, plan
@@ -203,6 +203,14 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
     reports: dict[int, Rounding] = {}
     extents: list[tuple[int, int, int]] = []
     written = [0]
+    layout_key = names.layout_path_for(where.key)
+    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
+    own_beside = [False]  # (process 0's finding: whether the object at the layout's key is this checkpoint's layout)
+
+    def look_beside() -> None:  # (before any put: anything else at the layout's key is never replaced)
+        own_beside[0] = own_store_layout(store, layout_key, where.key, url, writes=writes_layout)
+
+    _agree(multihost_utils, f"{url}: looking at its layout's key", _attempt(look_beside, url) if me == 0 else None)
 
     def pieces() -> Iterator[memoryview]:
         for offset, data in _my_pieces(plan_, options, reports, me):
@@ -217,8 +225,6 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
     tables = _gathered(multihost_utils, np.asarray(extents, "<i8").reshape(-1, 3))
     sizes = [int(t[:, 1].sum()) if len(t) else 0 for t in tables]
     found: dict[str, str] = {}
-    layout_key = names.layout_path_for(where.key)
-    writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
 
     def commit() -> None:
         index = PartsIndex.of(plan_.size, keys, sizes, tables, url)
@@ -238,6 +244,8 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
             content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
             store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
         store.put(where.key, index.encoded())
+        if not writes_layout and own_beside[0]:  # the layout of the data replaced, which this save does not rewrite
+            store.delete(layout_key)
         if old is not None:  # the parts of the save replaced (only keys named as its parts)
             for stale in sorted(set(parts_named_for(old.keys, where.key)) - set(keys)):
                 with contextlib.suppress(PskdError):  # (committed already: a part left is only a cost)

@@ -17,7 +17,14 @@ from pskd_jax.checkpoint.planning import SavePlan
 from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.keypaths import path_keys
-from pskd_jax.format.layout_file import LAYOUT_FORMAT, LAYOUT_VERSION, header_digest, is_own_layout, read_layout_file
+from pskd_jax.format.layout_file import (
+    LAYOUT_FORMAT,
+    LAYOUT_VERSION,
+    header_digest,
+    is_own_layout,
+    layout_from_bytes,
+    read_layout_file,
+)
 
 
 def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | None = None,
@@ -121,4 +128,30 @@ def _is_layout(path: str) -> bool:
     return True
 
 
-__all__ = ["check_layout_beside", "layout_json", "write_layout"]
+LAYOUT_HEAD_BYTES = 1 << 20  # the first read of the object where a save's layout goes
+
+
+def own_store_layout(store: Any, beside: str, key: str, path: str, *, writes: bool) -> bool:
+    """Whether the object where ``key``'s layout goes is the toolkit's own layout of ``key`` (a
+    layout file recording that name, or one of an earlier version recording none); refuses (E9012)
+    a save that would put its layout over anything else, before anything is put."""
+    first = store.head(beside, LAYOUT_HEAD_BYTES)  # (one request: a layout is most often whole in it)
+    if first is None:
+        return False
+    raw, info = first
+    if len(raw) < info.size:
+        raw, _ = store.get(beside)
+    try:
+        found = layout_from_bytes(raw, store.url(beside))
+    except PskdError:
+        found = None
+    recorded = (found.identity or {}).get("name") if found is not None else None
+    own = found is not None and recorded in (None, key.rsplit("/", 1)[-1])
+    if writes and not own:
+        raise UsageError(f"{store.url(beside)}: the layout of {path} goes there, but another object stands there "
+                         "(not the layout of this checkpoint); nothing was written: move it away, or save under "
+                         "another name")
+    return own
+
+
+__all__ = ["LAYOUT_HEAD_BYTES", "check_layout_beside", "layout_json", "own_store_layout", "write_layout"]

@@ -20,13 +20,12 @@ from pskd_jax._os.names import layout_path_for
 from pskd_jax.checkpoint.distributed import save_distributed
 from pskd_jax.checkpoint.encode import bytes_of, encode_chunks
 from pskd_jax.checkpoint.jax_arrays import is_global
-from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready
+from pskd_jax.checkpoint.layout_file import check_layout_beside, layout_json, layout_ready, own_store_layout
 from pskd_jax.checkpoint.options import SaveOptions, save_options
 from pskd_jax.checkpoint.planning import SavePlan, SaveResult, leaf_name, plan
-from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
+from pskd_jax.errors import MismatchError, TruncatedError
 from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.encodings import Rounding
-from pskd_jax.format.layout_file import layout_from_bytes
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.storage import Location, locate, store_for
 
@@ -166,7 +165,7 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
     algorithm = options.digest
     beside = layout_path_for(where.key)
     writes_layout = options.layout_file and isinstance(parse_type(plan_.type_text), ParamsType)
-    own_beside = _own_store_layout(store, beside, where.key, path, writes=writes_layout)  # (before any put)
+    own_beside = own_store_layout(store, beside, where.key, path, writes=writes_layout)  # (before any put)
     hasher = Hasher(algorithm) if algorithm else None
 
     def pieces() -> Iterator[memoryview]:
@@ -196,32 +195,6 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
     elif own_beside:  # (anything else at its key is left alone)
         store.delete(beside)
     return SaveResult.of(path, plan_, reports, found, store.url(beside) if writes_layout else None)
-
-
-_LAYOUT_HEAD_BYTES = 1 << 20  # the first read of the object where a save's layout goes
-
-
-def _own_store_layout(store: Any, beside: str, key: str, path: str, *, writes: bool) -> bool:
-    """Whether the object where ``key``'s layout goes is the toolkit's own layout of ``key`` (a
-    layout file recording that name, or one of an earlier version recording none); refuses (E9012)
-    a save that would put its layout over anything else, before anything is put."""
-    first = store.head(beside, _LAYOUT_HEAD_BYTES)  # (one request: a layout is most often whole in it)
-    if first is None:
-        return False
-    raw, info = first
-    if len(raw) < info.size:
-        raw, _ = store.get(beside)
-    try:
-        found = layout_from_bytes(raw, store.url(beside))
-    except PskdError:
-        found = None
-    recorded = (found.identity or {}).get("name") if found is not None else None
-    own = found is not None and recorded in (None, key.rsplit("/", 1)[-1])
-    if writes and not own:
-        raise UsageError(f"{store.url(beside)}: the layout of {path} goes there, but another object stands there "
-                         "(not the layout of this checkpoint); nothing was written: move it away, or save under "
-                         "another name")
-    return own
 
 
 _PREALLOCATE_BYTES = 1 << 20  # files smaller than this are written without preallocation

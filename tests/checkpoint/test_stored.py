@@ -132,14 +132,14 @@ def test_closed_save_removes_only_a_layout_object(any_place):
 def test_a_save_reads_the_whole_object_where_its_layout_goes(object_place, monkeypatch):
     """The save looks at the object at its layout's key with one read of its first bytes, and
     reads the rest when the object is longer: its own layout is replaced, anything else refused."""
-    from pskd_jax.checkpoint import saving
+    from pskd_jax.checkpoint import layout_file
 
     url = _place(object_place, "long.psk.d")
     store, where = resolve(url)
     beside = layout_path_for(where.key)
     tree = {"w": np.arange(6, dtype=np.float32), "step": np.int64(4)}
     ck.save(url, tree)
-    monkeypatch.setattr(saving, "_LAYOUT_HEAD_BYTES", 64)  # (a layout is longer than that)
+    monkeypatch.setattr(layout_file, "LAYOUT_HEAD_BYTES", 64)  # (a layout is longer than that)
     assert len(store.get(beside)[0]) > 64
     tree["step"] = np.int64(5)
     ck.save(url, tree)  # its own layout, known once read whole
@@ -320,3 +320,26 @@ def test_a_save_states_its_size_so_that_its_upload_fits_the_parts(object_place, 
     tree = {"w": np.arange(9 << 18, dtype=np.float32)}  # 9 MiB: two parts of 8 MiB
     ck.save(url, tree)
     assert np.array_equal(ck.restore(url, as_numpy=True)["w"], tree["w"])
+
+
+def test_a_save_of_parts_never_puts_its_layout_over_another_object(object_place):
+    """The save of a tree spread over JAX processes into a bucket (parts and a parts index; run
+    here by one process) looks at its layout's key first, as a single save does: anything but
+    this checkpoint's layout there is refused before anything is put, and left as it was; its own
+    layout of the data replaced is replaced, or removed by a save that writes none."""
+    url = _place(object_place, "parts.psk.d")
+    store, where = resolve(url)
+    beside = layout_path_for(where.key)
+    notes = b'{"notes": "the user\'s own, at the name a layout would take"}'
+    store.put(beside, notes)
+    tree = {"w": np.arange(6, dtype=np.float32), "step": np.int64(4)}
+    with raises("E9012", store.url(beside), "another object stands there"):
+        ck.save_distributed(url, tree)
+    assert store.get(beside)[0] == notes
+    assert [o.key for o in store.list(where.parent().key)] == [beside]  # no part, no index
+    store.delete(beside)
+    ck.save_distributed(url, tree)
+    assert store.info(beside) is not None
+    ck.save_distributed(url, tree, ck.SaveOptions(layout_file=False))
+    assert store.info(beside) is None  # its own layout, of the data replaced
+    assert ck.restore(url, tree)["step"] == 4
