@@ -53,6 +53,7 @@ _ANSWERED = "non-2xx status code"  # how they say the server answered (a refusal
 # S3's 409 ConditionalRequestConflict: another write or delete of the key was in progress. No verdict
 # on the condition (the client calls it "already exists"); AWS says to try the put again.
 _IN_PROGRESS = re.compile(r"status code: 409\b")
+_NO_BUCKET = "<Code>NoSuchBucket</Code>"  # S3's error page for a GET of a bucket that is not there (a HEAD has none)
 # A store without conditional writes (S3 itself before 2024, some S3-compatible ones) refuses the header
 _NOT_IMPLEMENTED = re.compile(r"status code: 501\b")
 # How they say a range started at or past the object's end (a server's 416; memory://'s own words)
@@ -89,6 +90,9 @@ class ObjectStore(Store):
         if isinstance(error, PskdError):
             return error
         if isinstance(error, FileNotFoundError):
+            if _NO_BUCKET in str(error):  # (not a missing object: every key of this bucket is missing)
+                return StorageError(f"{self.url(key)}: cannot {what}: there is no bucket {self.bucket!r} (the store "
+                                    "answered NoSuchBucket)")
             return TruncatedError(f"{self.url(key)}: no such object (cannot {what})")
         if _UNSATISFIABLE.search(str(error)):  # a range that starts at or past the object's end
             return TruncatedError(f"{self.url(key)}: the object ends before a range asked of it starts (cannot "
@@ -150,7 +154,9 @@ class ObjectStore(Store):
         try:
             result = self._obstore.get(self._client, key, options={"range": (0, max(1, size))})
             data = bytes(result.bytes())
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if _NO_BUCKET in str(e):
+                raise self._failed(key, "read it", e, started) from None
             return None
         except Exception as e:
             if "range" in str(e).lower():

@@ -199,3 +199,21 @@ def test_a_whole_output_states_its_size_so_that_its_upload_fits_the_parts(object
         f.write(data)
     store, _ = resolve(where)
     assert store.get(where.key)[0] == data
+
+
+def test_a_read_from_a_bucket_that_is_not_there_says_so(s3_bucket):
+    """S3 answers a GET in a missing bucket with NoSuchBucket (a 404, as for a missing object): a
+    read says the bucket is missing (E9018), not that the object is (E9003), so that a mistyped
+    bucket is not taken for a missing checkpoint. (A HEAD's answer has no body: ``info`` is None.)"""
+    from pskd_jax import checkpoint as ck
+
+    missing = f"{s3_bucket.name}-missing"
+    store, where = resolve(f"s3://{missing}/run/ckpt.psk.d")
+    for read in (lambda: store.get(where.key), lambda: store.head(where.key, 64),
+                 lambda: store.read_ranges(where.key, [0], [8]),
+                 lambda: store.read_ranges(where.key, [0], [8], tag="x"),
+                 lambda: b"".join(store.chunks(where.key)), lambda: ck.restore(where.url, as_numpy=True)):
+        with pytest.raises(StorageError, match="E9018") as refused:
+            read()
+        assert where.url in str(refused.value) and f"there is no bucket {missing!r}" in str(refused.value)
+    assert store.info(where.key) is None
