@@ -171,7 +171,12 @@ def write_shard(source: str, directory: str, index: int, options: BuildOptions |
 
 def _renamed_shard(source: str, directory: str, index: int, options: BuildOptions) -> ShardResult:
     final = os.path.join(directory, names.shard_name(index))
-    temporary = unlocked_temporary_for(final)
+    temporary = unlocked_temporary_for(final)  # a name of this attempt's own (random)
+    # The shard writer creates the file itself, locked from the start. Given a file there already,
+    # it would write the shard to a second temporary file beside it and rename that over the
+    # first: a file that an attempt killed meanwhile (a lost worker) leaves at a name no tidying
+    # knows, in the finished corpus.
+    os.unlink(temporary)
     try:
         result = build_shard(source, temporary, options)
         try:

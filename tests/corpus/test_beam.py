@@ -18,6 +18,7 @@ from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.errors import CorpusInputError, StorageError, UsageError
+from tests.helpers import python, wait_until
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
 from .helpers import put
@@ -139,6 +140,44 @@ def test_a_bundle_that_fails_once_is_retried_and_gives_the_same_bytes(tmp_path, 
     monkeypatch.setattr(corpus_beam, "build_shard", failing_once)
     corpus.build_corpus_beam(inputs, directory, beam_options="--runner=BundleBasedDirectRunner")
     assert marker.exists() and not os.path.exists(marker.read_text())  # it failed, and its file went
+    assert_same_corpus(tmp_path / "local", directory)
+
+
+_KILLED_ATTEMPT = """
+import os, sys, time
+from pskd_jax.corpus import beam, shard_build
+real = shard_build.token_blocks
+
+def blocks_then_hang(*args, **kwargs):
+    for block in real(*args, **kwargs):
+        yield block
+        open(sys.argv[3], "w").close()  # a chunk is written: the test kills this attempt now
+        time.sleep(3600)
+
+shard_build.token_blocks = blocks_then_hang
+beam.write_shard(sys.argv[1], sys.argv[2], 0, shard_build.BuildOptions(chunk_tokens=64))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_attempt_killed_mid_shard_leaves_nothing_once_the_build_finishes(tmp_path, docs):
+    """What a worker killed by its cluster (kill -9) leaves: an attempt's files of a shard half
+    written. The build that then finishes (a rerun, or the rescheduled attempt's last step) leaves
+    the local build's files and nothing else."""
+    pytest.importorskip("apache_beam")
+    source = write_jsonl(tmp_path / "a.jsonl", docs)
+    corpus.build_corpus([source], tmp_path / "local")
+    directory, marker = tmp_path / "beam", tmp_path / "written"
+    directory.mkdir()
+    attempt = python(_KILLED_ATTEMPT, source, directory, marker)
+    try:
+        wait_until(marker.exists, alive=attempt, what="the attempt's first chunk")
+    finally:
+        attempt.kill()
+        attempt.communicate()
+    assert [n for n in os.listdir(directory) if n.endswith(".tmp")]  # what the killed attempt left
+    corpus.build_corpus_beam([source], directory)
     assert_same_corpus(tmp_path / "local", directory)
 
 
