@@ -118,10 +118,11 @@ def _match_urls(given: str) -> list[str]:
 
 @contextlib.contextmanager
 def _readable(source: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """A local path to read ``source`` from, and the identity the manifest records for it: a local
-    path as is (its identity as :func:`source_of` takes it), a URL copied to a temporary file (its
-    size and modification time as its file system reports them)."""
-    if not is_url(source):
+    """What to read ``source`` from, and the identity the manifest records for it: a local path or
+    an object of the toolkit's stores as is (read, and identified by :func:`source_of`, as the
+    local build reads it: an object by its version tag), a URL of another file system copied to a
+    temporary file (its size and modification time as that file system reports them)."""
+    if not is_url(source) or _served(source):
         yield source, source_of(source)
         return
     beam = beam_module()

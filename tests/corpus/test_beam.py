@@ -329,6 +329,20 @@ def test_into_a_store_the_workers_put_the_local_bytes(request, tmp_path, docs, k
     assert result.manifest.path == place + "/shards.json" and result.manifest.complete
 
 
+@pytest.mark.slow
+def test_inputs_in_a_bucket_are_read_by_the_toolkit_and_recorded_as_the_local_build_records_them(tmp_path, docs,
+                                                                                                  s3_bucket):
+    """An object input is the toolkit's (streamed by the worker, its version tag recorded), not
+    Beam's S3 file system's (which records a modification time): the local build's manifest."""
+    pytest.importorskip("apache_beam")
+    for i, name in enumerate(["a.jsonl", "b.jsonl"]):
+        put(s3_bucket.url + "/raw", name, "".join(json.dumps({"text": d}) + "\n" for d in docs[i::2]).encode())
+    inputs = [s3_bucket.url + "/raw/a.jsonl", s3_bucket.url + "/raw/b.*"]
+    corpus.build_corpus(inputs, tmp_path / "local")
+    corpus.build_corpus_beam(inputs, tmp_path / "beam")
+    assert_same_corpus(tmp_path / "local", tmp_path / "beam")
+
+
 def test_a_memory_store_takes_a_build_of_worker_processes_only_where_they_are_not_needed(tmp_path, docs):
     """A memory:// store is the launching process's own: two inputs with ``workers=2`` are refused
     (E9012) before anything is written; one input with ``workers=4`` runs in this process (one
