@@ -301,6 +301,37 @@ def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> 
     return options
 
 
+# The runners that run a pipeline's steps in the launching process (unless told to start worker
+# processes): Beam's local ones. The DirectRunner hands a pipeline to Prism, whose Python steps run
+# in the launching process too (its default environment, LOOPBACK).
+_LOCAL_RUNNERS = frozenset({"fnapirunner", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner",
+                            "direct"})
+
+
+def _in_this_process(beam: Any, flags: Any) -> bool:
+    """Whether the runner of ``flags`` runs the pipeline's steps in this process."""
+    options = beam.options.pipeline_options
+    runner = flags.view_as(options.StandardOptions).runner
+    name = runner.rsplit(".", 1)[-1] if isinstance(runner, str) else type(runner).__name__
+    environment = (flags.view_as(options.PortableOptions).environment_type or "").upper()
+    return (name.lower() in _LOCAL_RUNNERS and environment in ("", "EMBEDDED", "LOOPBACK")
+            and flags.view_as(options.DirectOptions).direct_running_mode != "multi_processing")
+
+
+def _check_memory_places(beam: Any, flags: Any, places: Sequence[str]) -> None:
+    """E9012, before anything is written, for a ``memory://`` corpus or input on a runner whose
+    steps run in other processes (worker processes, a cluster): each process has a memory store of
+    its own, so a worker would find none of the launcher's objects (its claim, an input) there."""
+    memory = [p for p in places if is_url(p) and p.partition(":")[0].lower() == "memory"]
+    if memory and not _in_this_process(beam, flags):
+        runner = flags.view_as(beam.options.pipeline_options.StandardOptions).runner
+        raise UsageError(f"{memory[0]}: a memory:// store is this process's own, and the pipeline's steps would run "
+                         f"in other processes ({runner}"
+                         f"{', worker processes' if runner == DEFAULT_RUNNER else ''}), which cannot reach it: a Beam "
+                         "build with a memory:// store runs on the local runner in this process (no --runner, "
+                         "workers=1); on a cluster, use a directory every worker sees or a bucket")
+
+
 def _reported(error: BaseException) -> PskdError | None:
     """The toolkit's error behind a pipeline failure: raised as is by an in-process runner, or
     found in the text a runner made of a worker's traceback."""
@@ -334,10 +365,8 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
     # and a worker given none is a process (a Python and its imports) started for nothing.
     workers = min(options.workers, len(sources))
     flags = pipeline_options(beam_options, workers)
+    _check_memory_places(beam, flags, [place.url, *sources])
     if not place.is_local:
-        if place.scheme == "memory" and workers > 1:
-            raise UsageError(f"{place.url}: a memory:// store is this process's own; a Beam build into it runs in "
-                             "this process (workers=1)")
         manifest = _run_in_store(beam, sources, place, options, flags)
     else:
         _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pathlib
 import sys
 import threading
 
@@ -18,7 +19,7 @@ from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.errors import CorpusInputError, StorageError, UsageError
-from tests.helpers import python, wait_until
+from tests.helpers import free_port, python, wait_until
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
 from .helpers import put
@@ -354,6 +355,26 @@ def test_a_memory_store_takes_a_build_of_worker_processes_only_where_they_are_no
     assert store_listing("memory://beam-workers/two") == {}
     result = corpus.build_corpus_beam(inputs[:1], "memory://beam-workers/one", BuildOptions(workers=4))
     assert result.manifest.complete and len(result.manifest.shards) == 1
+
+
+@pytest.mark.parametrize("runner", ["dask", "processes"])
+def test_a_memory_store_is_refused_for_a_runner_of_other_processes(tmp_path, docs, runner):
+    """A runner whose steps run in other processes (a Dask cluster; the local runner told to start
+    worker processes, even one) cannot reach this process's memory:// store: the corpus there, or
+    an input there, is refused (E9012) before anything is written or any cluster is reached."""
+    pytest.importorskip("apache_beam")
+    flags = {"dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                      f"--dask_client_address=tcp://127.0.0.1:{free_port()}"],
+             "processes": ["--direct_running_mode=multi_processing", "--direct_num_workers=1"]}[runner]
+    inputs = make_inputs(tmp_path / "in", docs)[:2]
+    with pytest.raises(UsageError, match=r"^E9012: memory://beam-elsewhere/c: a memory:// store is this process's "
+                                         r"own, and the pipeline's steps would run in other processes"):
+        corpus.build_corpus_beam(inputs, "memory://beam-elsewhere/c", beam_options=flags)
+    assert store_listing("memory://beam-elsewhere/c") == {}
+    put("memory://beam-elsewhere/in", "a.jsonl", pathlib.Path(inputs[0]).read_bytes())
+    with pytest.raises(UsageError, match=r"^E9012: memory://beam-elsewhere/in/a\.jsonl: a memory:// store"):
+        corpus.build_corpus_beam(["memory://beam-elsewhere/in/a.jsonl"], tmp_path / "c", beam_options=flags)
+    assert not (tmp_path / "c").exists()
 
 
 def held(place: str) -> dict[str, bytes]:
