@@ -27,7 +27,7 @@ from pskd_jax.corpus.inputs import BadInput, ResetShard, source_of, token_blocks
 from pskd_jax.corpus.manifest import Shard, manifest_object
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_writer import ShardWriter
-from pskd_jax.errors import CorpusDirectoryError, PskdError
+from pskd_jax.errors import CorpusDirectoryError, PskdError, StorageError
 from pskd_jax.storage import Location, locate, resolve
 
 
@@ -52,12 +52,18 @@ class BuildClaim:
     writer: str
 
     def check(self, shard: str) -> None:
-        """E9016 when the corpus's manifest is no longer this build's manifest in progress."""
+        """E9016 when the corpus's manifest is no longer this build's manifest in progress; E9018
+        when the store does not let it be read (a worker without the store's credentials, a store
+        that keeps failing): that says nothing of another build."""
         store, where = resolve(self.manifest)
         try:
             manifest, _ = manifest_object(store, where.key)
             holder = manifest.writer if not manifest.complete else "none: a finished corpus"
-        except PskdError as e:
+        except StorageError as e:
+            raise StorageError(f"{e.message} (read to check this build's claim before this build puts {shard}; "
+                               "a process that puts shards needs the store's configuration: its credentials and "
+                               "endpoint)") from None
+        except PskdError as e:  # gone (E9003), or no manifest now (E9016): not this build's
             holder = f"unknown: {e.message}"
         if holder != self.writer:
             raise CorpusDirectoryError(f"{self.manifest}: another build took this corpus over while this one ran (the "

@@ -262,6 +262,22 @@ def test_a_shard_put_that_keeps_failing_is_e9018_and_never_listed(faulty_bucket,
 
 
 @pytest.mark.slow
+def test_a_worker_that_cannot_read_the_claim_says_so_not_that_another_build_took_over(faulty_bucket, fault_proxy,
+                                                                                     inputs):
+    """After the claim, every read of ``shards.json`` is refused (403: what a Beam worker without
+    the store's credentials meets): the check before a shard's put is E9018 naming the manifest and
+    the store's answer, not E9016 'another build took this corpus over', and no shard is put."""
+    place = faulty_bucket.url + "/unreadable"
+    fault_proxy.plan(Rule(answer(403), method="GET", path=r"unreadable/shards\.json", skip=1, times=None))
+    with pytest.raises(StorageError, match=r"^E9018: s3://.*unreadable/shards\.json: .*403.*before this build puts "
+                                           r".*shard-00000\.psk\.d"):
+        corpus.build_corpus(inputs, place)
+    assert fault_proxy.faults_done() >= 1
+    fault_proxy.plan()
+    assert "shard-00000.psk.d" not in objects(place)
+
+
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_build_killed_mid_way_resumes_from_the_bucket(s3_bucket, tmp_path, local):
     """``pskd corpus build … -o s3://…`` SIGKILLed once the manifest in progress lists a shard; the
