@@ -85,7 +85,10 @@ def _build(args: argparse.Namespace) -> Iterator[str]:
             logging.getLogger().setLevel(logging.CRITICAL)
         with _stderr_held() if quiet else contextlib.nullcontext():
             result = corpus.build_corpus_beam(args.inputs, args.output, options, beam_options=flags)
-        yield from _built(options, result, "on Apache Beam")
+        runner = [f.split("=", 1)[1] for f in flags if f.startswith("--runner=")]
+        # (another runner's workers are its own: --workers counts only the local runner's)
+        yield from _built(options, result, f"on Apache Beam's {runner[-1]}" if runner else "on Apache Beam",
+                          count_workers=not runner)
         return
     bar = BuildProgress() if sys.stderr.isatty() else None
     try:
@@ -124,7 +127,8 @@ def _stderr_held() -> Iterator[None]:
                 sys.stderr.flush()
 
 
-def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str) -> Iterator[str]:
+def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str,
+           count_workers: bool = True) -> Iterator[str]:
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
     yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
@@ -137,9 +141,10 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str)
     mb = result.input_bytes / 1e6
     if result.built:
         used = min(options.workers, result.built)  # (the pool, and Beam's, start no more than the shards built)
-        workers = f"{used} worker{'s' if used > 1 else ''}"
+        workers = f"with {used} worker{'s' if used > 1 else ''}" if count_workers else ""
+        place = " ".join(part for part in (workers, where) if part)
         yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
-               f"({mb / max(result.seconds, 1e-9):.1f} MB/s with {workers}{' ' + where if where else ''})")
+               f"({mb / max(result.seconds, 1e-9):.1f} MB/s {place})")
 
 
 def _manifest_path(given: str) -> str:

@@ -137,15 +137,19 @@ def make_parser(command: str | None = None) -> CommandParser:
 
 # Options whose value may begin with '-': argparse would take ``--encoding -,f32`` for two options.
 DASH_VALUE_OPTIONS = ("--encoding",)
+FLAGS_VALUE_OPTIONS = ("--beam_options", "--beam-options")  # (their value is other flags: always a value)
 
 
 def join_dash_values(args: Sequence[str]) -> list[str]:
     """``--encoding -,f32,bf16`` → ``--encoding=-,f32,bf16``: a value that starts with '-' and holds
-    a comma (no option does) is the value of the option before it."""
+    a comma (no option does) is the value of the option before it; so is any value after
+    ``--beam_options`` (``--beam_options "--runner=… --project=…"``: Beam's flags, not pskd's)."""
     joined: list[str] = []
     for arg in args:
-        if joined and joined[-1] in DASH_VALUE_OPTIONS and arg.startswith("-") and "," in arg:
-            joined[-1] = f"{joined[-1]}={arg}"
+        last = joined[-1] if joined else None
+        dashed = arg.startswith("-")
+        if (last in DASH_VALUE_OPTIONS and dashed and "," in arg) or (last in FLAGS_VALUE_OPTIONS and dashed):
+            joined[-1] = f"{last}={arg}"
         else:
             joined.append(arg)
     return joined

@@ -100,6 +100,10 @@ def test_beam_runner_gives_the_local_bytes_and_prints_no_log(setup, tmp_path):
     assert names == sorted(os.listdir(tmp_path / "beam"))
     for name in names:
         assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "beam" / name).read_bytes(), name
+    # A runner the options name (its value a word of its own): its workers are its own, not --workers'.
+    out = ok("corpus", "build", *inputs, "-o", tmp_path / "named", "--tokenizer", tok, "--runner", "beam",
+             "--workers", "2", "--beam_options", "--runner=FnApiRunner")
+    assert out[-1].endswith(" MB/s on Apache Beam's FnApiRunner)")
 
 
 def test_beam_runner_reports_bad_input_in_one_line(setup, tmp_path):

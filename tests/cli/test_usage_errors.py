@@ -109,6 +109,15 @@ def test_an_encoding_list_that_starts_with_a_dash_is_a_value():
     assert pskd_app.join_dash_values(["--type", "-,x"]) == ["--type", "-,x"]
 
 
+@pytest.mark.parametrize("option", ["--beam_options", "--beam-options"])
+def test_beam_options_given_apart_from_their_flag_are_its_value(option):
+    """``--beam_options "--runner=… --project=…"`` (the value a word of its own, as a shell passes it):
+    Beam's flags, never taken for pskd's own --runner."""
+    beam = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner --dask_client_address=tcp://127.0.0.1:8786"
+    args = pskd_app.parse_flags(["pskd", "corpus", "build", "in.txt", "-o", "c", "--runner", "beam", option, beam])
+    assert args.runner == "beam" and args.beam_options == beam and args.inputs == ["in.txt"]
+
+
 def pskd(*args: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pskd_jax.apps.pskd", *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
