@@ -20,6 +20,7 @@ from pskd_jax.format.keypaths import path_keys
 from pskd_jax.format.layout_file import (
     LAYOUT_FORMAT,
     LAYOUT_VERSION,
+    ObjectVersion,
     header_digest,
     is_own_layout,
     layout_from_bytes,
@@ -28,11 +29,13 @@ from pskd_jax.format.layout_file import (
 
 
 def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | None = None,
-                data_name: str | None = None) -> dict:
+                data_name: str | None = None, version: ObjectVersion | None = None) -> dict:
     """The layout file's content for a planned save: each leaf's stored form and the dtype it gives
     back, the tree's containers, and what identifies the data file (its size, the digest of its
-    header, — when the save computed it — the xxh3_128 of the whole file, and the name of the data
-    file it was written for: what proves it the toolkit's own to replace)."""
+    header, — when the save computed it — the xxh3_128 of the whole file, the name of the data
+    file it was written for: what proves it the toolkit's own to replace, and — an object of a
+    store — its URL and the version tag its put was given: what tells this save's data from
+    another save's of the same header and size)."""
     placement = plan_.placement
     leaves = []
     for leaf, encoding, form in zip(placement.layout.leaves, placement.encodings, plan_.forms):
@@ -52,6 +55,8 @@ def layout_json(plan_: SavePlan, *, xxh3_128: str | None = None, extra: dict | N
         identity["name"] = data_name
     if xxh3_128 is not None:
         identity["xxh3_128"] = xxh3_128
+    if version is not None:
+        identity["url"], identity["tag"] = version
     content = {"format": LAYOUT_FORMAT, "version": LAYOUT_VERSION, "type": plan_.type_text, "data": identity,
                "leaves": leaves, "tree": plan_.description}
     content.update(extra or {})

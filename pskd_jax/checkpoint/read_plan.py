@@ -22,7 +22,6 @@ from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.layout_file import (
     LayoutFile,
-    check_belongs,
     find_layout_file,
     layout_from_bytes,
     read_layout_file,
@@ -86,10 +85,7 @@ def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: lis
             found = _given_layout(reader, layout)
             return FileView(found.layout, list(found.forms), True, found)
         if isinstance(layout, LayoutFile):  # (read already: its forms and key paths serve)
-            if isinstance(reader, StoredFile):
-                reader.check(layout)
-            else:
-                check_belongs(layout, path)
+            _check(reader, layout)
             return FileView(layout.layout, list(layout.forms) or [None] * len(layout.layout.leaves), True, layout)
         if isinstance(layout, Layout):
             return FileView(layout, [None] * len(layout.leaves), False)
@@ -98,12 +94,12 @@ def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: lis
         view = _template_view(template_pairs, template_specs, rebuild)
         beside = None
         if reader.header.is_params:
-            beside = reader.beside() if isinstance(reader, StoredFile) else find_layout_file(path)
+            beside = _beside(reader)
         return view if beside is None else _template_by_path(path, view, beside.layout, rebuild)
     if not reader.header.is_params:
         own = Layout.of_type(reader.header.type_text)
         return FileView(own, _closed_forms(reader.header.type_text, own), False)
-    beside = reader.beside() if isinstance(reader, StoredFile) else find_layout_file(path)
+    beside = _beside(reader)
     if beside is not None:
         return FileView(beside.layout, list(beside.forms), True, beside)
     if target_pairs is None:
@@ -111,6 +107,26 @@ def file_view(reader: Reader | StoredFile, layout: Any, target_pairs, specs: lis
                              f"layout=..., or keep {os.path.basename(layout_path_for(path))} beside it")
     assert specs is not None  # (given with the target's pairs)
     return _template_view(target_pairs, specs, None)
+
+
+def _check(reader: Reader | StoredFile, layout_file: LayoutFile) -> None:
+    """Refuses (E9005 naming both) a layout file that is not the file's, or not the version of the
+    object the reader reads."""
+    if isinstance(reader, StoredFile):
+        reader.check(layout_file)
+    else:
+        reader.check_layout(layout_file)
+
+
+def _beside(reader: Reader | StoredFile) -> LayoutFile | None:
+    """The layout file beside the reader's file, proven to belong to the very file (or version of
+    an object) the reader reads, or None when there is none."""
+    if isinstance(reader, StoredFile):
+        return reader.beside()
+    found = find_layout_file(reader.path)
+    if found is not None and not locate(reader.path).is_local:
+        reader.check_layout(found)  # (found_layout_file looked at the object at the key, perhaps since replaced)
+    return found
 
 
 def _template_by_path(path: str, view: FileView, saved: Layout, rebuild) -> FileView:
@@ -140,17 +156,15 @@ def _given_layout(reader: Reader | StoredFile, layout: str | os.PathLike) -> Lay
     """The layout file a restore was given by path or URL, proven to belong to the checkpoint."""
     where = locate(layout)
     if where.is_local:
-        if isinstance(reader, StoredFile):
-            found = read_layout_file(where.path)
-            reader.check(found)
-            return found
-        return read_layout_file(where.path, data=reader.path)
+        found = read_layout_file(where.path)
+        _check(reader, found)
+        return found
     store = store_for(where)
     if isinstance(reader, StoredFile):
         return reader.layout_at(store, where.key)
     raw, _ = store.get(where.key)
     found = layout_from_bytes(raw, where.url)
-    check_belongs(found, reader.path)
+    _check(reader, found)
     return found
 
 

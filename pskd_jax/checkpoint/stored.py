@@ -27,10 +27,13 @@ HEAD_BYTES = 64 << 10  # the first read of an object: a header of any ordinary t
 class StoredFile:
     """The header of the checkpoint object at ``where`` (E9002 when there is none or it is not
     a ``.psk.d`` object, E9003 when it is cut short), its size and version tag, and — once
-    :meth:`with_layout` is given one — where its leaves are (``placement``)."""
+    :meth:`with_layout` is given one — where its leaves are (``placement``). ``xxh3_128``: the
+    whole object's digest the caller verifies its reads against (a verified restore), which a
+    layout recording it proves it belongs to (see :meth:`check`)."""
 
-    def __init__(self, where: Location, store: Store | None = None):
+    def __init__(self, where: Location, store: Store | None = None, *, xxh3_128: str | None = None):
         self.where = where
+        self.xxh3_128 = xxh3_128  # (the digest the caller checks every byte read against, if any)
         self.store = store if store is not None else store_for(where)
         self.key = where.key
         self.path = where.url  # (what messages name, as a reader's path)
@@ -139,9 +142,11 @@ class StoredFile:
         return found
 
     def check(self, layout_file: LayoutFile, xxh3_128: str | None = None) -> None:
-        """Refuses (E9005 naming both) a layout file written for another object."""
+        """Refuses (E9005 naming both) a layout file written for another object, or for another
+        version of this one (:class:`~pskd_jax.format.layout_file.OtherVersion`: saved again
+        since this object was opened, or before its layout was put)."""
         check_header_belongs(layout_file, self.path, self.header, self.header_bytes, self.file_size,
-                             xxh3_128=xxh3_128)
+                             xxh3_128=xxh3_128, version=(self.path, self.tag), verified_by=self.xxh3_128)
 
     def close(self) -> None:
         pass

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pskd_jax.data.export import layout_and_forms, plain
+from pskd_jax.data.export import open_with_layout, plain
 from pskd_jax.errors import BadValueError, MismatchError, NotClosedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import REAL_DISK_DTYPES, REAL_DTYPES, Encoding
@@ -230,30 +230,37 @@ def diff(path_a: str, path_b: str, *, layout: Any = None, layout_a: Any = None, 
     every leaf has one encoding. Different structures, counts, or a shared key path of another
     shape are E9005.
     """
-    layout_a, forms_a = layout_and_forms(path_a, layout if layout_a is None else layout_a)
-    layout_b, forms_b = layout_and_forms(path_b, layout if layout_b is None else layout_b)
-    with Reader(path_a, layout=layout_a, access="pread") as a, Reader(path_b, layout=layout_b, access="pread") as b:
-        _check_types(a, b)
-        if len(a) != len(b):
-            raise MismatchError(f"{a.path} has {len(a)} samples, {b.path} has {len(b)}")
-        if a.placement is None and b.placement is None:
-            return _diff_flat(a, b)
-        if a.placement is None or b.placement is None:
-            # Never read one file with the other's layout by default: the same leaves may lie in
-            # another order, and the distance would be wrong without a word.
-            missing, other = (a, b) if a.placement is None else (b, a)
-            raise NotClosedError(f"{missing.path}: type {missing.header.type_text!r} needs its own layout to be "
-                                 f"compared with {other.path}, which has one (the NAME.layout.json beside it)")
-        file_a, file_b = _DataFile(a, forms_a), _DataFile(b, forms_b)
-        pairing = _pair_leaves(file_a, file_b)
-        total, exact = _Accumulator(), _ExactCount(file_a, file_b)
-        for chunk in _chunk_pairs(file_a, file_b, pairing.pairs, len(a)):
-            if file_a.is_real(chunk.i):
-                total.add(file_a.values(chunk.raw_a, chunk.i), file_b.values(chunk.raw_b, chunk.j), chunk.where)
-            else:
-                exact.add(chunk)
-        return total.distance(only_a=pairing.only_a, only_b=pairing.only_b,
-                              exact=exact.result(pairing.not_compared))
+    a, forms_a = open_with_layout(path_a, layout if layout_a is None else layout_a)
+    with a:
+        b, forms_b = open_with_layout(path_b, layout if layout_b is None else layout_b)
+        with b:
+            return _distance_of(a, b, forms_a, forms_b)
+
+
+def _distance_of(a: Reader, b: Reader, forms_a: list[sd.Form | None] | None,
+                 forms_b: list[sd.Form | None] | None) -> Distance:
+    """:func:`diff` of two open readers (each through its layout, and its leaves' forms)."""
+    _check_types(a, b)
+    if len(a) != len(b):
+        raise MismatchError(f"{a.path} has {len(a)} samples, {b.path} has {len(b)}")
+    if a.placement is None and b.placement is None:
+        return _diff_flat(a, b)
+    if a.placement is None or b.placement is None:
+        # Never read one file with the other's layout by default: the same leaves may lie in
+        # another order, and the distance would be wrong without a word.
+        missing, other = (a, b) if a.placement is None else (b, a)
+        raise NotClosedError(f"{missing.path}: type {missing.header.type_text!r} needs its own layout to be "
+                             f"compared with {other.path}, which has one (the NAME.layout.json beside it)")
+    file_a, file_b = _DataFile(a, forms_a), _DataFile(b, forms_b)
+    pairing = _pair_leaves(file_a, file_b)
+    total, exact = _Accumulator(), _ExactCount(file_a, file_b)
+    for chunk in _chunk_pairs(file_a, file_b, pairing.pairs, len(a)):
+        if file_a.is_real(chunk.i):
+            total.add(file_a.values(chunk.raw_a, chunk.i), file_b.values(chunk.raw_b, chunk.j), chunk.where)
+        else:
+            exact.add(chunk)
+    return total.distance(only_a=pairing.only_a, only_b=pairing.only_b,
+                          exact=exact.result(pairing.not_compared))
 
 
 def _check_types(a: Reader, b: Reader) -> None:

@@ -17,7 +17,7 @@ from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import is_bfloat16
 from pskd_jax.format.keypaths import check_json_keys
-from pskd_jax.format.layout_file import LayoutFile, check_belongs
+from pskd_jax.format.layout_file import LayoutFile
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.stored_dtypes import shown_values
 from pskd_jax.storage import whole_output
@@ -102,16 +102,21 @@ def plain(value: Any) -> Any:
     return value
 
 
-def layout_and_forms(path: str, layout: Any) -> tuple[Any, list[sd.Form | None] | None]:
-    """The layout to read ``path`` with, and each leaf's form when ``layout`` is a layout file
-    (proven to belong to ``path``: E9005 naming both files otherwise); None for other layouts."""
-    if isinstance(layout, LayoutFile):
-        check_belongs(layout, path)
-        forms = list(layout.forms) or [None] * len(layout.layout.leaves)
-        return layout.layout, forms
-    return layout, None
-
-
+def open_with_layout(path: str, layout: Any) -> tuple[Reader, list[sd.Form | None] | None]:
+    """A reader of ``path`` (positional reads) through ``layout``, and each leaf's form when
+    ``layout`` is a layout file; None for other layouts. A layout file is proven to belong to the
+    file the reader opened — of an object, the very version it reads — not to whatever the path
+    names by then (E9005 naming both otherwise). The caller closes the reader."""
+    if not isinstance(layout, LayoutFile):
+        return Reader(path, layout=layout, access="pread"), None
+    reader = Reader(path, access="pread")
+    try:
+        reader.check_layout(layout)
+        reader.with_layout(layout.layout)
+    except BaseException:
+        reader.close()
+        raise
+    return reader, list(layout.forms) or [None] * len(layout.layout.leaves)
 
 
 def _dumps(value: Any) -> bytes:
@@ -140,17 +145,18 @@ def export_json(path: str, output: str, *, layout: Any = None) -> int:
     naming both otherwise; its leaves' values are then shown as docs/export.md says), a
     :class:`Layout` or a template (the stored values).
     """
-    layout, forms = layout_and_forms(path, layout)
     try:
-        return _export(path, output, layout, forms)
+        return _export(path, output, layout)
     except MismatchError as e:
-        if e.message.startswith(path):
+        own = isinstance(layout, LayoutFile) and layout.path and e.message.startswith(layout.path)
+        if e.message.startswith(path) or own:  # (a layout file refused names both files already)
             raise
         raise MismatchError(f"{path}: {e.message}") from None
 
 
-def _export(path: str, output: str, layout: Any, forms: list[sd.Form | None] | None) -> int:
-    with Reader(path, layout=layout, access="pread") as reader:
+def _export(path: str, output: str, layout: Any) -> int:
+    reader, forms = open_with_layout(path, layout)
+    with reader:
         placement = reader.placement
         if placement is None:
             reader.sample_bytes  # noqa: B018  (raises E9001 naming what is missing)
@@ -313,8 +319,8 @@ __all__ = [
     "MAX_EMPTY_SAMPLES",
     "ShownLeaves",
     "export_json",
-    "layout_and_forms",
     "non_finite_text",
+    "open_with_layout",
     "plain",
     "shown_values",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.checks import checked_integer
-from pskd_jax.data.export import ShownLeaves, layout_and_forms, plain
+from pskd_jax.data.export import ShownLeaves, open_with_layout, plain
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.layout_file import LayoutFile
@@ -110,8 +110,8 @@ def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None
     if samples is not None:
         samples = checked_integer(samples, "--samples", low=0)
     source = layout.path if isinstance(layout, LayoutFile) and layout.path else None
-    layout, forms = layout_and_forms(path, layout)
-    with Reader(path, layout=layout, access="pread") as reader:
+    reader, forms = open_with_layout(path, layout)
+    with reader:
         header = reader.header
         yield from [f"type    {header.type_text}", f"count   {header.count}", f"version {header.version}"]
         if reader.placement is None:

@@ -25,7 +25,7 @@ from pskd_jax._os.locks import commit_cut_short
 from pskd_jax._os.names import layout_before, layout_path_for, older_layout_paths, save_lock
 from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
-from pskd_jax.format.byte_sources import open_bytes, read_small
+from pskd_jax.format.byte_sources import ByteSource, StoreBytes, open_bytes, read_small
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import Header, read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nested_rebuild, path_keys
@@ -60,6 +60,13 @@ class LayoutFile:
     version: int = LAYOUT_VERSION
     path: str = ""
     extra: dict = dataclasses.field(default_factory=dict)
+
+
+class OtherVersion(MismatchError):
+    """E9005: a layout object that records another version of its data object (its URL and the
+    version tag the save's put was given) than the one read: a save of the checkpoint ran between
+    the reads of the two, or one was cut off between its data and its layout. A restore reads the
+    pair again; anything else refuses it."""
 
 
 def header_digest(header_bytes: bytes) -> str:
@@ -285,6 +292,11 @@ def _check_identity_entry(identity: Any) -> None:
         raise ValueError(f"'data': bytes {str(size)[:40]} is not a size")
     if "name" in identity and not isinstance(identity["name"], str):
         raise ValueError(f"'data': name {str(identity['name'])[:40]} is not a file name")
+    if ("url" in identity) != ("tag" in identity):
+        raise ValueError("'data': a url without a tag, or a tag without a url (the object's version: both or neither)")
+    for name in ("url", "tag"):
+        if name in identity and (not isinstance(identity[name], str) or not identity[name]):
+            raise ValueError(f"'data': {name} {str(identity[name])[:40]} is not a string")
     for name in ("header_xxh3_128", "xxh3_128"):
         value = identity.get(name)
         if (name == "header_xxh3_128" or value is not None) and not _is_hex(value, 32):
@@ -304,9 +316,9 @@ def _is_hex(value: Any, digits: int) -> bool:
     return isinstance(value, str) and len(value) == digits and all(c in "0123456789abcdef" for c in value)
 
 
-def _data_header(data: str) -> tuple[Header, bytes, int]:
-    """A data file's (or object's) header, its bytes and the size (E9002 for a FIFO or device:
-    never blocks)."""
+def _data_header(data: str) -> tuple[Header, bytes, int, ObjectVersion | None]:
+    """A data file's (or object's) header, its bytes, the size and (an object) its version (E9002
+    for a FIFO or device: never blocks)."""
     source = open_bytes(data)
     try:
         size = source.size()
@@ -315,7 +327,16 @@ def _data_header(data: str) -> tuple[Header, bytes, int]:
         source.read_at(memoryview(header_bytes), 0)
     finally:
         source.close()
-    return header, bytes(header_bytes), size
+    return header, bytes(header_bytes), size, version_of(source)
+
+
+ObjectVersion = tuple[str, str]  # an object's URL and the version tag its store gave
+
+
+def version_of(source: ByteSource) -> ObjectVersion | None:
+    """The version of the object ``source`` reads (its URL and tag: for a checkpoint saved by
+    several processes, its parts index's), None for a local file."""
+    return (source.name, source.info.tag) if isinstance(source, StoreBytes) else None
 
 
 def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128: str | None = None) -> None:
@@ -328,15 +349,26 @@ def check_belongs(layout_file: LayoutFile, data: str | os.PathLike, *, xxh3_128:
     hashed the file anyway, as a verify or an adoption does) passes it, and a version 2 layout file
     that records the whole file's digest must then record that one."""
     data = os.fspath(data)
-    header, header_bytes, size = _data_header(data)
-    check_header_belongs(layout_file, data, header, header_bytes, size, xxh3_128=xxh3_128)
+    header, header_bytes, size, version = _data_header(data)
+    check_header_belongs(layout_file, data, header, header_bytes, size, xxh3_128=xxh3_128, version=version)
 
 
 def check_header_belongs(layout_file: LayoutFile, data: str, header: Header, header_bytes: bytes, size: int, *,
-                         xxh3_128: str | None = None) -> None:
+                         xxh3_128: str | None = None, version: ObjectVersion | None = None,
+                         verified_by: str | None = None) -> None:
     """:func:`check_belongs` of a data file whose header (parsed and as bytes) and size the caller
-    read already (an object of a store, named ``data``)."""
+    read already (an object of a store, named ``data``). ``version``: the URL and version tag of
+    the object read (the one its ranged reads are conditioned on); a layout that records another
+    tag of that URL is another save's (:class:`OtherVersion`), whatever its header and size say —
+    unless the layout records the whole data's xxh3_128 and it is the one the caller found
+    (``xxh3_128``) or verifies every byte it reads against (``verified_by``): that digest proves
+    the data the layout's save's (or the reads fail, E9013), and an object put again, damaged or
+    not, is reported as what it is."""
     name = layout_file.path or "the layout"
+    recorded_digest = (layout_file.identity or {}).get("xxh3_128")
+    proofs = {d.lower() for d in (xxh3_128, verified_by) if d is not None}
+    if recorded_digest is None or recorded_digest not in proofs:
+        check_version(layout_file, data, version)
     problem = None
     if layout_file.identity is not None:
         recorded = layout_file.identity
@@ -359,6 +391,21 @@ def check_header_belongs(layout_file: LayoutFile, data: str, header: Header, hea
     if problem:
         raise MismatchError(f"{name}: not the layout of {data}: {problem}; it was left by another save "
                             "(save again, or give the right layout)")
+
+
+def check_version(layout_file: LayoutFile, data: str, version: ObjectVersion | None) -> None:
+    """Refuses (:class:`OtherVersion`) a layout recording another version of the object read.
+    A layout written before versions were recorded, or for an object at another URL (the pair
+    copied elsewhere, where the copy's tags are its own), is left to the header and size check."""
+    recorded = layout_file.identity or {}
+    if version is None or "tag" not in recorded or recorded.get("url") != version[0]:
+        return
+    if recorded["tag"] != version[1]:
+        raise OtherVersion(f"{layout_file.path or 'the layout'}: not the layout of {data}: it was written for the "
+                           f"version {recorded['tag']} of that object, the version read is {version[1]}: the "
+                           "checkpoint was saved again while this read it (or a save of it was cut off between its "
+                           "data and its layout, or the object was put again by other means): read it again, or "
+                           "save it again")
 
 
 def _disagreement(layout_file: LayoutFile, header: Header, size: int) -> str | None:
@@ -515,11 +562,15 @@ __all__ = [
     "LAYOUT_FORMAT",
     "LAYOUT_VERSION",
     "LayoutFile",
+    "ObjectVersion",
+    "OtherVersion",
     "check_belongs",
     "check_header_belongs",
+    "check_version",
     "find_layout_file",
     "header_digest",
     "is_own_layout",
     "layout_from_bytes",
     "read_layout_file",
+    "version_of",
 ]

@@ -43,7 +43,13 @@ from pskd_jax.format.byte_sources import (
 from pskd_jax.format.encodings import index_dtype
 from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, find_layout_file
+from pskd_jax.format.layout_file import (
+    LayoutFile,
+    check_belongs,
+    check_header_belongs,
+    find_layout_file,
+    version_of,
+)
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.source import RandomAccessSource, checked_access, checked_index
@@ -166,7 +172,7 @@ class Reader(RandomAccessSource):
         −3, not its stored 253); :meth:`leaves` stay the stored elements."""
         forms: tuple[sd.Form | None, ...] | None = None
         if isinstance(layout, LayoutFile):
-            check_belongs(layout, self.path)
+            self.check_layout(layout)
             forms = tuple(layout.forms) if any(f is not None for f in layout.forms) else None
             layout = layout.layout
         self._forms = None
@@ -191,6 +197,19 @@ class Reader(RandomAccessSource):
         self._bounded = [i for i, (leaf, disk) in enumerate(zip(layout.leaves, placement.disk_dtypes))
                          if leaf.bound is not None and leaf.bound < 1 << (8 * disk.itemsize)]
         return self
+
+    def check_layout(self, layout_file: LayoutFile) -> None:
+        """Refuses (E9005 naming both) a layout file that is not this file's. An object of a store
+        is checked against the version this reader opened and reads (its header and version tag),
+        never against whatever is at its key by then: a layout of another save of the key is
+        refused even where the two saves' headers and sizes agree."""
+        if not isinstance(self._bytes, StoreBytes):
+            check_belongs(layout_file, self.path)
+            return
+        header_bytes = bytearray(self.header.data_offset)
+        self._bytes.read_at(memoryview(header_bytes), 0)
+        check_header_belongs(layout_file, self.path, self.header, bytes(header_bytes), self.file_size,
+                             version=version_of(self._bytes))
 
     def _checked_template(self, template: Layout) -> Layout:
         """A template's layout checked against the layout file beside the file (one that proves it

@@ -55,4 +55,23 @@ def split_into_parts(url: str, cuts: list[int], owners: list[int], parts: int) -
     index = PartsIndex.of(len(data), keys, [sum(map(len, h)) for h in held],
                           [np.asarray(e, np.int64).reshape(-1, 3) for e in extents], url)
     store.put(where.key, index.encoded())
+    as_saved_in_parts(url)
     return data
+
+
+def as_saved_in_parts(url: str) -> None:
+    """Rewrites the layout object beside ``url`` (if any) as a save of parts leaves it: recording
+    no version of its data (it is put before the parts index, whose version it cannot know)."""
+    import json
+
+    from pskd_jax._os.names import layout_path_for
+    from pskd_jax.storage import resolve
+
+    store, where = resolve(url)
+    key = layout_path_for(where.key)
+    if store.info(key) is None:
+        return
+    layout = json.loads(store.get(key)[0])
+    for name in ("url", "tag"):
+        layout["data"].pop(name, None)
+    store.put(key, json.dumps(layout).encode())

@@ -19,6 +19,7 @@ from pskd_jax.checkpoint.directory import CheckpointDirectory
 from pskd_jax.checkpoint.index import INDEX, load_index, write_index
 from pskd_jax.checkpoint.parts import PartsIndex, part_key, part_of, parts_named_for
 from pskd_jax.storage import locate, resolve
+from tests.checkpoint.helpers import as_saved_in_parts
 from tests.helpers import raises
 
 # Names that look like part names of step 1 but are not the toolkit's: never removed.
@@ -69,6 +70,7 @@ def _into_parts(prefix: str, step: int, token: str = "00112233aabb", count: int 
     extents = [np.asarray([[bounds[p], bounds[p + 1] - bounds[p], 0]], np.int64) for p in range(count)]
     index = PartsIndex.of(len(data), keys, [int(bounds[p + 1] - bounds[p]) for p in range(count)], extents, file_key)
     store.put(file_key, index.encoded())
+    as_saved_in_parts(store.url(file_key))
     return [k.rpartition("/")[2] for k in keys]
 
 

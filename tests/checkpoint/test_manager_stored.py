@@ -124,7 +124,11 @@ def test_damage_is_found_by_default(place):
             manager.restore(target=params(0))
         with raises("E9013", step_file(5)):
             manager.verify()
-        assert manager.restore(target=params(0), verify=False) is not None
+        if locate(place).is_local:
+            assert manager.restore(target=params(0), verify=False) is not None
+        else:  # (an object is damaged by a put: another version than the one its layout records)
+            with raises("E9005", step_file(5), "put again"):
+                manager.restore(target=params(0), verify=False)
 
 
 def test_a_foreign_object_at_a_step_name_is_never_replaced(place):

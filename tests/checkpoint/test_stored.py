@@ -80,10 +80,17 @@ def test_digest_mismatch_returns_nothing(any_place):
     data = bytearray(store.get(where.key)[0])
     data[-1] ^= 1
     store.put(where.key, bytes(data))  # damaged: the same size, one bit changed
-    with raises("E9013", url):
-        ck.restore(url, tree, digests=digests)
-    with raises("E9013", url):
-        ck.restore(url, as_numpy=True, digests=digests)
+    if where.is_local:
+        with raises("E9013", url):
+            ck.restore(url, tree, digests=digests)
+        with raises("E9013", url):
+            ck.restore(url, as_numpy=True, digests=digests)
+        return
+    # An object put again by other means is another version than the one its layout records:
+    # refused before any value is read (the layout may be the previous save's).
+    for target in (tree, None):
+        with raises("E9005", url, "saved again while this restore read it", "put again"):
+            ck.restore(url, target, as_numpy=True, digests=digests)
 
 
 def test_missing_short_and_foreign_objects(any_place):

@@ -1,0 +1,160 @@
+"""A restore of a checkpoint in a bucket that another writer saves again meanwhile gives back the old
+checkpoint whole or the new one whole (or E9005 saying it was saved again while read), never the key
+paths of one save with the values of the other. The two saves have the same header and size (the
+same leaves in another order), so only the version tag the layout object records of its data tells
+them apart. Each test stops the second save between its data put and its layout put, by hooks, so
+that the interleaving is the same on every run (no timing). (A local file: test_restore_during_save.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import pskd_jax.checkpoint.restoring as restoring
+from pskd_jax import checkpoint as ck
+from pskd_jax import data
+from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint.restoring import read_saved_leaves
+from pskd_jax.errors import MismatchError
+from pskd_jax.storage import locate, resolve
+from tests.helpers import raises
+
+OLD = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
+NEW = {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)}  # (its leaves stored b first)
+TEMPLATE = {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}
+WAIT = 60  # seconds a hook waits for the other side before letting go (a guard against a hang only)
+
+RESTORES = {
+    "as saved": lambda url: ck.restore(url, as_numpy=True),
+    "into a target": lambda url: ck.restore(url, TEMPLATE, as_numpy=True),
+    "for a conversion": lambda url: {p[2:-2]: v for p, v in read_saved_leaves(url)[0]},  # (p: "['a']")
+}
+# What each restore opens the checkpoint with, once an attempt: the hook counts the attempts
+OPENERS = {"as saved": "StoredFile", "into a target": "StoredFile", "for a conversion": "Reader"}
+
+
+def as_lists(tree) -> dict:
+    return {key: np.asarray(value).tolist() for key, value in tree.items()}
+
+
+class HeldSave:
+    """A save of NEW at ``url`` on a thread of its own, held between its data put and its layout
+    put until :meth:`finish` (or forever, for a save cut off there: never finished)."""
+
+    def __init__(self, url: str, monkeypatch: pytest.MonkeyPatch):
+        store, where = resolve(url)
+        self.data_put, self.go_on, self.done = threading.Event(), threading.Event(), threading.Event()
+        real_put = type(store).put
+
+        def held_put(this, key, *args, **kwargs):
+            info = real_put(this, key, *args, **kwargs)
+            if key == where.key and threading.current_thread() is self.thread:
+                self.data_put.set()
+                assert self.go_on.wait(WAIT)
+            return info
+
+        monkeypatch.setattr(type(store), "put", held_put)
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._save, args=(url,))
+        self.thread.start()
+        assert self.data_put.wait(WAIT)  # (the new data is there, the old layout still beside it)
+
+    def _save(self, url: str) -> None:
+        try:
+            ck.save(url, NEW)
+        except BaseException as e:
+            self.errors.append(e)
+        finally:
+            self.done.set()
+
+    def finish(self) -> None:
+        self.go_on.set()
+        self.thread.join(WAIT)
+        assert not self.errors, self.errors
+
+
+def finished_on_retry(monkeypatch: pytest.MonkeyPatch, opener: str, save: HeldSave) -> list[int]:
+    """Lets the held save put its layout when the restore opens the checkpoint a second time (it
+    found the old layout beside the new data, and reads the pair again); the attempts counted."""
+    real = getattr(restoring, opener)
+    attempts = [0]
+
+    def counted(*args, **kwargs):
+        attempts[0] += 1
+        if attempts[0] == 2:
+            save.finish()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(restoring, opener, counted)
+    return attempts
+
+
+@pytest.mark.parametrize("how", list(RESTORES))
+def test_a_restore_between_a_saves_data_and_its_layout_reads_the_new_pair_whole(object_place, monkeypatch, how):
+    # The old layout (a, then b) beside the new data (b, then a): the same header and size, so
+    # without the version the layout records, the old key paths get the new values
+    # ({'a': [2, 2, 2], 'b': [3, 3, 3]}).
+    url = locate(object_place).child("c.psk.d").url
+    ck.save(url, OLD)
+    save = HeldSave(url, monkeypatch)
+    try:
+        attempts = finished_on_retry(monkeypatch, OPENERS[how], save)
+        back = RESTORES[how](url)
+    finally:
+        save.finish()
+    assert as_lists(back) == as_lists(NEW)
+    assert attempts[0] == 2  # (the old layout was found, and refused, once)
+
+
+@pytest.mark.parametrize("how", list(RESTORES))
+def test_a_save_cut_off_between_its_data_and_its_layout_is_never_read_as_a_mix(object_place, monkeypatch, how):
+    url = locate(object_place).child("c.psk.d").url
+    ck.save(url, OLD)
+    save = HeldSave(url, monkeypatch)  # (never let go while the restore runs: as if cut off)
+    try:
+        with raises("E9005", url, "saved again while this restore read it", "cut off"):
+            RESTORES[how](url)
+    finally:
+        save.finish()
+    assert as_lists(RESTORES[how](url)) == as_lists(NEW)  # (its layout put: the new pair, whole)
+
+
+def test_the_read_only_commands_never_show_the_old_layout_with_the_new_data(object_place, monkeypatch, tmp_path):
+    # `pskd info`, `export` and `diff` look the layout up (find_layout_file) and read the data
+    # through a reader of their own: each proves the layout is of the version it reads.
+    url = locate(object_place).child("c.psk.d").url
+    ck.save(url, OLD)
+    other = locate(object_place).child("other.psk.d").url
+    ck.save(other, OLD)
+    old_layout = ck.find_layout_file(url)
+    save = HeldSave(url, monkeypatch)
+    try:
+        with raises("E9005", url, "the version read is"):
+            ck.find_layout_file(url)
+        for show in (lambda: data.info_lines(url, layout=old_layout, values=True),
+                     lambda: data.export_json(url, str(tmp_path / "out.json"), layout=old_layout),
+                     lambda: data.diff(other, url, layout_a=ck.find_layout_file(other), layout_b=old_layout)):
+            with pytest.raises(MismatchError, match="the version read is"):
+                show()
+        assert not (tmp_path / "out.json").exists()
+    finally:
+        save.finish()
+    assert data.diff(other, url, layout_a=ck.find_layout_file(other), layout_b=ck.find_layout_file(url)).diff_norm > 0
+
+
+def test_a_layout_of_an_earlier_version_without_a_recorded_tag_still_restores(object_place):
+    # (layouts written before the version was recorded: the header and size check, as before)
+    url = locate(object_place).child("c.psk.d").url
+    ck.save(url, OLD)
+    store, where = resolve(url)
+    layout_key = layout_path_for(where.key)
+    content = json.loads(store.get(layout_key)[0])
+    assert content["data"]["url"] == url and content["data"]["tag"] == store.info(where.key).tag
+    del content["data"]["url"], content["data"]["tag"]
+    store.put(layout_key, json.dumps(content).encode())
+    assert as_lists(ck.restore(url, as_numpy=True)) == as_lists(OLD)
+    store.put(where.key, store.get(where.key)[0])  # (put again: another version, the same bytes)
+    assert as_lists(ck.restore(url, TEMPLATE, as_numpy=True)) == as_lists(OLD)
