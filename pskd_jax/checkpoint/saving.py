@@ -190,9 +190,10 @@ def _save_to_store(where: Location, tree: Any, options: SaveOptions, layout_extr
         raise TruncatedError(f"{path}: {info.size} bytes written of the {plan_.size} planned")
     if writes_layout:
         # (the data's version as its put was answered: a restore that finds another version there
-        # knows this layout is not that data's, whatever their headers and sizes)
+        # knows this layout is not that data's, whatever their headers and sizes; a store that
+        # answers a put with no tag leaves the header and size check alone, as before)
         content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), extra=layout_extra,
-                              data_name=where.key.rsplit("/", 1)[-1], version=(path, info.tag))
+                              data_name=where.key.rsplit("/", 1)[-1], version=(path, info.tag) if info.tag else None)
         store.put(beside, (json_text(content, indent=1) + "\n").encode("utf-8"))
     elif own_beside:  # (anything else at its key is left alone)
         store.delete(beside)

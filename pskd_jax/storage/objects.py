@@ -336,7 +336,7 @@ class ObjectStore(Store):
             if failed:
                 raise failed[0] from None  # the upload was aborted: nothing is visible
             raise self._write_failed(key, e, started) from None
-        return ObjectInfo(key, written[0], self._tag(result))
+        return ObjectInfo(key, written[0], self._put_tag(result))
 
     def _put_conditional(self, key: str, data: bytes, mode: str | Version) -> ObjectInfo:
         """One object put under a condition, retried (when the client would not) and checked so
@@ -347,7 +347,7 @@ class ObjectStore(Store):
             tries += 1
             try:
                 result = self._obstore.put(self._client, key, data, mode=self._condition(key, mode))
-                return ObjectInfo(key, len(data), self._tag(result))
+                return ObjectInfo(key, len(data), self._put_tag(result))
             except Exception as e:
                 error: BaseException = e
             in_progress = _IN_PROGRESS.search(str(error)) is not None
@@ -477,6 +477,11 @@ class ObjectStore(Store):
             return f"{meta.get('last_modified')}-{meta.get('size')}"
         tag = str(tag)
         return tag.strip('"') if self.scheme == "gs" else tag
+
+    def _put_tag(self, answer: Any) -> str:
+        """The version tag a put was answered with; "" when the store gave none (a put's answer has
+        no modification time to stand in for it, and a made-up tag would never match a read's)."""
+        return self._tag(answer) if answer.get("e_tag") or answer.get("version") else ""
 
     def _info(self, key: str, meta: Any) -> ObjectInfo:
         return ObjectInfo(str(meta.get("path", key)), int(meta["size"]), self._tag(meta))

@@ -158,3 +158,22 @@ def test_a_layout_of_an_earlier_version_without_a_recorded_tag_still_restores(ob
     assert as_lists(ck.restore(url, as_numpy=True)) == as_lists(OLD)
     store.put(where.key, store.get(where.key)[0])  # (put again: another version, the same bytes)
     assert as_lists(ck.restore(url, TEMPLATE, as_numpy=True)) == as_lists(OLD)
+
+
+def test_a_store_that_answers_a_put_with_no_tag_records_none(object_place, monkeypatch):
+    """A put answered without an ETag or version: no made-up tag is recorded (it would match no
+    read, and refuse every restore); the layout keeps the header and size check."""
+    url = locate(object_place).child("c.psk.d").url
+    store, where = resolve(url)
+    real_put = type(store).put
+
+    def tagless_put(self, key, data, **options):
+        info = real_put(self, key, data, **options)
+        return type(info)(info.key, info.size, "")
+
+    monkeypatch.setattr(type(store), "put", tagless_put)
+    ck.save(url, OLD)
+    monkeypatch.undo()
+    content = json.loads(store.get(layout_path_for(where.key))[0])
+    assert "tag" not in content["data"] and "url" not in content["data"]
+    assert as_lists(ck.restore(url, as_numpy=True)) == as_lists(OLD)

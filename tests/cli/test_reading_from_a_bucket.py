@@ -106,7 +106,8 @@ def test_failures_name_the_url_and_no_credential(s3_bucket, tmp_path):
     assert missing in message
     message = fails("E9003", "corpus", "verify", f"{s3_bucket.url}/none/shards.json", env=env)
     assert "none/shards.json" in message
-    message = fails("E9002", "info", "s3://pskd-no-such-bucket-here/x.psk.d", env=env)  # (a HEAD's 404)
+    message = fails("E9018", "info", "s3://pskd-no-such-bucket-here/x.psk.d", env=env)
+    assert "there is no bucket 'pskd-no-such-bucket-here'" in message  # (not a missing object's words)
     assert KEYS["AWS_SECRET_ACCESS_KEY"] not in message and KEYS["AWS_ACCESS_KEY_ID"] not in message
     result = pskd("info", "ftp://host/x.psk.d", cwd=tmp_path, env=env)
     assert result.returncode == 1 and result.stderr.startswith("pskd: E9018: ftp://host/x.psk.d")
