@@ -295,8 +295,9 @@ class Mixture:
         epochs, wraps = [], False
         for source, n, b, a in zip(self.sources, counts, before, after):
             epoch = b // n
-            if (a > b and (a - 1) // n != epoch) or n > 2**63:
-                if source.seed is not None or n > 2**63:
+            # (a count of 2**63 is no int64: the counts would not make the wrap's divisors)
+            if (a > b and (a - 1) // n != epoch) or n >= 2**63:
+                if source.seed is not None or n >= 2**63:
                     return None
                 wraps = True  # (a source in file order: its counts modulo n)
             epochs.append(epoch)

@@ -287,3 +287,17 @@ def test_batches_in_one_pass_equal_the_definition(weights, counts, seeds, togeth
     state = IteratorState(1, 12345)  # and the iterator's blocks of batches
     for k, (_, (got_sources, got_indices)) in enumerate(itertools.islice(mixture.iter_batches(counts, state), 3)):
         assert (got_sources.tolist(), got_indices.tolist()) == definition(mixture, counts, 48 * (12345 + k), 48)
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+def test_a_source_of_2_63_samples_beside_one_that_wraps_gives_its_batches(seed):
+    """check_counts takes a count up to 2**63, which int64 cannot hold: a batch where another source
+    in file order starts its next epoch must not make the counts an int64 array (it raised a bare
+    OverflowError)."""
+    mixture = Mixture((MixSource("a", None, 1), MixSource("b", seed, 10)), batch_size=72)
+    counts = (1, 2**63)
+    for j in (0, 25, 10**12):
+        got_sources, got_indices = mixture.batch_indices(counts, 1, j)
+        assert (got_sources.tolist(), got_indices.tolist()) == definition(mixture, counts, 72 * j, 72), j
+    (_, (first_sources, _)), = itertools.islice(mixture.iter_batches(counts), 1)
+    assert first_sources.tolist() == mixture.batch_indices(counts, 1, 0)[0].tolist()
