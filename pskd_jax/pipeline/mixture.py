@@ -24,9 +24,11 @@ from pskd_jax.pipeline.batches import BLOCK_POSITIONS, IteratorState, check_batc
 from pskd_jax.pipeline.schedule import COUNTED_SPAN, MAX_POSITION, PATTERN_PERIOD, Schedule
 from pskd_jax.pipeline.shuffle import HELD_PERMUTATIONS, MAX_SEED, Permutation, held_permutation, permute_together
 
-__all__ = ["MAX_SOURCES", "MixSource", "Mixture", "weight_text"]
+__all__ = ["MAX_BATCH_SIZE", "MAX_SOURCES", "MixSource", "Mixture", "weight_text"]
 
 MAX_SOURCES = 256  # sources a mix may name
+#: The largest B of a mix: its stream's positions end at 2**63 - 1, so a larger batch would make none.
+MAX_BATCH_SIZE = MAX_POSITION
 
 
 def weight_text(weight: Fraction) -> str:
@@ -117,6 +119,9 @@ class Mixture:
         for name, value in (("batch_size", self.batch_size), ("take", self.take)):
             if (value is not None or name == "batch_size") and (not is_integer(value) or value < 1):
                 raise PipelineError(f"{name} must be an integer >= 1, got {name}={value!r}")
+        if self.batch_size > MAX_BATCH_SIZE:  # (a stream of no batch would end before it began)
+            raise PipelineError(f"batch_size must be at most {MAX_BATCH_SIZE} (2**63 - 1) in a mix: its positions end "
+                                f"there, and a larger batch makes none; got batch_size={self.batch_size!r}")
         object.__setattr__(self, "batch_size", int(self.batch_size))
         if self.take is not None:
             object.__setattr__(self, "take", int(self.take))

@@ -17,7 +17,7 @@ from fractions import Fraction
 from pskd_jax._os.files import read_whole
 from pskd_jax.errors import PipelineError, PskdError
 from pskd_jax.pipeline.batches import Pipeline
-from pskd_jax.pipeline.mixture import MAX_SOURCES, MixSource, Mixture
+from pskd_jax.pipeline.mixture import MAX_BATCH_SIZE, MAX_SOURCES, MixSource, Mixture
 from pskd_jax.pipeline.shuffle import MAX_SEED
 from pskd_jax.storage.urls import is_url
 
@@ -180,7 +180,7 @@ class _Parser:
             if self.peek().spelled("name", "shuffle"):
                 raise self.fail(self.peek(), "shuffle after a mix: each source shuffles itself, inside the mix "
                                              '(mix(stream "…" |> shuffle(seed = s) : w, …))')
-            name_token, value = self.stage()
+            name_token, value = self.stage(in_mix=True)
             self.check_order(stages, name_token)
             stages[name_token.text] = (value, name_token)
         if "batch" not in stages:
@@ -260,8 +260,8 @@ class _Parser:
             return True
         return False
 
-    def stage(self) -> tuple[_Token, int]:
-        """One ``name(param = INT)`` after ``|>``."""
+    def stage(self, *, in_mix: bool = False) -> tuple[_Token, int]:
+        """One ``name(param = INT)`` after ``|>`` (``in_mix``: after a mix's ``)``)."""
         name_token = self.peek()
         if name_token.kind != "name" or name_token.text not in _STAGES:
             raise self.fail(name_token, "expected a stage (shuffle, batch or take) after '|>', "
@@ -284,6 +284,9 @@ class _Parser:
         high = MAX_SEED if name_token.text == "shuffle" else None
         if value < low or (high is not None and value >= high):
             raise self.fail(value_token, f"{parameter} must be {accepted}, got {parameter} = {value}")
+        if in_mix and name_token.text == "batch" and value > MAX_BATCH_SIZE:  # (a mix's stream would have none)
+            raise self.fail(value_token, f"B must be at most {MAX_BATCH_SIZE} (2**63 - 1) in a mix, got B = {value}: "
+                                         "a mix's positions end there, and a larger batch makes none")
         self.where = f"after {parameter} = {value}"
         self.expect("punct", ")", "')'")
         self.where = f"after {name_token.text}({parameter} = {value})"

@@ -209,6 +209,7 @@ def test_sources_of_different_sample_types_are_refused_naming_both():
     ((MixSource("a", None, 1),), {}),
     ((MixSource("a", None, 1), "b"), {}),
     ((MixSource("a", None, 1), MixSource("b", None, 1)), {"batch_size": 0}),
+    ((MixSource("a", None, 1), MixSource("b", None, 1)), {"batch_size": 2**63}),  # (no batch: refused, E9010)
     ((MixSource("a", None, 1), MixSource("b", None, 1)), {"take": 0}),
 ])
 def test_a_mixture_built_directly_is_checked(sources, options):

@@ -100,6 +100,9 @@ def test_a_single_stream_still_parses_to_a_pipeline():
     ('mix(stream "a" : 1, stream "b" : 1) |> take(n = 1) |> batch(B = 2)',
      "1:55: stage 'batch' must come before 'take'"),
     ('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 0)', "1:50: B must be an integer >= 1, got B = 0"),
+    # A batch of more positions than a mixture's stream has (2**63 - 1) would make none: never a stream of none.
+    ('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 9223372036854775808)',
+     "1:50: B must be at most 9223372036854775807 (2**63 - 1) in a mix, got B = 9223372036854775808"),
     ('mix(stream "" : 1, stream "b" : 1) |> batch(B = 2)', "1:12: expected a non-empty path"),
     ('mix(stream "a" : 1, stream "b" : 0.0000000001) |> batch(B = 2)',
      "1:1: the weights are 10000000000, 1 as coprime integers"),
@@ -155,3 +158,8 @@ def test_the_canonical_text_of_any_mixture_parses_back_to_it(sources, batch_size
         assert "2**31 - 1" in refused.message or "2**20" in refused.message
         return
     assert parse_pipeline(str(mixture)) == mixture
+
+
+def test_a_mix_of_the_largest_batch_has_one_batch():
+    mixture = parse_pipeline('mix(stream "a" : 1, stream "b" : 1) |> batch(B = 9223372036854775807)')
+    assert mixture.batch_size == 2**63 - 1 and mixture.end_batch == 1
