@@ -36,8 +36,8 @@ _STAGE_ORDER = tuple(_STAGES)
 
 _TOKEN = re.compile(
     r"""(?P<space>\s+)
-      | (?P<string>"[^"\n]*")
-      | (?P<open_string>"[^"\n]*)
+      | (?P<string>"[^"\r\n]*")
+      | (?P<open_string>"[^"\r\n]*)
       | (?P<pipe>\|>)
       | (?P<int>[0-9]+)
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
@@ -45,6 +45,7 @@ _TOKEN = re.compile(
       | (?P<other>.)""",
     re.VERBOSE | re.DOTALL,
 )
+_LINE_END = re.compile(r"\r\n|\r|\n")  # each ends a line, as editors count them (CRLF is one)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +84,10 @@ def _tokenize(text: str) -> list[_Token]:
         kind, start = match.lastgroup or "other", match.start()
         if kind != "space":
             tokens.append(_Token(kind, match.group(), line, start - line_start + 1))
-        newlines = match.group().count("\n")
-        if newlines:
-            line += newlines
-            line_start = start + match.group().rindex("\n") + 1
+        ends = [end.end() for end in _LINE_END.finditer(match.group())]
+        if ends:
+            line += len(ends)
+            line_start = start + ends[-1]
     tokens.append(_Token("end", "", line, len(text) - line_start + 1))
     return tokens
 

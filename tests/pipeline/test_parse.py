@@ -73,6 +73,15 @@ def test_str_writes_the_canonical_text_back():
          "pipeline:1:28: expected '|>' or the end of the pipeline after batch(B = 1), found ';'"),
         ('stream "d"\n |> batch(B = 1)\n |> take(n = x)',
          "pipeline:3:14: expected an integer >= 1 after n =, found 'x'"),
+        # Every line end a text may have counts a line: CRLF, and a lone CR (as old Macs write them).
+        ('stream "d"\r\n |> batch(B = 1)\r\n |> take(n = x)',
+         "pipeline:3:14: expected an integer >= 1 after n =, found 'x'"),
+        ('stream "d"\r |> batch(B = 1)\r |> take(n = x)',
+         "pipeline:3:14: expected an integer >= 1 after n =, found 'x'"),
+        ('stream "d"\r\r\n\n|> batch(B = 0)', "pipeline:4:14: B must be an integer >= 1"),
+        # A path ends at its line's end, whichever: never a path holding a CR.
+        ('stream "d\r" |> batch(B = 1)', "pipeline:1:8: unterminated path \"d: expected a closing"),
+        ('stream "d\r\n|> batch(B = 1)', "pipeline:1:8: unterminated path \"d: expected a closing"),
     ],
 )
 def test_parse_errors_name_line_column_and_what_was_expected(text, message):
