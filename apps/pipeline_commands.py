@@ -28,6 +28,17 @@ def _facts(path: str, args: argparse.Namespace) -> StreamFacts:
     return stream_facts(path, seq=args.seq, stride=args.stride)
 
 
+def _check_cut_flags(facts: list[StreamFacts], args: argparse.Namespace) -> None:
+    """E9012 for ``--seq`` or ``--stride`` when no stream is a corpus (as train_lm refuses them):
+    a .psk.d file's samples are cut already, and the flag would go unheeded."""
+    if any(f.corpus for f in facts):
+        return
+    for name in ("seq", "stride"):
+        if getattr(args, name) is not None:
+            raise UsageError(f"--{name} cuts a corpus's windows; {facts[0].path} is a .psk.d file of samples cut "
+                             "already")
+
+
 def _cut(facts: StreamFacts) -> str:
     """How a corpus's samples are cut (nothing for a .psk.d file)."""
     return f" (windows of {facts.seq} tokens every {facts.stride} tokens)" if facts.corpus else ""
@@ -42,6 +53,7 @@ def _first(args: argparse.Namespace, batches: int, what: str) -> range:
 
 def _stream_lines(pipeline: Pipeline, args: argparse.Namespace) -> Iterator[str]:
     facts = _facts(pipeline.path, args)
+    _check_cut_flags([facts], args)
     n = facts.count
     epoch = 1 if args.epoch is None else args.epoch
     per_epoch = pipeline.check_batches(n)  # E9010 when it makes no batch, as a training run refuses it
@@ -61,6 +73,7 @@ def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
         raise UsageError(f"--epoch {args.epoch}: a mixture has no epochs of its own (each source starts its next "
                          "epoch when it runs out); print a later part of its stream with --start J")
     facts = [_facts(source.path, args) for source in mixture.sources]
+    _check_cut_flags(facts, args)
     counts = mixture.check_counts([f.count for f in facts])
     sample_type = mixture.check_sample_types([f.sample_type for f in facts])
     # The stream ends after take, and where its positions do (2**63 - 1): refused before anything is printed

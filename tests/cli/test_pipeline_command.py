@@ -109,3 +109,16 @@ def test_what_pipeline_refuses_prints_nothing(tmp_path):
     for text in (mix, mix + f" |> take(n = {10**30})"):
         lines = ok("pipeline", text, "--start", str(last - 1), "--batches", "5", cwd=tmp_path)
         assert [line.split(":")[0] for line in lines[-2:]] == [f"batch {last - 1}", f"batch {last}"]
+
+
+@pytest.mark.slow
+def test_seq_and_stride_without_a_corpus_are_refused_not_ignored(tmp_path):
+    # --seq and --stride cut a corpus's windows; over .psk.d files alone they went unheeded
+    # (--seq -1 printed the batches), as train_lm refuses them.
+    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    stream = 'stream "w.psk.d" |> batch(B = 2)'
+    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 2) |> batch(B = 2)'
+    for text in (stream, mix):
+        for flags in (["--seq", "8"], ["--seq", "-1"], ["--stride", "0"], ["--seq", "8", "--stride", "4"]):
+            message = fails("E9012", "pipeline", text, *flags, cwd=tmp_path)
+            assert f"{flags[0]} cuts a corpus's windows" in message and "w.psk.d" in message, message
