@@ -142,6 +142,17 @@ def _check_given(source: Any, path: str, options: WindowOptions, where: str) -> 
                                 "(CorpusWindows(…, segments=True))")
 
 
+def _check_cut_used(sources: list[Any], options: WindowOptions) -> None:
+    """E9012 for ``seq`` or ``stride`` when every source is a ``.psk.d`` file: they cut a corpus's
+    windows, and over samples cut already they would go unheeded."""
+    if not all(isinstance(s, Reader) for s in sources):
+        return
+    for name in ("seq", "stride"):
+        if getattr(options, name) is not None:
+            raise UsageError(f"{name}= cuts a corpus's windows; {sources[0].path} is a .psk.d file of samples cut "
+                             f"already (pass no {name}=)")
+
+
 def _check_alike(text: Mixture, sources: list[Any]) -> None:
     """E9010 naming the first source whose samples differ from source 0's: another sample type,
     or windows with segments beside samples without."""
@@ -166,10 +177,16 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
     if isinstance(text, Pipeline):
         if source is None:
             opened = _open_stream(text.path, options, "")
+            try:
+                _check_cut_used([opened], options)
+            except BaseException:
+                opened.close()
+                raise
             return Opened(opened, text, [opened], text)
         if isinstance(source, (list, tuple)):
             raise PipelineError(f"{text} streams one source, but {len(source)} sources were given")
         _check_given(source, text.path, options, "")
+        _check_cut_used([source], options)
         return Opened(source, text, [], text)
     given: list[Any] | None = None
     if source is not None:
@@ -193,6 +210,7 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
             else:
                 _check_given(given[i], mixed.path, options, where)
                 sources.append(given[i])
+        _check_cut_used(sources, options)
         _check_alike(text, sources)
         return Opened(MixedSource(sources), MixedBatches(text, [len(s) for s in sources]), owned, text)
     except BaseException:

@@ -135,6 +135,22 @@ def test_a_wrong_path_or_missing_seq_is_an_error_naming_it(data):
         Loader(42)
 
 
+@pytest.mark.parametrize("options", [{"seq": 8}, {"seq": -1}, {"stride": 0}, {"seq": 8, "stride": 4}])
+def test_seq_and_stride_over_psk_d_files_alone_are_refused_not_ignored(data, options):
+    """seq= and stride= cut a corpus's windows: over .psk.d files alone they went unheeded (seq=-1
+    read the batches), as train_lm and pskd pipeline refuse them."""
+    name = next(iter(options))
+    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" |> shuffle(seed = 1) : 2) |> batch(B = 2)'
+    for text in (FILE, mix):
+        with pytest.raises(PskdError, match=f"E9012: {name}= cuts a corpus's windows; .*w.psk.d is a .psk.d file"):
+            Loader(text, base_dir=data, **options)
+    with pskd_jax.Reader(data / "w.psk.d") as reader, pytest.raises(PskdError, match=f"E9012: {name}= cuts"):
+        Loader(reader, parse_pipeline(FILE, base_dir=data), **options)
+    mixed = 'mix(stream "a/shards.json" : 1, stream "w.psk.d" : 1) |> batch(B = 2)'  # (a corpus among them: taken)
+    with pytest.raises(PskdError, match="has samples of type"):
+        Loader(mixed, base_dir=data, seq=4)
+
+
 def test_a_source_given_is_checked_against_the_text(data):
     pipeline = parse_pipeline(FILE, base_dir=data)
     with pskd_jax.Reader(data / "w.psk.d") as reader:
