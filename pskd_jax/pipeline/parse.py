@@ -241,9 +241,12 @@ class _Parser:
             self.position += 1
             text, last = f"{text}.{digits.text}", digits
         after = self.peek()
-        if after.kind == "name" and after.text[0] in "eE" and last.touches(after):
-            raise self.fail(token, f"weight {text}{after.text}…: a weight has no exponent (write it in plain "
-                                   "digits, such as 100000 or 0.00001)")
+        if after.kind == "name" and last.touches(after):  # (0x1, 1_000, 1e5: never the digits before them)
+            if after.text[0] in "eE":
+                raise self.fail(token, f"weight {text}{after.text}…: a weight has no exponent (write it in plain "
+                                       "digits, such as 100000 or 0.00001)")
+            raise self.fail(token, f"weight {text}{after.text}…: a weight is written in decimal digits (such as 3 "
+                                   "or 0.25)")
         if len(text) > 40:
             raise self.fail(token, f"weight {text[:20]}… has {len(text)} characters: a weight has at most 40")
         value = Fraction(text)

@@ -79,6 +79,14 @@ def test_a_single_stream_still_parses_to_a_pipeline():
      "1:19: expected 'shuffle' after '|>' in a mix's source, found 'repeat'"),
     ('mix(stream "a" : 1e5, stream "b" : 1) |> batch(B = 2)', "1:18: weight 1e5…: a weight has no exponent"),
     ('mix(stream "a" : 2.5E-3, stream "b" : 1) |> batch(B = 2)', "1:18: weight 2.5E…: a weight has no exponent"),
+    # Hex, underscores and the like glued to the digits: named whole, never read as the digits before them
+    # ('0x1' was "weight must be a positive number …, got 0").
+    ('mix(stream "a" : 0x1, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight 0x1…: a weight is written in decimal digits (such as 3 or 0.25)"),
+    ('mix(stream "a" : 1_000, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight 1_000…: a weight is written in decimal digits (such as 3 or 0.25)"),
+    ('mix(stream "a" : 0.5f, stream "b" : 1) |> batch(B = 2)',
+     "1:18: weight 0.5f…: a weight is written in decimal digits (such as 3 or 0.25)"),
     ('mix(stream "a" : 1., stream "b" : 1) |> batch(B = 2)',
      "1:20: expected the digits after the decimal point of weight 1., found ','"),
     ('mix(stream "a" : 1 . 5, stream "b" : 1) |> batch(B = 2)',
