@@ -11,6 +11,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError
 from pskd_jax.pipeline import IteratorState, MixSource, Mixture, parse_pipeline
@@ -302,3 +304,31 @@ def test_a_source_of_2_63_samples_beside_one_that_wraps_gives_its_batches(seed):
         assert (got_sources.tolist(), got_indices.tolist()) == definition(mixture, counts, 72 * j, 72), j
     (_, (first_sources, _)), = itertools.islice(mixture.iter_batches(counts), 1)
     assert first_sources.tolist() == mixture.batch_indices(counts, 1, 0)[0].tolist()
+
+
+# Sources of any count a mixture takes (to 2**63), shuffled or not, with weights far apart.
+hard_sources = st.tuples(st.one_of(st.none(), st.integers(0, 2**64 - 1)),
+                         st.sampled_from([1, 2, 3, 10, 1000, 40000, 10**6]),
+                         st.one_of(st.integers(1, 5), st.integers(1, 10**12), st.just(2**63)))
+
+
+@pytest.mark.slow
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(st.lists(hard_sources, min_size=2, max_size=6), st.lists(hard_sources, min_size=20, max_size=40)),
+       st.integers(1, 3000), st.data())
+def test_batches_anywhere_equal_the_definition_for_hard_sources(sources, batch_size, data):
+    try:
+        mixture = Mixture(tuple(MixSource(f"s{i}", seed, w) for i, (seed, w, _) in enumerate(sources)),
+                          batch_size=batch_size)
+    except PskdError:
+        assume(False)  # (weights whose schedule is refused: test_schedule)
+    counts = tuple(n for _, _, n in sources)
+    first = data.draw(st.one_of(st.integers(0, 100), st.integers(0, mixture.end_batch - 10)))
+    batches = itertools.islice(mixture.iter_batches(counts, IteratorState(1, first)), 3)
+    for k, (state, (got_sources, got_indices)) in enumerate(batches):
+        j = first + k
+        assert state == IteratorState(1, j + 1)
+        expected = definition(mixture, counts, batch_size * j, batch_size)
+        assert (got_sources.tolist(), got_indices.tolist()) == expected, j
+        at_j = mixture.batch_indices(counts, 1, j)
+        assert (at_j[0].tolist(), at_j[1].tolist()) == expected, j

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pskd_jax.errors import PskdError
@@ -225,3 +225,57 @@ def test_a_run_from_the_kept_period_equals_the_cursor_s(weights):
             want, want_before = schedule.cursor(first).take_sources(length)
             assert got.dtype == np.int64 and np.array_equal(got, want) and before == want_before, (first, length)
             assert before == schedule.counts(first)
+
+
+# Harder weights than those above: up to 256 sources, totals up to 2**31 - 1, very unequal pairs.
+many_small = st.lists(st.integers(1, 3), min_size=2, max_size=256)
+hard_weights = st.one_of(
+    st.lists(st.integers(1, 2**16), min_size=2, max_size=40),
+    many_small,
+    st.lists(st.sampled_from([1, 2, 3, 7, 100, 10**4, 10**6, 10**8]), min_size=2, max_size=12),
+    st.lists(st.integers(1, 2**30), min_size=2, max_size=2),
+)
+
+
+def schedule_or_none(weights) -> Schedule | None:
+    """The schedule, or None for weights refused (a total over 2**31 - 1, or over 2**20 unproven)."""
+    try:
+        return Schedule(weights)
+    except PskdError:
+        return None
+
+
+def assert_prefix_within_one(schedule: Schedule, length: int) -> None:
+    counts = schedule.counts(length)
+    assert sum(counts) == length
+    assert all(abs(c * schedule.period - length * w) < schedule.period for c, w in zip(counts, schedule.weights)), (
+        schedule, length, counts)
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None)
+@given(hard_weights, st.lists(st.integers(0, 2**63 - 2**40), min_size=1, max_size=3), st.integers(1, 120))
+def test_far_prefixes_of_hard_weights_are_within_one_and_runs_agree_with_counts(weights, prefixes, length):
+    schedule = schedule_or_none(weights)
+    assume(schedule is not None)  # (refused weights: test_refusals)
+    assert schedule is not None
+    for prefix in prefixes:
+        assert_prefix_within_one(schedule, prefix)
+        sources, taken = schedule.run(prefix, length)
+        counts = list(schedule.counts(prefix))
+        for s, c in zip(sources.tolist(), taken.tolist()):
+            assert c == counts[s]
+            counts[s] += 1
+        assert tuple(counts) == schedule.counts(prefix + length)
+        assert_prefix_within_one(schedule, prefix + length)
+        if schedule.kind == "splits" or schedule.period <= 2**15:  # (sources() walks a long deadline period)
+            kept, before = schedule.sources(prefix, length)
+            assert np.array_equal(kept, sources) and before == schedule.counts(prefix)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(many_small)
+def test_every_prefix_of_many_sources_is_within_one(weights):
+    schedule = Schedule(weights)
+    assert_within_one(schedule, 2 * schedule.period + 3)
