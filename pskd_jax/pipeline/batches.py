@@ -64,6 +64,8 @@ class Pipeline:
     seed: int | None
     batch_size: int
     take: int | None = None
+    # Where the text writes its batch stage (``pipeline:1:15``) for error messages: no part of equality.
+    where: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # The parser checks the text; these checks cover a Pipeline built directly.
@@ -105,7 +107,8 @@ class Pipeline:
         """
         count = self.batches_per_epoch(n)
         if count == 0:
-            raise PipelineError(f"{self} makes no batch of {self.batch_size} from {n} samples: "
+            at = f"{self.where}: " if self.where else ""
+            raise PipelineError(f"{at}{self} makes no batch of {self.batch_size} from {n} samples: "
                                 f"the file needs at least {self.batch_size} samples, or a smaller B")
         return count
 

@@ -330,8 +330,9 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
     values = {name: value for name, (value, _) in stages.items()}
     if mix_token is None:
         (stream,) = streams
+        batch = stages["batch"][1]
         return Pipeline(path=_resolve(stream.path, base_dir), seed=stream.seed, batch_size=values["batch"],
-                        take=values.get("take"))
+                        take=values.get("take"), where=f"{source}:{batch.line}:{batch.column}")
     sources = []
     for s in streams:
         assert s.weight is not None  # (the parser asks each source of a mix for its weight)

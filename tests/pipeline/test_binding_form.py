@@ -13,7 +13,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax.errors import PskdError
-from pskd_jax.pipeline import load_pipeline, parse_pipeline
+from pskd_jax.pipeline import Pipeline, load_pipeline, parse_pipeline
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PLAIN = 'stream "w.psk.d" |> shuffle(seed = 3) |> batch(B = 4) |> take(n = 2)'
@@ -53,7 +53,14 @@ def test_a_batch_larger_than_the_file_is_refused_by_the_api():
             attempt()
         assert caught.value.code == "E9010"
         assert "makes no batch of 11 from 10 samples" in caught.value.message
+        assert caught.value.message.startswith("pipeline:1:15: "), caught.value.message  # where B is written
     assert pipeline.check_batches(11) == 1
+    text = 'data = stream "w"\n  |> shuffle(seed = 1)\n  |> batch(B = 11)'
+    with pytest.raises(PskdError) as caught:
+        parse_pipeline(text, source="train.pipeline").check_batches(3)
+    assert caught.value.message.startswith("train.pipeline:3:6: stream \"w\" |> shuffle(seed = 1) |> batch(B = 11) "
+                                           "makes no batch"), caught.value.message
+    assert parse_pipeline(text) == Pipeline("w", 1, 11)  # (where it is written takes no part in equality)
 
 
 @pytest.mark.slow
@@ -65,7 +72,7 @@ def test_the_command_gives_the_same_answer_as_the_api(tmp_path):
         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     refused = run('data = stream "w.psk.d" |> batch(B = 11)')
     assert refused.returncode == 1 and refused.stdout == ""
-    assert refused.stderr.startswith("pskd: E9010: ") and "makes no batch of 11 from 10 samples" in refused.stderr
+    assert refused.stderr.startswith("pskd: E9010: TEXT:1:28: ") and "makes no batch of 11 from 10" in refused.stderr
     assert len(refused.stderr.splitlines()) == 1
     accepted = run('data = stream "w.psk.d" |> batch(B = 10)')
     assert accepted.returncode == 0, accepted.stderr
