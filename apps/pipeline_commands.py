@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pskd_jax._os.checks import integer
 from pskd_jax.errors import UsageError
 from pskd_jax.pipeline import Mixture, Pipeline, StreamFacts, load_pipeline, parse_pipeline, stream_facts
+from pskd_jax.pipeline.streams import check_stream_path
 
 
 def _pipeline(args: argparse.Namespace) -> Iterator[str]:
@@ -24,7 +25,8 @@ def _pipeline(args: argparse.Namespace) -> Iterator[str]:
     return _stream_lines(pipeline, args)
 
 
-def _facts(path: str, args: argparse.Namespace) -> StreamFacts:
+def _facts(path: str, args: argparse.Namespace, where: str = "") -> StreamFacts:
+    check_stream_path(path, where)  # (E9010 for nothing there, or a directory: the Loader's own check)
     return stream_facts(path, seq=args.seq, stride=args.stride)
 
 
@@ -72,7 +74,8 @@ def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
     if args.epoch not in (None, 1):
         raise UsageError(f"--epoch {args.epoch}: a mixture has no epochs of its own (each source starts its next "
                          "epoch when it runs out); print a later part of its stream with --start J")
-    facts = [_facts(source.path, args) for source in mixture.sources]
+    facts = [_facts(source.path, args, f"{source.where + ': ' if source.where else ''}source {i}: ")
+             for i, source in enumerate(mixture.sources)]
     _check_cut_flags(facts, args)
     counts = mixture.check_counts([f.count for f in facts])
     sample_type = mixture.check_sample_types([f.sample_type for f in facts])

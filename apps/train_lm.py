@@ -197,7 +197,7 @@ def check_cut_flags(paths: list[str], config: RunConfig) -> None:
     are cut already, and the flag would go unheeded."""
     from pskd_jax import corpus
     from pskd_jax.errors import UsageError
-    from pskd_jax.loader.opening import check_stream_path
+    from pskd_jax.pipeline.streams import check_stream_path
 
     for path in paths:
         check_stream_path(path)  # (E9010 for nothing there, or a directory: the Loader's own check)

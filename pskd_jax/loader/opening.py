@@ -21,7 +21,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from pskd_jax.corpus.manifest import MANIFEST
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PipelineError, UsageError
 from pskd_jax.format.reader import Reader
@@ -30,7 +29,7 @@ from pskd_jax.loader.mixed import MixedBatches, MixedSource
 from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
-from pskd_jax.pipeline.streams import is_corpus_manifest
+from pskd_jax.pipeline.streams import check_stream_path, is_corpus_manifest
 from pskd_jax.storage.urls import is_url
 
 __all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "check_stream_path", "open_pipeline"]
@@ -84,20 +83,6 @@ def _check_no_base_dir(pipeline: Pipeline | Mixture, base_dir: str | os.PathLike
         raise UsageError(f"base_dir={os.fspath(base_dir)!r} joins the paths of a pipeline's text, but {pipeline} is "
                          f"a {type(pipeline).__name__} whose paths are resolved already (its {relative[0]!r} is opened "
                          "as it is): pass the text, or parse it with parse_pipeline(text, base_dir=…)")
-
-
-def check_stream_path(path: str, where: str = "") -> None:
-    """E9010 naming a stream's local path when nothing stands there or a directory does (with the
-    manifest to stream instead when it is a corpus directory); a URL is its reader's to check."""
-    if is_url(path):
-        return
-    if os.path.isdir(path):
-        manifest = os.path.join(path, MANIFEST)
-        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
-        raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
-    if not os.path.lexists(path):
-        raise PipelineError(f"{where}the stream {path!r} does not exist (relative paths are joined to the "
-                            "loader's base_dir, default the current directory)")
 
 
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:

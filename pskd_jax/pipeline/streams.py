@@ -13,15 +13,17 @@ import dataclasses
 import os
 from typing import Any
 
+from pskd_jax._os import names
 from pskd_jax._os.checks import checked_integer, is_integer
 from pskd_jax._os.files import open_regular
 from pskd_jax._os.jsonfile import json_kind, loads_strict, read_strict
 from pskd_jax.data.windows import lm_window_count, window_type
-from pskd_jax.errors import CorpusDirectoryError, PskdError, UsageError
+from pskd_jax.errors import CorpusDirectoryError, PipelineError, PskdError, UsageError
 from pskd_jax.format.reader import Reader
 from pskd_jax.storage import locate, store_for
+from pskd_jax.storage.urls import is_url
 
-__all__ = ["CORPUS_FORMAT", "StreamFacts", "is_corpus_manifest", "stream_facts"]
+__all__ = ["CORPUS_FORMAT", "StreamFacts", "check_stream_path", "is_corpus_manifest", "stream_facts"]
 
 CORPUS_FORMAT = "pskd-corpus"  # the "format" of a corpus manifest
 
@@ -57,6 +59,20 @@ def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
             return f.read(1) == b"{"
     except (PskdError, OSError):
         return False
+
+
+def check_stream_path(path: str, where: str = "") -> None:
+    """E9010 naming a stream's local path when nothing stands there or a directory does (with the
+    manifest to stream instead when it is a corpus directory); a URL is its reader's to check."""
+    if is_url(path):
+        return
+    if os.path.isdir(path):
+        manifest = os.path.join(path, names.CORPUS_MANIFEST)
+        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
+        raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
+    if not os.path.lexists(path):
+        raise PipelineError(f"{where}the stream {path!r} does not exist (a relative path is joined to the "
+                            "pipeline file's directory, or to the loader's base_dir, default the current directory)")
 
 
 def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride: int | None = None) -> StreamFacts:

@@ -122,3 +122,19 @@ def test_seq_and_stride_without_a_corpus_are_refused_not_ignored(tmp_path):
         for flags in (["--seq", "8"], ["--seq", "-1"], ["--stride", "0"], ["--seq", "8", "--stride", "4"]):
             message = fails("E9012", "pipeline", text, *flags, cwd=tmp_path)
             assert f"{flags[0]} cuts a corpus's windows" in message and "w.psk.d" in message, message
+
+
+@pytest.mark.slow
+def test_a_stream_not_there_is_the_loader_s_e9010_naming_its_place(tmp_path):
+    # pskd pipeline said E9002 'cannot read' (a directory: 'not a regular file') where the Loader
+    # and train_lm say E9010 naming the stream, a mix's source by its line and column.
+    pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "shards.json").write_text("{}")
+    message = fails("E9010", "pipeline", 'stream "nowhere.psk.d" |> batch(B = 2)', cwd=tmp_path)
+    assert "the stream 'nowhere.psk.d' does not exist" in message
+    message = fails("E9010", "pipeline", 'stream "c" |> batch(B = 2)', "--seq", "4", cwd=tmp_path)
+    assert "the stream 'c' is a directory" in message and 'stream its manifest "c/shards.json"' in message
+    mix = 'mix(stream "w.psk.d" : 1,\n    stream "nowhere.psk.d" : 1) |> batch(B = 2)'
+    message = fails("E9010", "pipeline", mix, cwd=tmp_path)
+    assert "TEXT:2:5: source 1: the stream 'nowhere.psk.d' does not exist" in message
