@@ -373,11 +373,11 @@ def load_pipeline(file_path: str | os.PathLike[str], *,
 
 
 def check_inside(path: str, root: str, source: str) -> None:
-    """Refuses (E9010) a streamed ``path`` that is not inside ``root`` once resolved."""
-    if is_url(path):  # (no local directory holds an object of a store; realpath would make one of the cwd)
-        raise PipelineError(f"{source}: the stream path {path!r} is a URL: a pipeline file streams only local files "
-                            "inside its directory, or inside the root it is loaded with; pass the text itself to "
-                            "stream from a store")
+    """Refuses (E9010) a streamed local ``path`` that is not inside ``root`` once resolved. A URL is
+    taken as it is: the rule keeps a pipeline file inside the local tree it came with, and an
+    object of a store is no path of that tree (realpath would make one of the current directory)."""
+    if is_url(path):
+        return
     resolved, top = os.path.realpath(path), os.path.realpath(root)
     if os.path.commonpath([resolved, top]) != top or resolved == top:
         raise PipelineError(f"{source}: the stream path {path!r} leads to {resolved}, outside {top}: a pipeline file "
