@@ -1,19 +1,19 @@
-/* Packed segments of a batch of windows: pskd_jax.corpus.segments, compiled.
+/* Packed segments of a batch of windows in one pass: pskd_jax.corpus.segments, compiled.
 
    fill(inputs, boundary, seq, outputs, bound) writes each input token's segment id, then each
    one's position (the rules in segments.py), into the output buffer: its first half the ids,
    its second the positions. It returns whether every input token is below bound: a corpus's
-   gather checks its tokens against the vocabulary size, and the check rides in the scan's read
-   of the tokens (one compare a vector more) instead of a pass of its own over the batch. The
-   inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole number of windows of seq
-   tokens; the outputs C-contiguous signed integers of 2 or 4 bytes, twice as many. The caller
-   (segments.py) chooses the types; this module checks what keeps it inside the buffers.
+   gather checks its tokens against the vocabulary size, and the check rides in the same pass
+   (one compare a vector more) instead of a pass of its own over the batch. The inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole
+   number of windows of seq tokens; the outputs C-contiguous signed integers of 2 or 4 bytes,
+   twice as many. The caller (segments.py) chooses the types; this module checks what keeps it
+   inside the buffers.
 
-   Why compiled: numpy needs several passes and a dozen calls for what is one read of the tokens
-   and one write of each output, and a Loader gathers batches of 64 Ki tokens in well under a
-   hundred microseconds. The scan reads the tokens a block of 32 at a time (see DEFINE_SCAN);
-   only the last few tokens of a window that is not whole blocks go one by one. The GIL is let
-   go during the scan, so a Loader's thread overlaps it with the training step. */
+   Why compiled: numpy needs several passes and a dozen calls for what is one scan, and a
+   Loader gathers batches of 64 Ki tokens in well under a hundred microseconds. The scan takes
+   the tokens a block of 32 at a time (see DEFINE_SCAN); only the last few tokens of a window
+   that is not whole blocks go one by one. The GIL is let go during the scan, so a Loader's
+   thread overlaps it with the training step. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,22 +31,20 @@
 
 #if defined(__GNUC__) && !defined(PSKD_SEGMENTS_BY_TOKEN)
 /* With GCC's vector types (gcc, clang), in vectors of 16 bytes, the width every x86-64 and arm64
-   processor has. A window is scanned a chunk at a time, in three passes over the chunk, each
-   touching one output: first the tokens are read, a block of 32 at a time, for the boundaries
-   (their indices noted; a block's compares are ORed together, and only a block holding one, rare
-   since documents are hundreds of tokens long, is looked into) and for a token above the largest
-   allowed; then the ids are written, a run of one value a segment; then the positions, a run
-   counting from 0 a segment. Why passes: stores that alternate between the two outputs ran at
-   half the speed of the same stores one output after the other (measured: the cores' stores to
-   one line after another coalesce, to two lines by turns do not), and the stores are what the
-   scan costs. A token above the largest is found by a signed compare of both with their top bits
-   flipped (SSE2 has no unsigned compare: two instructions, where the compiler's unsigned compare
-   takes three), ORed across the chunk. */
+   processor has (AVX2's 32-byte vectors measured no faster here: the scan is bound by its
+   stores). Each block's compares with the boundary are ORed together; the ids and positions of
+   a block with no boundary (nearly all: documents are hundreds of tokens long) are two
+   broadcasts; in a block holding one, each boundary (found from its compare's bits) then adds 1
+   to the ids after it and restarts the positions there, lanes masked in the same vectors. A
+   token above the largest allowed is found by a signed compare of both with their top bits
+   flipped (SSE2 has no unsigned compare: two instructions, where the compiler's unsigned
+   compare takes three), ORed across the window. */
 #define BLOCK 32
 #define VB 16
-#define CHUNK 4096 /* tokens of a window scanned before its outputs are written (their cuts fit on the stack) */
-static const int16_t LANES16[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-static const int32_t LANES32[4] = {0, 1, 2, 3};
+static const int16_t LANES16[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+static const int32_t LANES32[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 #define LANES(OUT) (sizeof(OUT) == 2 ? (const void *)LANES16 : (const void *)LANES32)
 
 #define DEFINE_SCAN(NAME, TOKEN, SIGNED, OUT)                                                  \
@@ -54,100 +52,85 @@ static const int32_t LANES32[4] = {0, 1, 2, 3};
     typedef SIGNED NAME##_signed __attribute__((vector_size(VB)));                             \
     typedef OUT NAME##_outs __attribute__((vector_size(VB)));                                  \
     enum { NAME##_TOKENS = VB / sizeof(TOKEN), NAME##_OUTS = VB / sizeof(OUT) };               \
-    /* The boundaries of a block holding one, appended to cuts (rare: kept out of the loop). */ \
-    __attribute__((noinline)) static Py_ssize_t NAME##_block_cuts(const TOKEN *in, TOKEN boundary, \
-                                                                  int32_t at, int32_t *cuts, Py_ssize_t count) { \
-        enum { TOKENS = NAME##_TOKENS, BITS = 8 * sizeof(TOKEN) };                             \
-        for (int k = 0; k < BLOCK; k += TOKENS) {                                              \
+    /* The scan's state between tokens: the next token's id and position. */                \
+    typedef struct { OUT id, at; } NAME##_state;                                               \
+    /* A block holding a boundary, apart (rare, and its arrays would keep the common case's    \
+       vectors out of registers): the ids and positions as if it held none, then for each      \
+       boundary in turn the ids after it one more and the positions after it from 0. The       \
+       state goes in and out by value, so that the common case keeps it in registers. */       \
+    __attribute__((noinline)) static NAME##_state NAME##_split(const TOKEN *in, TOKEN boundary, \
+                                                               NAME##_state s, OUT *ids, OUT *pos) { \
+        enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS, BITS = 8 * sizeof(TOKEN) };         \
+        NAME##_outs lanes[BLOCK / OUTS], idv[BLOCK / OUTS], posv[BLOCK / OUTS];                \
+        memcpy(lanes, LANES(OUT), sizeof lanes);                                               \
+        for (int m = 0; m < BLOCK / OUTS; m++) {                                               \
+            idv[m] = (NAME##_outs){0} + s.id;                                                  \
+            posv[m] = lanes[m] + s.at;                                                         \
+        }                                                                                      \
+        int last = 0;                                                                          \
+        for (int k = 0; k < BLOCK / TOKENS; k++) {                                             \
             NAME##_tokens v;                                                                   \
             uint64_t bits[VB / 8];                                                             \
-            memcpy(&v, in + k, VB);                                                            \
+            memcpy(&v, in + k * TOKENS, VB);                                                   \
             v = (NAME##_tokens)(v == boundary);                                                \
             memcpy(bits, &v, VB);                                                              \
-            for (int w = 0; w < VB / 8; w++)                                                   \
+            for (int w = 0; w < VB / 8; w++) {                                                 \
                 for (uint64_t word = bits[w]; word; ) { /* (a boundary's lane: all ones) */    \
                     int bit = __builtin_ctzll(word);                                           \
-                    cuts[count++] = at + k + w * (64 / BITS) + bit / BITS;                     \
+                    last = k * TOKENS + w * (64 / BITS) + bit / BITS;                          \
+                    for (int m = 0; m < BLOCK / OUTS; m++) {                                   \
+                        NAME##_outs after = (NAME##_outs)(lanes[m] > (OUT)last);               \
+                        idv[m] -= after;                                                       \
+                        posv[m] = (posv[m] & ~after) | ((lanes[m] - (OUT)(last + 1)) & after); \
+                    }                                                                          \
                     word &= ~((~0ULL >> (64 - BITS)) << bit);                                  \
                 }                                                                              \
+            }                                                                                  \
         }                                                                                      \
-        return count;                                                                          \
+        memcpy(ids, idv, sizeof idv);                                                          \
+        memcpy(pos, posv, sizeof posv);                                                        \
+        return (NAME##_state){(OUT)(idv[BLOCK / OUTS - 1][OUTS - 1] + (last == BLOCK - 1)),    \
+                              (OUT)(BLOCK - 1 - last)};                                        \
     }                                                                                          \
-    /* The indices of the boundaries among in[0, len) into cuts (their count returned); *over  \
-       set when a token is above largest. */                                                   \
-    static Py_ssize_t NAME##_cuts(const TOKEN *in, Py_ssize_t len, TOKEN boundary, TOKEN largest, \
-                                  int32_t *cuts, int *over) {                                   \
+    /* One window. Between blocks without a boundary the ids stay one broadcast vector and the \
+       positions a vector that steps on by the block. */                                       \
+    static int NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, TOKEN largest, OUT *ids,  \
+                    OUT *pos) {                                                                \
+        enum { TOKENS = NAME##_TOKENS, OUTS = NAME##_OUTS };                                   \
         const TOKEN flip = (TOKEN)1 << (8 * sizeof(TOKEN) - 1);                                \
         const NAME##_signed limit = (NAME##_signed){0} + (SIGNED)(largest ^ flip);             \
         NAME##_signed overs = {0};                                                             \
-        Py_ssize_t count = 0, t = 0;                                                           \
-        for (; t + BLOCK <= len; t += BLOCK) {                                                 \
+        NAME##_outs lanes, same = (NAME##_outs){0} + 1, next;                                  \
+        memcpy(&lanes, LANES(OUT), VB);                                                        \
+        next = lanes;                                                                          \
+        Py_ssize_t t = 0;                                                                      \
+        for (; t + BLOCK <= seq; t += BLOCK) {                                                 \
             NAME##_tokens v, any = {0};                                                        \
-            for (int k = 0; k < BLOCK; k += NAME##_TOKENS) {                                   \
+            for (int k = 0; k < BLOCK; k += TOKENS) {                                          \
                 memcpy(&v, in + t + k, VB);                                                    \
                 any |= (NAME##_tokens)(v == boundary);                                         \
                 overs |= (NAME##_signed)((NAME##_signed)(v ^ flip) > limit);                   \
             }                                                                                  \
             uint64_t words[VB / 8];                                                            \
             memcpy(words, &any, VB);                                                           \
-            if (words[0] | words[1]) count = NAME##_block_cuts(in + t, boundary, (int32_t)t, cuts, count); \
+            if (words[0] | words[1]) {                                                         \
+                NAME##_state s = NAME##_split(in + t, boundary, (NAME##_state){same[0], next[0]}, \
+                                              ids + t, pos + t);                               \
+                same = (NAME##_outs){0} + s.id;                                                \
+                next = lanes + s.at;                                                           \
+                continue;                                                                      \
+            }                                                                                  \
+            for (int k = 0; k < BLOCK; k += OUTS) {                                            \
+                memcpy(ids + t + k, &same, VB);                                                \
+                memcpy(pos + t + k, &next, VB);                                                \
+                next += (OUT)OUTS;                                                             \
+            }                                                                                  \
         }                                                                                      \
         uint64_t words[VB / 8];                                                                \
         memcpy(words, &overs, VB);                                                             \
-        int above = (words[0] | words[1]) != 0;                                                \
-        for (; t < len; t++) {                                                                 \
-            if (in[t] == boundary) cuts[count++] = (int32_t)t;                                 \
-            above |= in[t] > largest;                                                          \
-        }                                                                                      \
-        *over |= above;                                                                        \
-        return count;                                                                          \
-    }                                                                                          \
-    /* out[0, len) = value, value + step, value + 2 step, … (step 0: one value; 1: a count). */ \
-    static inline void NAME##_run(OUT *out, Py_ssize_t len, OUT value, OUT step) {             \
-        enum { OUTS = NAME##_OUTS };                                                           \
-        if (len < OUTS) {                                                                      \
-            for (Py_ssize_t i = 0; i < len; i++) out[i] = (OUT)(value + i * step);             \
-            return;                                                                            \
-        }                                                                                      \
-        NAME##_outs lanes, v;                                                                  \
-        memcpy(&lanes, LANES(OUT), VB);                                                        \
-        lanes *= step;                                                                         \
-        v = lanes + value;                                                                     \
-        Py_ssize_t i = 0;                                                                      \
-        for (; i + OUTS <= len; i += OUTS) {                                                   \
-            memcpy(out + i, &v, VB);                                                           \
-            v += (OUT)(OUTS * step);                                                           \
-        }                                                                                      \
-        if (i < len) { /* the last few: one store ending at len, over some written already */  \
-            v = lanes + (OUT)(value + (len - OUTS) * step);                                    \
-            memcpy(out + len - OUTS, &v, VB);                                                  \
-        }                                                                                      \
-    }                                                                                          \
-    /* One window, a chunk at a time: its boundaries, then its ids, then its positions. */     \
-    static int NAME(const TOKEN *in, Py_ssize_t seq, TOKEN boundary, TOKEN largest, OUT *ids,  \
-                    OUT *pos) {                                                                \
-        int32_t cuts[CHUNK];                                                                   \
-        int over = 0;                                                                          \
-        OUT id = 1, at = 0;                                                                    \
-        for (Py_ssize_t c = 0; c < seq; c += CHUNK) {                                          \
-            Py_ssize_t len = seq - c < CHUNK ? seq - c : CHUNK;                                \
-            Py_ssize_t count = NAME##_cuts(in + c, len, boundary, largest, cuts, &over);       \
-            Py_ssize_t a = 0;                                                                  \
-            OUT next = id;                                                                     \
-            for (Py_ssize_t k = 0; k < count; k++, next++) { /* a boundary ends its segment */ \
-                NAME##_run(ids + c + a, cuts[k] + 1 - a, next, 0);                             \
-                a = cuts[k] + 1;                                                               \
-            }                                                                                  \
-            NAME##_run(ids + c + a, len - a, next, 0);                                         \
-            a = 0;                                                                             \
-            for (Py_ssize_t k = 0; k < count; k++) {                                           \
-                NAME##_run(pos + c + a, cuts[k] + 1 - a, a ? 0 : at, 1);                       \
-                a = cuts[k] + 1;                                                               \
-            }                                                                                  \
-            NAME##_run(pos + c + a, len - a, a || count ? 0 : at, 1);                          \
-            at = (OUT)((count ? 0 : at) + len - a);                                            \
-            id = next;                                                                         \
-        }                                                                                      \
+        int over = (words[0] | words[1]) != 0;                                                 \
+        OUT id = same[0], at = next[0];                                                        \
+        for (; t < seq; t++) STEP(t);                                                          \
         return over;                                                                           \
     }
 #else
