@@ -271,7 +271,7 @@ def pipelines(c: Collection) -> None:
     add("not-utf8", b'stream "\xff\xfe" |> batch(B = 1)', "E9010", "a pipeline file that is not UTF-8")
     add("nul-in-path", 'stream "a\x00b" |> batch(B = 1)', "E9010", "a NUL in the path")
     add("spaces-then-junk", " " * 100000 + "@", "E9010", "100000 spaces and a stray character")
-    add("missing-file", 'stream "no-such.psk.d" |> batch(B = 1)', "E9002", "a path to no file")
+    add("missing-file", 'stream "no-such.psk.d" |> batch(B = 1)', "E9010", "a path to no file")
     add("not-a-container", 'stream "not-utf8.pipeline" |> batch(B = 1)', "E9002",
         "a path to a file that is not a .psk.d")
     add("hostile-container", 'stream "../container/count-max.psk.d" |> batch(B = 1)', "E9003",
@@ -1030,7 +1030,7 @@ def changing_and_special_files(c: Collection) -> None:
     c.add("pipeline", "batch-2-40-over-2-40-empty-samples",
           'stream "../_fixtures/empty-2-40.psk.d" |> batch(B = 1099511627776)', None,
           "one batch of 2^40 empty samples (its indices are never held at once)")
-    c.add("pipeline", "stream-a-directory", 'stream "../_fixtures" |> batch(B = 1)', "E9002",
+    c.add("pipeline", "stream-a-directory", 'stream "../_fixtures" |> batch(B = 1)', "E9010",
           "a pipeline that streams a directory")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
@@ -53,6 +54,23 @@ def _decimal(weight: Fraction) -> bool:
         while d % prime == 0:
             d //= prime
     return d == 1
+
+
+def _check_distinct(sources: tuple[MixSource, ...]) -> None:
+    """E9010 for two sources that stream one file in one order (the same path, unshuffled or with
+    the same seed): the mix would give each of its samples twice, one after the other, where a
+    single source of their summed weight gives it once in that share."""
+    seen: dict[tuple[str, int | None], int] = {}
+    for k, source in enumerate(sources):
+        key = (source.path if "://" in source.path else os.path.normpath(source.path), source.seed)
+        if key in seen:
+            first = seen[key]
+            order = "unshuffled" if source.seed is None else f"shuffled with seed {source.seed}"
+            place = f"{source.where}: " if source.where else ""
+            raise PipelineError(f"{place}source {k} streams {source.path!r} {order}, as source {first} does: the "
+                                "mix would give each of its samples twice in a row; give one source the sum of "
+                                "their weights, or shuffle one with another seed")
+        seen[key] = k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +134,7 @@ class Mixture:
         if not 2 <= len(sources) <= MAX_SOURCES:
             raise PipelineError(f"a mix has from 2 to {MAX_SOURCES} sources, got {len(sources)}")
         object.__setattr__(self, "sources", sources)
+        _check_distinct(sources)
         for name, value in (("batch_size", self.batch_size), ("take", self.take)):
             if (value is not None or name == "batch_size") and (not is_integer(value) or value < 1):
                 raise PipelineError(f"{name} must be an integer >= 1, got {name}={value!r}")

@@ -340,8 +340,10 @@ def parse_pipeline(text: str, *, base_dir: str | os.PathLike[str] = ".",
                                  f"{source}:{s.token.line}:{s.token.column}"))
     try:
         return Mixture(tuple(sources), batch_size=values["batch"], take=values.get("take"))
-    except PipelineError as e:  # the weights' total: named at the mix
-        raise PipelineError(f"{source}:{mix_token.line}:{mix_token.column}: {e.message}") from None
+    except PipelineError as e:  # the weights' total: named at the mix (a source's own fault: at the source)
+        placed = e.message.startswith(f"{source}:")
+        raise PipelineError(e.message if placed else f"{source}:{mix_token.line}:{mix_token.column}: {e.message}") \
+            from None
 
 
 def _resolve(path: str, base_dir: str | os.PathLike[str]) -> str:

@@ -102,7 +102,7 @@ def test_what_pipeline_refuses_prints_nothing(tmp_path):
     shuffled = 'stream "w.psk.d" |> shuffle(seed = 1) |> batch(B = 2)'
     for epoch in ("0", "-5", str(2**64)):
         fails("E9004", "pipeline", shuffled, "--epoch", epoch, cwd=tmp_path)
-    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 1) |> batch(B = 8)'
+    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" |> shuffle(seed = 1) : 1) |> batch(B = 8)'
     last = (2**63 - 1) // 8 - 1
     message = fails("E9012", "pipeline", mix, "--start", str(last + 1), cwd=tmp_path)
     assert f"the stream has {last + 1} batches" in message
@@ -117,7 +117,7 @@ def test_seq_and_stride_without_a_corpus_are_refused_not_ignored(tmp_path):
     # (--seq -1 printed the batches), as train_lm refuses them.
     pskd_jax.write(tmp_path / "w.psk.d", "ℝ[2]", np.zeros((10, 2)))
     stream = 'stream "w.psk.d" |> batch(B = 2)'
-    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 2) |> batch(B = 2)'
+    mix = 'mix(stream "w.psk.d" : 1, stream "w.psk.d" |> shuffle(seed = 1) : 2) |> batch(B = 2)'
     for text in (stream, mix):
         for flags in (["--seq", "8"], ["--seq", "-1"], ["--stride", "0"], ["--seq", "8", "--stride", "4"]):
             message = fails("E9012", "pipeline", text, *flags, cwd=tmp_path)

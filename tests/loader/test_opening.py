@@ -179,7 +179,8 @@ def test_base_dir_beside_a_pipeline_of_relative_paths_is_refused(data, tmp_path,
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    for text in (FILE, 'mix(stream "w.psk.d" : 1, stream "w.psk.d" : 2) |> batch(B = 2) |> take(n = 3)'):
+    for text in (FILE, 'mix(stream "w.psk.d" : 1, stream "w.psk.d" |> shuffle(seed = 1) : 2) |> batch(B = 2) '
+                       '|> take(n = 3)'):
         with pytest.raises(PskdError, match="E9012.*base_dir=.* joins the paths of a pipeline's text"):
             Loader(parse_pipeline(text), base_dir=data)
         # (resolved already: nothing to join)

@@ -116,6 +116,11 @@ def test_a_single_stream_still_parses_to_a_pipeline():
      "1:1: the weights are 10000000000, 1 as coprime integers"),
     ('mix(stream "a" : 1, stream "b" : ' + "1" * 41 + ') |> batch(B = 2)',
      "1:34: weight 11111111111111111111… has 41 characters"),
+    # One file in one order twice: each of its samples would come twice in a row.
+    ('mix(stream "a" : 1, stream "b" : 1, stream "./a" : 2) |> batch(B = 2)',
+     "1:37: source 2 streams './a' unshuffled, as source 0 does: the mix would give each of its samples twice"),
+    ('mix(stream "a" |> shuffle(seed = 3) : 1, stream "a" |> shuffle(seed = 3) : 1) |> batch(B = 2)',
+     "1:42: source 1 streams 'a' shuffled with seed 3, as source 0 does"),
 ])
 def test_errors_name_what_is_wrong_with_line_and_column(text, message):
     with pytest.raises(PskdError) as raised:
@@ -124,12 +129,18 @@ def test_errors_name_what_is_wrong_with_line_and_column(text, message):
     assert f"pipeline:{message}" in raised.value.message, raised.value.message
 
 
+def test_one_file_in_two_orders_is_two_sources():
+    text = ('mix(stream "a" |> shuffle(seed = 1) : 1, stream "a" |> shuffle(seed = 2) : 1, stream "a" : 1) '
+            '|> batch(B = 2)')
+    assert len(parse_pipeline(text).sources) == 3
+
+
 def test_a_mix_of_too_many_sources_is_refused():
-    text = "mix(" + ", ".join('stream "a" : 1' for _ in range(257)) + ") |> batch(B = 1)"
+    text = "mix(" + ", ".join(f'stream "a{k}" : 1' for k in range(257)) + ") |> batch(B = 1)"
     with pytest.raises(PskdError) as raised:
         parse_pipeline(text)
     assert raised.value.code == "E9010" and "at most 256 sources" in raised.value.message
-    assert len(parse_pipeline(text.replace('stream "a" : 1, ', "", 1)).sources) == 256
+    assert len(parse_pipeline(text.replace('stream "a0" : 1, ', "", 1)).sources) == 256
 
 
 def test_a_mixture_file_streams_only_inside_its_directory_or_root(tmp_path):
@@ -162,8 +173,8 @@ mix_sources = st.builds(MixSource, paths, st.one_of(st.none(), st.integers(0, 2*
 def test_the_canonical_text_of_any_mixture_parses_back_to_it(sources, batch_size, take):
     try:
         mixture = Mixture(tuple(sources), batch_size=batch_size, take=take)
-    except PskdError as refused:  # weights of too many digits together
-        assert "2**31 - 1" in refused.message or "2**20" in refused.message
+    except PskdError as refused:  # weights of too many digits together, or one file in one order twice
+        assert "2**31 - 1" in refused.message or "2**20" in refused.message or "twice in a row" in refused.message
         return
     assert parse_pipeline(str(mixture)) == mixture
 

@@ -67,6 +67,7 @@ from pskd_jax.data import pack, text, windows
 from pskd_jax.errors import PskdError
 from pskd_jax.format import reader as reader_module
 from pskd_jax.format.reader import Reader
+from pskd_jax.pipeline.streams import check_stream_path
 from tests.helpers import ENV, ROOT, SCRIPT, pskd
 
 HOSTILE = ROOT / "testdata" / "hostile"
@@ -185,6 +186,7 @@ def run_api(case: dict, path: str, out_dir: str) -> dict | None:
         inspection.info_lines(path, samples=3)
     elif kind == "pipeline":
         p = pipeline.load_pipeline(path, root=HOSTILE)  # cases stream ../_fixtures and ../container
+        check_stream_path(p.path)  # (E9010 for nothing there or a directory, as the Loader and pskd pipeline)
         with Reader(p.path) as reader:
             p.check_batches(len(reader))  # E9010 for no batch at all, as pskd pipeline and a training run
     elif kind == "vocab":
