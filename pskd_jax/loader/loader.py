@@ -134,6 +134,8 @@ class Loader:
         try:
             opening.check_divides(sharding, self.pipeline.batch_size)
             opening.check_batch_fits(self.source, self.pipeline.batch_size, self.in_flight)
+            # (the state and epochs checked now, as iterating checks them: not at the first batch)
+            self.pipeline.iter_batches(len(self.source), self.state, epochs=self.epochs)
         except BaseException:
             self.close_sources()
             raise

@@ -67,6 +67,18 @@ def test_state_after_each_batch_resumes_the_same_stream(windows):
             assert all(np.array_equal(a, b) for a, b in zip(rest, whole[step + 1 :]))
 
 
+@pytest.mark.parametrize("state, words", [({"epoch": 1, "batch": 0}, "state must be an IteratorState"),
+                                           (IteratorState(1, 10**6), "iterator state batch 1000000 is beyond")])
+def test_a_state_no_iteration_starts_from_is_refused_when_the_loader_is_made(windows, state, words):
+    """Not at the first batch (after the caller has set up a training run on it): at once, E9004,
+    and no thread is left."""
+    pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
+    with pskd_jax.Reader(windows) as reader:
+        with pytest.raises(PskdError, match=words) as raised:
+            Loader(reader, pipeline, state=state)
+        assert raised.value.code == "E9004" and loader_threads() == []
+
+
 def test_breaking_out_or_raising_leaves_no_thread(windows):
     pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
     with pskd_jax.Reader(windows) as reader:
