@@ -124,8 +124,8 @@ def _beside(reader: Reader | StoredFile) -> LayoutFile | None:
     if isinstance(reader, StoredFile):
         return reader.beside()
     found = find_layout_file(reader.path)
-    if found is not None and not locate(reader.path).is_local:
-        reader.check_layout(found)  # (found_layout_file looked at the object at the key, perhaps since replaced)
+    if found is not None:  # (find_layout_file looked at the file, or object, at the path: perhaps since replaced)
+        reader.check_layout(found)
     return found
 
 

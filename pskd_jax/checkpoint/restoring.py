@@ -11,14 +11,12 @@ import concurrent.futures
 import dataclasses
 import mmap
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from pskd_jax._os.digests import DIGESTS
-from pskd_jax._os.locks import commit_witness
 from pskd_jax._os.positional import read_into
 from pskd_jax.checkpoint.integrity import check_digest, checked_digests
 from pskd_jax.checkpoint.jax_arrays import jax_module, single_device, wrap_keys
@@ -39,20 +37,14 @@ from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.layout import Leaf
 from pskd_jax.format.layout_file import LayoutFile, OtherVersion
+from pskd_jax.format.one_save import identity_of, of_held_file, until_one_save
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader
 from pskd_jax.storage import Location, locate
 
 PARALLEL_READ_BYTES = 64 << 20  # restores larger than this read leaves on two threads
 
-# A restore that a save of its path overtakes (its layout read beside one data file, another one
-# there after) reads the checkpoint again, the new one whole, at most this many times in all.
-ATTEMPTS = 8
-RESAVED_PAUSE = 0.005  # a restore of an object overtaken waits this long, doubled each time, before reading again
-
 HASH_PIECE = 16 << 20  # a verified restore reads, and hashes, pieces of at most this size
-
-_Opened = TypeVar("_Opened")
 
 GUARDED = "an error no check above foresaw"  # (in a message: the fuzz tests look for it)
 
@@ -95,7 +87,7 @@ def restore(
 
     A local checkpoint saved again meanwhile (by another process) gives back the old checkpoint
     whole or the new one whole, never one's key paths with the other's values (E9005 when saves
-    overtake it :data:`ATTEMPTS` times running; ``docs/checkpoints.md``, "A checkpoint file").
+    overtake it :data:`~pskd_jax.format.one_save.ATTEMPTS` times running; ``docs/checkpoints.md``, "A checkpoint file").
     """
     where = locate(path)
     path = where.path if where.is_local else where.url
@@ -130,20 +122,22 @@ def restore(
 def _open_planned(path: str, wanted: Target | None, layout: Any, partial: bool) -> tuple[Reader, ReadPlan]:
     """A reader of the checkpoint ``path``, open, and its read plan (the caller closes the
     reader). A save of the path that overtakes the planning has the checkpoint opened again, the
-    new one read whole; E9005 when saves overtake it :data:`ATTEMPTS` times running."""
-    def attempt() -> tuple[Reader, ReadPlan] | None:
+    new one read whole; E9005 when saves overtake it :data:`~pskd_jax.format.one_save.ATTEMPTS` times running."""
+    def attempt() -> tuple[bool, tuple[Reader, ReadPlan] | None]:
         reader = Reader(path)
         try:
-            read = _plan_of_held_file(reader, wanted, layout, partial)
+            done, read = _plan_of_held_file(reader, wanted, layout, partial)
         except BaseException:
             reader.close()
             raise
-        if read is None:
+        if not done or read is None:
             reader.close()  # (saved again meanwhile)
-            return None
-        return reader, read
+            return False, None
+        return True, (reader, read)
 
-    return _until_one_save(path, attempt)
+    opened = until_one_save(path, attempt)
+    assert opened is not None  # (an attempt that is done has its reader and plan)
+    return opened
 
 
 def _open_stored_planned(where: Location, wanted: Target | None, layout: Any, partial: bool,
@@ -151,67 +145,44 @@ def _open_stored_planned(where: Location, wanted: Target | None, layout: Any, pa
     """The checkpoint object at ``where``, opened, and its read plan, with the layout of that very
     version of it: a layout object that records another version (a save of the key ran between
     the object's opening and its layout's read, or is between its data's put and its layout's)
-    has the pair read again (:func:`_until_one_save`). The ranged reads that follow are compared
-    with the version opened, so the data read is the version the layout was proven to go with.
-    ``xxh3_128``: the digest a verified restore checks the reads against (see :class:`StoredFile`)."""
-    def attempt() -> tuple[StoredFile, ReadPlan] | None:
+    has the pair read again (:func:`~pskd_jax.format.one_save.until_one_save`). The ranged reads
+    that follow are compared with the version opened, so the data read is the version the layout
+    was proven to go with. ``xxh3_128``: the digest a verified restore checks the reads against
+    (see :class:`StoredFile`)."""
+    def attempt() -> tuple[bool, tuple[StoredFile, ReadPlan] | None]:
         stored = StoredFile(where, xxh3_128=xxh3_128)
         try:
-            return stored, plan_read(stored, wanted, layout=layout, partial=partial)
+            return True, (stored, plan_read(stored, wanted, layout=layout, partial=partial))
         except OtherVersion:
             stored.close()
             if isinstance(layout, LayoutFile):  # (a layout given, read once: reading again cannot help)
                 raise
-            return None
+            return False, None
         except BaseException:
             stored.close()
             raise
 
-    return _until_one_save(where.url, attempt)
+    opened = until_one_save(where.url, attempt)
+    assert opened is not None  # (an attempt that is done has its object and plan)
+    return opened
 
 
-def _until_one_save(path: str, attempt: Callable[[], _Opened | None]) -> _Opened:
-    """``attempt()``'s open checkpoint and plan, tried again while it finds its layout and its data
-    of two saves (None), :data:`ATTEMPTS` times in all; then E9005. An object of a store is tried
-    again a little later each time: the other save's layout put may be on its way."""
-    local = locate(path).is_local
-    for tries in range(ATTEMPTS):
-        if tries and not local:
-            time.sleep(RESAVED_PAUSE * 2 ** (tries - 1))
-        opened = attempt()
-        if opened is not None:
-            return opened
-    cut = "" if local else (" (or a save of it was cut off between its data and its layout, or the object was put "
-                            "again by other means: then save it again)")
-    raise MismatchError(f"{path}: saved again while this restore read it, {ATTEMPTS} times running: its layout "
-                        f"and its data could not be read from one save{cut}, and a mix of two is never returned: "
-                        "restore again once the saves of it pause")
-
-
-def _plan_of_held_file(reader: Reader, wanted: Target | None, layout: Any, partial: bool) -> ReadPlan | None:
-    """The read plan of the data file ``reader`` holds open, with the layout of that very file;
-    None when a save of its path ran meanwhile (another file stands there now, or a commit began
-    or ended while its layout was read: the layout read may be the other save's, whose header and
-    size can be the same). Every byte of data is then read through the reader's descriptor, never
-    by the path again, so the data read is the file the layout was proven to go with."""
+def _plan_of_held_file(reader: Reader, wanted: Target | None, layout: Any,
+                       partial: bool) -> tuple[bool, ReadPlan | None]:
+    """``(True, plan)``: the read plan of the data file ``reader`` holds open, with the layout of
+    that very file; ``(False, None)`` when a save of its path ran meanwhile
+    (:func:`~pskd_jax.format.one_save.of_held_file`). Every byte of data is then read through the
+    reader's descriptor, never by the path again, so the data read is the file the layout was
+    proven to go with."""
     if not locate(reader.path).is_local:  # (an object of a store: its layout records the version it goes with)
         try:
-            return plan_read(reader, wanted, layout=layout, partial=partial)
+            return True, plan_read(reader, wanted, layout=layout, partial=partial)
         except OtherVersion:
             if isinstance(layout, LayoutFile):  # (a layout given, read once: reading again cannot help)
                 raise
-            return None
-    held = os.fstat(reader.fileno())
-    before = commit_witness(reader.path)
-    if before[1] != (held.st_dev, held.st_ino, held.st_size):
-        return None
-    try:
-        read = plan_read(reader, wanted, layout=layout, partial=partial)
-    except PskdError:
-        if commit_witness(reader.path) != before:
-            return None  # (what refused it may be the save's doing: a layout of the new data)
-        raise
-    return read if commit_witness(reader.path) == before else None
+            return False, None
+    return of_held_file(reader.path, identity_of(reader.fileno()),
+                        lambda: plan_read(reader, wanted, layout=layout, partial=partial))
 
 
 def _zero_copy_values(path: str, reader: Reader, read: ReadPlan, expected: dict[str, str],

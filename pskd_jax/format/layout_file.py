@@ -15,21 +15,23 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import xxhash
 
-from pskd_jax._os.files import open_regular
+from pskd_jax._os.files import open_fd, open_regular
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES, loads_strict
 from pskd_jax._os.locks import commit_cut_short
 from pskd_jax._os.names import layout_before, layout_path_for, older_layout_paths, save_lock
-from pskd_jax.errors import MismatchError, NotClosedError, PskdError, TruncatedError
+from pskd_jax.errors import MismatchError, NotClosedError, NotPskdError, PskdError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.byte_sources import ByteSource, StoreBytes, open_bytes, read_small
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import Header, read_header
 from pskd_jax.format.keypaths import MAX_KEY_DEPTH, nested_rebuild, path_keys
 from pskd_jax.format.layout import Layout, Leaf
+from pskd_jax.format.one_save import FileIdentity, identity_of, of_held_file, until_one_save
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.tree import build_described, check_description, described_paths
 from pskd_jax.storage import is_object_url, locate, resolve
@@ -60,13 +62,19 @@ class LayoutFile:
     version: int = LAYOUT_VERSION
     path: str = ""
     extra: dict = dataclasses.field(default_factory=dict)
+    #: The local data file this layout file was proven to belong to, read within one save of it
+    #: (its path and :func:`~pskd_jax.format.one_save.identity_of`), None when not proven so: a
+    #: reader of that path takes it only for that very file (:meth:`Reader.check_layout`), never
+    #: for the next save's data, whose header and size can be the same.
+    paired: tuple[str, FileIdentity] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class OtherVersion(MismatchError):
     """E9005: a layout object that records another version of its data object (its URL and the
-    version tag the save's put was given) than the one read: a save of the checkpoint ran between
-    the reads of the two, or one was cut off between its data and its layout. A restore reads the
-    pair again; anything else refuses it."""
+    version tag the save's put was given) than the one read, or a layout file proven to belong to
+    another local data file than the one read (:attr:`LayoutFile.paired`): a save of the checkpoint
+    ran between the reads of the two, or one was cut off between its data and its layout. A
+    restore reads the pair again; anything else refuses it."""
 
 
 def header_digest(header_bytes: bytes) -> str:
@@ -80,11 +88,43 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     proves that it belongs to that data file (:func:`check_belongs`, given ``xxh3_128``: the data
     file's whole digest, when the caller has it)."""
     path = os.fspath(path)
+    if data is None or not locate(data).is_local:
+        return _read_checked(path, data, xxh3_128)
+    found = _of_one_save(locate(data).path, lambda: _read_checked(path, data, xxh3_128))
+    assert found is not None  # (a layout file read, or its error)
+    return found
+
+
+def _read_checked(path: str, data: str | os.PathLike | None, xxh3_128: str | None = None) -> LayoutFile:
+    """:func:`read_layout_file`, its proof against ``data`` made by the path (the caller makes sure
+    that path names one data file throughout, where it must)."""
     raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
     layout_file = _parsed(loads_strict(raw, path, NotClosedError), path)
     if data is not None:
         check_belongs(layout_file, data, xxh3_128=xxh3_128)
     return layout_file
+
+
+def _of_one_save(data: str, read: Callable[[], LayoutFile | None]) -> LayoutFile | None:
+    """``read()``'s layout file of the local data file ``data`` — read, and proven to belong, by
+    the path — within one save of it (:func:`~pskd_jax.format.one_save.of_held_file`, tried again
+    while saves overtake it: E9005 after :data:`~pskd_jax.format.one_save.ATTEMPTS`), and paired
+    with the very data file it was proven against (:attr:`LayoutFile.paired`)."""
+    def attempt() -> tuple[bool, LayoutFile | None]:
+        try:
+            fd = open_fd(data, NotPskdError)
+        except PskdError:
+            return True, read()  # (no data file to hold: what read() finds of it, none or its error, stands)
+        try:
+            held = identity_of(fd)
+            done, found = of_held_file(data, held, read)
+        finally:
+            os.close(fd)
+        if not done or found is None:
+            return done, None
+        return True, dataclasses.replace(found, paired=(data, held))
+
+    return until_one_save(data, attempt, reading="its layout file was read", again="read it again")
 
 
 def layout_from_bytes(raw: bytes, path: str) -> LayoutFile:
@@ -449,6 +489,11 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
             return None
         return read_layout_file(candidate, data=checkpoint)
     data = locate(checkpoint).path
+    return _of_one_save(data, lambda: _found_beside(checkpoint, data, candidate))
+
+
+def _found_beside(checkpoint: str | os.PathLike, data: str, candidate: str) -> LayoutFile | None:
+    """:func:`find_layout_file` of the local data file ``data``, its proof made by the path."""
     cut = commit_cut_short(data)
     if cut is not None and cut.data is None:
         raise MismatchError(f"{candidate}: may not be the layout of {data}: a save of {data} was cut off between "
@@ -482,12 +527,12 @@ def _beside(checkpoint: str | os.PathLike, layout: str) -> LayoutFile | None:
         # A closed type has no layout file: a file there that is none (a user's notes) is
         # passed over; a layout file there is another save's, and refused naming both.
         try:
-            found = read_layout_file(layout)
+            found = _read_checked(layout, None)
         except PskdError:
             return None
         check_belongs(found, checkpoint)
         return found
-    return read_layout_file(layout, data=checkpoint)
+    return _read_checked(layout, checkpoint)
 
 
 def _older(checkpoint: str | os.PathLike) -> LayoutFile | None:
@@ -495,7 +540,7 @@ def _older(checkpoint: str | os.PathLike) -> LayoutFile | None:
     for older in older_layout_paths(checkpoint):
         if _regular(older):
             try:
-                return read_layout_file(older, data=checkpoint)
+                return _read_checked(older, checkpoint)
             except PskdError:
                 continue
     return None

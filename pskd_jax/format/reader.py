@@ -45,11 +45,12 @@ from pskd_jax.format.header import MAX_COUNT, Header, read_header
 from pskd_jax.format.layout import Layout
 from pskd_jax.format.layout_file import (
     LayoutFile,
-    check_belongs,
+    OtherVersion,
     check_header_belongs,
     find_layout_file,
     version_of,
 )
+from pskd_jax.format.one_save import identity_of
 from pskd_jax.format.placement import Placement, c_strides
 from pskd_jax.format.sample_type import ParamsType, parse_type
 from pskd_jax.format.source import RandomAccessSource, checked_access, checked_index
@@ -199,13 +200,19 @@ class Reader(RandomAccessSource):
         return self
 
     def check_layout(self, layout_file: LayoutFile) -> None:
-        """Refuses (E9005 naming both) a layout file that is not this file's. An object of a store
-        is checked against the version this reader opened and reads (its header and version tag),
-        never against whatever is at its key by then: a layout of another save of the key is
-        refused even where the two saves' headers and sizes agree."""
-        if not isinstance(self._bytes, StoreBytes):
-            check_belongs(layout_file, self.path)
-            return
+        """Refuses (E9005 naming both) a layout file that is not this file's, checked against the
+        file this reader opened and reads (its header and size), never against whatever its path
+        names by then. A layout file proven to belong to this path's local data file
+        (``find_layout_file``, ``read_layout_file(…, data=…)``) is taken only for the very file it
+        was proven against, and an object of a store only for the version it records: a layout of
+        another save is refused (:class:`OtherVersion`) even where the two saves' headers and sizes
+        agree."""
+        paired = layout_file.paired
+        if (paired is not None and paired[0] == self.path and isinstance(self._bytes, FileBytes)
+                and identity_of(self.fileno()) != paired[1]):
+            raise OtherVersion(f"{layout_file.path or 'the layout'}: not the layout of {self.path}: it was read "
+                               "beside another data file there, of another save: the checkpoint was saved again "
+                               "between the read of its layout and the opening of its data: read it again")
         header_bytes = bytearray(self.header.data_offset)
         self._bytes.read_at(memoryview(header_bytes), 0)
         check_header_belongs(layout_file, self.path, self.header, bytes(header_bytes), self.file_size,
@@ -216,6 +223,8 @@ class Reader(RandomAccessSource):
         belongs to this file; any other is not used): the file's leaves, the template's tree."""
         try:
             beside = find_layout_file(self.path)
+            if beside is not None:
+                self.check_layout(beside)  # (of the very file read: one there since is another save's)
         except PskdError:
             return template  # a layout file of another save, or none that reads: not used
         if beside is None:

@@ -11,7 +11,7 @@ import pytest
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint import SaveOptions
 from pskd_jax.format import write
-from tests.helpers import pskd, pskd_fails, pskd_ok
+from tests.helpers import pskd, pskd_fails, pskd_ok, run_python
 
 pytestmark = pytest.mark.subprocess
 
@@ -106,3 +106,32 @@ def test_diff_layout_for_a_b_without_one_must_belong_to_b_too(tmp_path):
     assert f"{tmp_path / 'a.layout.json'}: not the layout of {tmp_path / 'x.psk.d'}" in message
     result = pskd("diff", tmp_path / "a.psk.d", tmp_path / "b.psk.d")  # (B's own: none; never A's found beside)
     assert result.returncode != 0
+
+
+@pytest.mark.slow
+def test_info_of_a_checkpoint_saved_again_while_its_layout_is_proven_shows_one_save_whole(tmp_path):
+    # The save lands between the layout file's read and its proof against the data (by hook, in the
+    # command's own process): the old layout (a, then b) passes against the new data (b, then a),
+    # whose header and size are the same; the command reads the pair again and shows the new one.
+    path = tmp_path / "c.psk.d"
+    ck.save(path, {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)})
+    result = run_python("""
+        import os, sys
+        import numpy as np
+        import pskd_jax.format.layout_file as layout_file
+        from pskd_jax import checkpoint as ck
+        from pskd_jax.apps import pskd
+        path, real, saved = sys.argv[1], layout_file.check_belongs, []
+
+        def saved_again_first(found, data, **kwargs):
+            if not saved and os.fspath(data) == path:
+                saved.append(True)  # (first: the save's own checks come here too)
+                ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
+            return real(found, data, **kwargs)
+
+        layout_file.check_belongs = saved_again_first
+        sys.argv = ["pskd", "info", path, "--values"]
+        pskd.run()
+    """, path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.splitlines()[-1] == "[0] {'b': [2.0, 2.0, 2.0], 'a': [3.0, 3.0, 3.0]}"

@@ -1,0 +1,192 @@
+"""``info``, ``export`` and ``diff`` of a checkpoint that another writer saves again meanwhile show
+the old checkpoint whole or the new one whole (or E9005 saying it was saved again), never the key
+paths of one save with the values of the other. The two saves have the same header and size (the
+same leaves in another order), so nothing in the files themselves tells them apart: each test stops
+the layout look-up (``find_layout_file``, as the commands do it) at the moment a save changes the
+pair under it, by hooks, so that the interleaving is the same on every run (no timing). (Restore:
+tests/checkpoint/test_restore_during_save.py; a bucket: tests/checkpoint/test_stored_resaves.py.)"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import pskd_jax._os.atomic as atomic
+import pskd_jax._os.locks as locks
+import pskd_jax.format.layout_file as layout_file
+from pskd_jax import checkpoint as ck
+from pskd_jax import data
+from pskd_jax.format.reader import Reader
+from tests.helpers import raises
+
+OLD = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
+NEW = {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)}  # (its leaves stored b first)
+WAIT = 60  # seconds a hook waits for the other side before letting go (a guard against a hang only)
+
+
+def as_lists(tree) -> dict:
+    return {key: np.asarray(value).tolist() for key, value in tree.items()}
+
+
+def shown_by_info(path) -> dict:
+    last = data.info_lines(str(path), layout=ck.find_layout_file(path), values=True)[-1]
+    assert last.startswith("[0] ")
+    return ast.literal_eval(last[4:])
+
+
+def shown_by_export(path) -> dict:
+    out = os.path.join(os.path.dirname(path), "out.json")
+    data.export_json(str(path), out, layout=ck.find_layout_file(path))
+    with open(out, encoding="utf-8") as f:
+        return json.load(f)["samples"][0]
+
+
+def shown_by_diff(path) -> dict:
+    # Compared with a copy of OLD: 0 for the old checkpoint whole, 30 (3² · 3 + 1² · 3) for the new
+    # one whole; a mix (old key paths, new values) would be 24.
+    reference = os.path.join(os.path.dirname(path), "reference.psk.d")
+    if not os.path.exists(reference):
+        ck.save(reference, OLD)
+    distance = data.diff(reference, str(path), layout_a=ck.find_layout_file(reference),
+                         layout_b=ck.find_layout_file(path))
+    squared = round(distance.diff_norm ** 2, 6)
+    assert squared in (0, 30), squared
+    return as_lists(OLD) if squared == 0 else as_lists(NEW)
+
+
+SHOWS = {"info": shown_by_info, "export": shown_by_export, "diff": shown_by_diff}
+
+
+def assert_one_save(shown) -> None:
+    """The old checkpoint or the new one, each leaf under its own key path."""
+    assert as_lists(shown) in (as_lists(OLD), as_lists(NEW)), as_lists(shown)
+
+
+@pytest.mark.parametrize("how", list(SHOWS))
+def test_a_save_while_the_layout_is_proven_is_never_mixed_in(tmp_path, monkeypatch, how):
+    # The look-up has read the old layout file (a, then b) and proves it against the data file by
+    # its path: a whole save of the new tree (b, then a) lands just before. The proof passes (same
+    # header and size), and the reader then opens the new data: old key paths, new values.
+    path = tmp_path / "c.psk.d"
+    ck.save(path, OLD)
+    real = layout_file.check_belongs
+    saved = []
+
+    def saved_again_first(found, data_path, **kwargs):
+        if not saved and os.fspath(data_path) == str(path):
+            saved.append(True)  # (first: the save's own checks come here too)
+            ck.save(path, NEW)
+        return real(found, data_path, **kwargs)
+
+    monkeypatch.setattr(layout_file, "check_belongs", saved_again_first)
+    shown = SHOWS[how](path)
+    assert saved  # (the hook ran: the save did land inside the look-up)
+    assert_one_save(shown)
+    monkeypatch.undo()
+    assert as_lists(SHOWS[how](path)) == as_lists(NEW)
+
+
+@pytest.mark.parametrize("how", list(SHOWS))
+def test_a_look_up_inside_a_commit_window_never_pairs_the_new_layout_with_the_old_data(tmp_path, monkeypatch, how):
+    # A writer in another thread commits the new save: its layout file is renamed into place, its
+    # data not yet. The look-up found no cut-short commit just before the writer marked its lock
+    # file, and reads the new layout file, which passes every check against the old data (same
+    # header and size): new key paths, old values. The writer finishes once the command has
+    # returned, or as soon as the look-up looks at the commit again (it then waits for the writer).
+    path = tmp_path / "c.psk.d"
+    ck.save(path, OLD)
+    if how == "diff":
+        shown_by_diff(path)  # (its reference saved before the hooks)
+    layout_renamed, reader_waits = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    real_cut_short, real_commit = locks.commit_cut_short, atomic.commit
+    calls = []
+
+    def save_new() -> None:
+        try:
+            ck.save(path, NEW)
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+            layout_renamed.set()
+
+    writer = threading.Thread(target=save_new)
+
+    def cut_short_then_the_writer_commits(data_path):
+        if os.fspath(data_path) != str(path):
+            return real_cut_short(data_path)
+        calls.append(data_path)
+        if len(calls) > 1:  # (looked at again: the writer is let go, and waited for)
+            reader_waits.set()
+            return real_cut_short(data_path)
+        found = real_cut_short(data_path)
+        writer.start()
+        assert layout_renamed.wait(WAIT)
+        return found
+
+    def looked_at_again(data_path):
+        if writer.is_alive():
+            reader_waits.set()
+        return real_cut_short(data_path)
+
+    def commit_pausing_before_the_data(fd_file, temporary, destination, **kwargs):
+        if threading.current_thread() is writer and destination.endswith(os.sep + "c.psk.d"):
+            layout_renamed.set()
+            reader_waits.wait(WAIT)
+        return real_commit(fd_file, temporary, destination, **kwargs)
+
+    monkeypatch.setattr(layout_file, "commit_cut_short", cut_short_then_the_writer_commits)  # (find_layout_file's)
+    monkeypatch.setattr(locks, "commit_cut_short", looked_at_again)
+    monkeypatch.setattr(atomic, "commit", commit_pausing_before_the_data)
+    try:
+        shown = SHOWS[how](path)
+    finally:
+        reader_waits.set()
+        if writer.is_alive():
+            writer.join()
+    assert calls and not errors, errors  # (the writer did commit inside the look-up)
+    assert_one_save(shown)
+    monkeypatch.undo()
+    assert as_lists(SHOWS[how](path)) == as_lists(NEW)
+
+
+@pytest.mark.parametrize("show", [
+    lambda path, layout: data.info_lines(str(path), layout=layout, values=True),
+    lambda path, layout: data.export_json(str(path), os.path.join(os.path.dirname(path), "out.json"), layout=layout),
+    lambda path, layout: data.diff(str(path), str(path), layout_a=layout, layout_b=layout),
+], ids=["info", "export", "diff"])
+def test_a_layout_looked_up_before_a_save_is_refused_for_the_new_data(tmp_path, show):
+    # The layout was proven to belong to the old data file; the new save's data has the same
+    # header and size, but is another file: E9005, as for an object of another version.
+    path = tmp_path / "c.psk.d"
+    ck.save(path, OLD)
+    old_layout = ck.find_layout_file(path)
+    ck.save(path, NEW)
+    with raises("E9005", str(path), "saved again"):
+        show(path, old_layout)
+    assert not (tmp_path / "out.json").exists()
+    with Reader(path) as reader, raises("E9005", str(path), "saved again"):
+        reader.with_layout(old_layout)
+
+
+def test_a_checkpoint_saved_again_at_every_look_up_is_e9005_never_a_mix(tmp_path, monkeypatch):
+    path = tmp_path / "c.psk.d"
+    ck.save(path, OLD)
+    real = layout_file.check_belongs
+    trees, saving = [OLD, NEW], []
+
+    def saved_again_every_time(found, data_path, **kwargs):
+        if not saving:  # (the save's own checks come here too)
+            saving.append(True)
+            trees.reverse()
+            ck.save(path, trees[0])
+            saving.clear()
+        return real(found, data_path, **kwargs)
+
+    monkeypatch.setattr(layout_file, "check_belongs", saved_again_every_time)
+    with raises("E9005", str(path), "saved again while its layout file was read"):
+        shown_by_info(path)
