@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from pskd_jax import checkpoint, corpus, data
 from pskd_jax._os.checks import integer
 from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
+from pskd_jax.format.layout_file import OtherVersion
+from pskd_jax.format.one_save import ATTEMPTS, RESAVED_PAUSE
 from pskd_jax.format.placement import encoding_labels
 
 
@@ -94,9 +98,28 @@ def _layout(args, path: str):
     return checkpoint.find_layout_file(path)
 
 
+_Result = TypeVar("_Result")
+
+
+def _of_one_save(run: Callable[[], _Result]) -> _Result:
+    """``run()`` (which looks the layouts up, then reads), again when a save of the checkpoint
+    landed between its look-up and its reads (OtherVersion, E9005): the new pair, whole. As many
+    attempts as a restore makes, the last one's error raised."""
+    for tries in range(ATTEMPTS):
+        try:
+            return run()
+        except OtherVersion:
+            if tries == ATTEMPTS - 1:
+                raise
+            time.sleep(RESAVED_PAUSE * 2**tries)
+    raise AssertionError("unreachable")  # (the loop returns or raises)
+
+
 def _info(args) -> Iterator[str]:
-    yield from iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
-                               values=True if args.values else None)
+    lines = _of_one_save(lambda: list(iter_info_lines(args.file, samples=args.samples,
+                                                      layout=_layout(args, args.file),
+                                                      values=True if args.values else None)))
+    yield from lines
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only
@@ -107,14 +130,7 @@ def _diff(args) -> Iterator[str]:
     # it): two checkpoints pair their leaves by key path. A layout named with --layout also reads
     # a B that has none of its own (when it belongs to B too: the same type and size); one found
     # beside A never does (B's order may differ).
-    layout_a = _layout(args, args.a)
-    layout_b = (checkpoint.read_layout_file(args.layout_b, data=args.b) if args.layout_b
-                else checkpoint.find_layout_file(args.b))
-    if layout_b is None and args.layout:
-        checkpoint.check_belongs(layout_a, args.b)
-        layout_b = layout_a
-    # (The layout files themselves: they also say what each idx leaf's elements stand for.)
-    distance = data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
+    distance = _of_one_save(lambda: _distance(args))
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
@@ -124,6 +140,17 @@ def _diff(args) -> Iterator[str]:
             yield f"only in {name} ({len(paths)} leaves, not compared): {_abridged(paths)}"
     for note in distance.notes:
         yield f"note: {note}"
+
+
+def _distance(args) -> data.Distance:
+    layout_a = _layout(args, args.a)
+    layout_b = (checkpoint.read_layout_file(args.layout_b, data=args.b) if args.layout_b
+                else checkpoint.find_layout_file(args.b))
+    if layout_b is None and args.layout:
+        checkpoint.check_belongs(layout_a, args.b)
+        layout_b = layout_a
+    # (The layout files themselves: they also say what each idx leaf's elements stand for.)
+    return data.diff(args.a, args.b, layout_a=layout_a, layout_b=layout_b)
 
 
 def _abridged(names) -> str:
@@ -145,7 +172,7 @@ def _exact_lines(exact: data.Exact) -> Iterator[str]:
 
 
 def _export(args) -> Iterator[str]:
-    count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
+    count = _of_one_save(lambda: data.export_json(args.file, args.output, layout=_layout(args, args.file)))
     yield from _wrote(args, f"pskd: wrote {args.output} ({count} sample{'' if count == 1 else 's'} as JSON)")
 
 

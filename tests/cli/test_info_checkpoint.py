@@ -135,3 +135,40 @@ def test_info_of_a_checkpoint_saved_again_while_its_layout_is_proven_shows_one_s
     """, path)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert result.stdout.splitlines()[-1] == "[0] {'b': [2.0, 2.0, 2.0], 'a': [3.0, 3.0, 3.0]}"
+
+
+@pytest.mark.parametrize("command", ["info", "export", "diff"])
+def test_a_save_between_the_commands_look_up_and_its_reads_gives_the_new_pair_whole(tmp_path, command):
+    # The save lands right after the command found the layout file beside the data (by hook, in the
+    # command's own process): the layout found is the old save's, proven against the old data; the
+    # reads meet the new data (OtherVersion) and the command looks the pair up again.
+    path, other = tmp_path / "c.psk.d", tmp_path / "other.psk.d"
+    ck.save(path, {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)})
+    ck.save(other, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
+    args = {"info": ["info", path, "--values"], "export": ["export", path, "-o", tmp_path / "out.json"],
+            "diff": ["diff", path, other]}[command]
+    result = run_python("""
+        import os, sys
+        import numpy as np
+        from pskd_jax import checkpoint as ck
+        from pskd_jax.apps import pskd
+        path, real, saved = sys.argv[1], ck.find_layout_file, []
+
+        def then_saved_again(data, *rest, **kwargs):
+            found = real(data, *rest, **kwargs)
+            if not saved and os.fspath(data) == path:
+                saved.append(True)
+                ck.save(path, {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)})
+            return found
+
+        ck.find_layout_file = then_saved_again
+        sys.argv = ["pskd", *sys.argv[2:]]
+        pskd.run()
+    """, path, *args)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    if command == "info":
+        assert result.stdout.splitlines()[-1] == "[0] {'b': [2.0, 2.0, 2.0], 'a': [3.0, 3.0, 3.0]}"
+    elif command == "export":
+        assert json.loads((tmp_path / "out.json").read_text())["samples"] == [{"b": [2.0] * 3, "a": [3.0] * 3}]
+    else:
+        assert result.stdout.startswith("‖a − b‖₂ = 0.0 ")
