@@ -116,10 +116,20 @@ def _of_one_save(run: Callable[[], _Result]) -> _Result:
 
 
 def _info(args) -> Iterator[str]:
-    lines = _of_one_save(lambda: list(iter_info_lines(args.file, samples=args.samples,
-                                                      layout=_layout(args, args.file),
-                                                      values=True if args.values else None)))
-    yield from lines
+    # Streamed: the header's lines show before a bad sample's error. A save found to have landed
+    # since the layout's look-up (before any line) has the pair looked up again, as _of_one_save.
+    for tries in range(ATTEMPTS):
+        shown = False
+        try:
+            for line in iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
+                                        values=True if args.values else None):
+                shown = True
+                yield line
+            return
+        except OtherVersion:
+            if shown or tries == ATTEMPTS - 1:
+                raise
+            time.sleep(RESAVED_PAUSE * 2**tries)
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only

@@ -399,20 +399,27 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # JAX's backend probing would otherwise log at INFO
+    from pskd_jax._os import interrupts
     from pskd_jax.errors import PskdError
 
     # The whole run, training included: a shard or file that fails mid-run (a value out of its
     # bound, a save that cannot be written) is the toolkit's one line, as every pskd command prints it.
+    interrupts.install()
     try:
         config = RunConfig.from_flags(FLAGS)
         check_flags(config)  # (before anything is opened, JAX imported or a checkpoint directory made)
         run_training(config)
-    except PskdError as e:
-        print(f"pskd: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:  # (Ctrl-C: the checkpoints saved so far stand; a save cut off is not listed)
-        print("pskd: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except (Exception, KeyboardInterrupt) as e:
+        # Ctrl-C: the checkpoints saved so far stand, a save cut off is not listed. What a library
+        # raised while the KeyboardInterrupt unwound through it (tqdm's lock: "cannot release
+        # un-acquired lock") is the interrupt's doing too.
+        if isinstance(e, KeyboardInterrupt) or interrupts.noted():
+            print("pskd: interrupted", file=sys.stderr)
+            sys.exit(130)
+        if isinstance(e, PskdError):
+            print(f"pskd: {e}", file=sys.stderr)
+            sys.exit(1)
+        raise
 
 
 def run_training(config: RunConfig) -> None:

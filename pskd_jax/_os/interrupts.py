@@ -37,4 +37,10 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-__all__ = ["check", "install"]
+def noted() -> bool:
+    """Whether a SIGINT came since :func:`install`: what an error raised meanwhile (a library's own,
+    made while a ``KeyboardInterrupt`` unwound through it) owes its being to."""
+    return _interrupted
+
+
+__all__ = ["check", "install", "noted"]

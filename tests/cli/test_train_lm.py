@@ -14,7 +14,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from tests.helpers import ENV, ROOT, TIMEOUT_S, assert_code, documents, train_lm
+from tests.helpers import ENV, ROOT, TIMEOUT_S, assert_code, documents, run_python, train_lm
 from tests.helpers import pskd_ok as ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -115,6 +115,31 @@ def test_ctrl_c_mid_run_is_one_line_and_exit_status_130(windows, tmp_path):
         _, stderr = process.communicate(timeout=TIMEOUT_S)
         assert process.returncode == 130, stderr[-3000:]
     assert stderr.endswith("pskd: interrupted\n") and "Traceback" not in stderr, stderr[-3000:]
+
+
+def test_ctrl_c_that_a_library_turns_into_another_error_is_still_an_interrupt(windows):
+    """tqdm, interrupted inside its lock, raises RuntimeError ('cannot release un-acquired lock')
+    in place of the KeyboardInterrupt: still one line ``pskd: interrupted``, exit status 130 (the
+    interrupt comes inside the first step's line, by hook: no timing)."""
+    result = run_python("""
+        import os, signal, sys, time
+        import tqdm
+        from pskd_jax.apps import train_lm
+
+        def interrupted_inside(*args, **kwargs):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(60)
+            except KeyboardInterrupt:
+                raise RuntimeError("cannot release un-acquired lock") from None
+
+        tqdm.tqdm.write = interrupted_inside
+        sys.argv = ["train_lm", *sys.argv[1:]]
+        train_lm.run()
+    """, f'--pipeline=stream "{windows}" |> batch(B = 1)', "--steps=5", "--width=16", "--layers=1", "--heads=2",
+        env=dict(ENV, JAX_PLATFORMS="cpu"))
+    assert (result.returncode, result.stderr[-40:]) == (130, "pskd: interrupted\n"), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
 
 
 def test_an_error_of_the_setup_is_one_line_of_its_code_too(tmp_path):
