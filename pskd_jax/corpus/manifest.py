@@ -41,8 +41,9 @@ concatenation of the shards in manifest order.
 The manifest is read strictly: anything but UTF-8 JSON (NaN, Infinity, a key twice in one object,
 nesting deeper than the parser goes), a field of another type than the above (``1.0`` or ``true``
 for an integer included), a count beyond ``2**63 - 1``, more documents than tokens, a ``build`` or
-``source`` key not listed above, or a path holding a NUL byte is E9016 naming the field, never
-another exception. :func:`write_manifest` refuses to write what a reader would refuse.
+``source`` key not listed above, a path holding a NUL byte, or two entries naming one shard
+(``a.psk.d`` and ``./a.psk.d``) is E9016 naming the field, never another exception.
+:func:`write_manifest` refuses to write what a reader would refuse.
 
 Errors: a malformed manifest or an unsafe path E9016; a shard that is missing, truncated, or whose
 bytes or count differ from the manifest E9017, naming the shard.
@@ -363,8 +364,22 @@ def parse_manifest(data: Any, path: str) -> Manifest:
         raise CorpusDirectoryError(f"{path}: 'shards' must be a list, got {json_kind(shards)}")
     build = check_build(data.get("build", {}), path)
     planned, writer = _in_progress(data[IN_PROGRESS], len(shards), path) if IN_PROGRESS in data else (None, None)
-    return Manifest(path, tokenizer, tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards)),
-                    build, planned, writer)
+    entries = tuple(Shard.from_json(s, f"{path}: shard {i}") for i, s in enumerate(shards))
+    _refuse_listed_twice(entries, path)
+    return Manifest(path, tokenizer, entries, build, planned, writer)
+
+
+def _refuse_listed_twice(shards: Sequence[Shard], path: str) -> None:
+    """E9016 for two entries naming one shard (``a.psk.d`` and ``./a.psk.d`` alike): its tokens
+    would appear twice in the stream, as a merge refuses them."""
+    first: dict[str, int] = {}
+    for i, shard in enumerate(shards):
+        name = "/".join(p for p in shard.path.replace("\\", "/").split("/") if p not in ("", "."))
+        if name in first:
+            raise CorpusDirectoryError(f"{path}: shard {i}: path {shard.path!r} names the shard that shard "
+                                       f"{first[name]} lists already ({shards[first[name]].path!r}); a corpus "
+                                       "lists each shard once")
+        first.setdefault(name, i)
 
 
 def _in_progress(value: Any, listed: int, path: str) -> tuple[int, str | None]:

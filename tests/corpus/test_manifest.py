@@ -35,6 +35,19 @@ def test_paths_that_leave_the_directory_are_refused(built, tmp_path, bad_path, w
             action(built)
 
 
+@pytest.mark.parametrize("again", ["shard-00000.psk.d", "./shard-00000.psk.d", ".//shard-00000.psk.d"])
+def test_a_shard_listed_twice_is_refused(built, again):
+    """Its tokens would appear twice in the stream (a merge refuses the same)."""
+    def list_twice(d):
+        d["shards"][1].update(path=again, sha256=d["shards"][0]["sha256"], tokens=d["shards"][0]["tokens"],
+                              documents=d["shards"][0]["documents"])
+    edit_manifest(built, list_twice)
+    for action in (corpus.read_manifest, corpus.verify_corpus, lambda p: list(corpus.info_lines(p)),
+                   lambda p: CorpusWindows(p, seq=4)):
+        with pytest.raises(PskdError, match="E9016: .*shards.json: shard 1: path .* lists already"):
+            action(built)
+
+
 def test_a_symlink_inside_the_directory_is_fine(built):
     os.symlink("shard-00000.psk.d", built.parent / "alias.psk.d")
     edit_manifest(built, lambda d: d["shards"][0].update(path="alias.psk.d"))
