@@ -36,7 +36,7 @@ from pskd_jax.corpus.maintain import (
     open_shard,
     shard_header,
 )
-from pskd_jax.corpus.manifest import Manifest, Shard, decode_manifest, object_shard, parse_manifest
+from pskd_jax.corpus.manifest import MAX_COUNT, Manifest, Shard, decode_manifest, object_shard, parse_manifest
 from pskd_jax.corpus.segments import segment_dtype, segments_below
 from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
 from pskd_jax.corpus.shard_copies import Copy, ShardCopies
@@ -53,6 +53,7 @@ from pskd_jax.format.byte_sources import (
     read_runs,
     read_small,
 )
+from pskd_jax.format.reader import MAX_RECORD_BYTES
 from pskd_jax.format.source import RandomAccessSource, checked_access
 from pskd_jax.storage import StorageOptions, locate, store_for
 
@@ -166,8 +167,9 @@ class CorpusWindows(RandomAccessSource):
                              "read by byte ranges (access='pread', the default), or mapped from a local cache "
                              "(cache_dir=…)")
         stride = seq if stride is None else stride
-        self.seq = checked_integer(seq, "seq", low=1)
-        self.stride = checked_integer(stride, "stride", low=1)
+        # (positions in the stream are int64: a window or a step past 2**63 - 1 tokens fits no corpus)
+        self.seq = checked_integer(seq, "seq", low=1, high=MAX_COUNT)
+        self.stride = checked_integer(stride, "stride", low=1, high=MAX_COUNT)
         self.verify, self.workers = verify, workers
         self._closed = False
         self._expected_tokenizer = tokenizer  # checked before any shard is opened or hashed
@@ -415,11 +417,14 @@ class CorpusWindows(RandomAccessSource):
         """
         dtype = tokens[0].dtype if tokens else np.dtype(np.uint8)
         item = dtype.itemsize
-        record = np.dtype((np.void, self.seq * item))
         live = [k for k, t in enumerate(tokens) if len(t) > self.seq]
         shift = np.zeros(len(tokens), dtype=np.int64)
-        if not live:
-            return np.zeros(0, dtype=record), np.zeros(0, dtype=record), shift
+        if not live:  # (no window lies inside a mapped shard: none is gathered from these views)
+            return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.uint8), shift
+        if self.seq * item > MAX_RECORD_BYTES:
+            raise UsageError(f"{self.path}: seq={self.seq}: a window of {self.seq * item} bytes is more than a mapped "
+                             f"gather copies at once ({MAX_RECORD_BYTES}); read such windows with access='pread'")
+        record = np.dtype((np.void, self.seq * item))
         address = {k: tokens[k].__array_interface__["data"][0] for k in live}
         low = min(address.values())
         high = max(address[k] + len(tokens[k]) * item for k in live)

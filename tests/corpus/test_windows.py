@@ -55,7 +55,7 @@ def test_windows_refuse_bad_indices(tmp_path):
                       lambda: w["1"], lambda: w[True], lambda: w.gather([True])):
             with pytest.raises(IndexTypeError, match="E9012.*integer"):
                 wrong()
-        with pytest.raises(PskdError, match="E9012.*seq=0: expected an integer >= 1"):
+        with pytest.raises(PskdError, match="E9012.*seq=0: expected an integer from 1 to"):
             CorpusWindows(w.path, seq=0)
         with pytest.raises(PskdError, match="E9012.*stride=2.5"):
             CorpusWindows(w.path, seq=2, stride=2.5)
@@ -65,6 +65,22 @@ def test_windows_refuse_bad_indices(tmp_path):
     for closed in (lambda: w.gather([0]), lambda: w[0], lambda: list(w)):
         with pytest.raises(PskdError, match="E9012.*closed"):
             closed()
+
+
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+def test_windows_longer_than_any_corpus(tmp_path, access):
+    """A seq or stride past int64 is E9012; a seq longer than the stream (any up to 2**63 - 1) gives
+    no windows, where it was a ValueError from numpy (a record of more bytes than numpy's largest)."""
+    path = write_corpus(tmp_path / "c", [np.arange(10)])
+    for seq, stride in ((2**63, None), (2**70, None), (2, 2**63), (2, 2**64)):
+        with pytest.raises(PskdError, match=r"E9012.*(seq|stride)=\d+: expected an integer from 1 to \d+"):
+            CorpusWindows(path, seq=seq, stride=stride, access=access)
+    for seq in (11, 2**31, 2**40, 2**63 - 1):
+        with CorpusWindows(path, seq=seq, access=access) as w:
+            assert len(w) == 0 and list(w) == []
+    with CorpusWindows(path, seq=2, stride=2**63 - 1, access=access) as w:
+        assert len(w) == 1
+        np.testing.assert_array_equal(w[0][1], [1, 2])
 
 
 def test_windows_keep_pythons_sequence_protocol_as_a_reader_does(tmp_path):
