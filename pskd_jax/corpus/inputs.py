@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pskd_jax._os.files import open_fd
+from pskd_jax._os.jsonfile import json_kind
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.data.text import iter_text_blocks
@@ -381,7 +382,7 @@ def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[s
                 shown = ", ".join(map(repr, list(doc)[:5])) or "none"
                 bad(f"{path}:{first + j}: no {key!r} key (keys: {shown}); name the text key with --text-key")
             else:
-                bad(f"{path}:{first + j}: the {key!r} value is {type(text).__name__}, not a string")
+                bad(f"{path}:{first + j}: the {key!r} value is {json_kind(text)}, not a string")
             continue
         if text:
             texts.append(text)

@@ -94,12 +94,12 @@ def test_bad_input_and_skip_bad(tmp_path):
     documents(tmp_path / "a.jsonl", 10, 1)
     (tmp_path / "b.jsonl").write_text('{"text": "x"}\n{"text": 5}\nnot json\n{"text": "y"}\n')
     err = fails("E9015", "corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c")
-    assert f"{tmp_path / 'b.jsonl'}:2: the 'text' value is int, not a string" in err
+    assert f"{tmp_path / 'b.jsonl'}:2: the 'text' value is 5, not a string" in err
     partial = corpus.read_manifest(tmp_path / "c" / "shards.json")  # the finished shard, marked in progress
     assert (partial.complete, len(partial.shards)) == (False, 1) and not (tmp_path / "c" / "shard-00001.psk.d").exists()
     lines = ok("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "-o", tmp_path / "c", "--skip-bad")
     assert lines[1:4] == ["pskd: left out 2 bad documents (--skip-bad); the first:",
-                          f"pskd:   {tmp_path / 'b.jsonl'}:2: the 'text' value is int, not a string",
+                          f"pskd:   {tmp_path / 'b.jsonl'}:2: the 'text' value is 5, not a string",
                           f"pskd:   {tmp_path / 'b.jsonl'}:3: not JSON (Expecting value, column 1); each line of "
                           "a .jsonl file is one JSON object"]
     assert "skipped    2 bad documents" in "\n".join(ok("corpus", "info", tmp_path / "c" / "shards.json"))

@@ -113,7 +113,7 @@ def test_beam_runner_reports_bad_input_in_one_line(setup, tmp_path):
     bad.write_text('{"text": "fine"}\n{"text": 3}\n')
     error = fails("E9015", "corpus", "build", inputs[0], bad, "-o", tmp_path / "c", "--runner", "beam",
                   "--beam_options", "--direct_num_workers=2 --direct_running_mode=multi_processing")
-    assert "bad.jsonl:2: the 'text' value is int" in error
+    assert "bad.jsonl:2: the 'text' value is 3" in error
     assert not (tmp_path / "c" / "shards.json").exists()
 
 

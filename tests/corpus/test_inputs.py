@@ -97,7 +97,9 @@ BAD_LINES = [
     (b'{"text": "fine"}\n{"text": "unterminated\n', 2, "not JSON"),
     (b'{"text": "fine"}\n\n[1, 2]\n', 3, "a JSON list, not an object"),
     (b'{"body": "x"}\n', 1, "no 'text' key"),
-    (b'{"text": "a"}\n{"text": 12}\n', 2, "the 'text' value is int, not a string"),
+    (b'{"text": "a"}\n{"text": 12}\n', 2, "the 'text' value is 12, not a string"),
+    (b'{"text": null}\n', 1, "the 'text' value is null, not a string"),
+    (b'{"text": ["a"]}\n', 1, "the 'text' value is a list of 1 entry, not a string"),
     (b'{"text": "a"}\n{"text": "caf\xe9"}\n', 2, "invalid UTF-8"),
     (b'{"text": "a"}\n{"text": "x\\ud800y"}\n', 2, "lone surrogate U\\+D800"),
 ]
