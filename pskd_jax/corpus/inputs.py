@@ -102,10 +102,43 @@ def _objects(given: str, where: Location) -> list[str]:
 
 
 def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """``found``, the input files of the paths ``given``, unless there is none (E9015 naming them)."""
+    """``found``, the input files of the paths ``given``, unless there is none, or one is found
+    twice (E9015 naming them): a file named twice, or named and in a directory given, or reached
+    through a link, would put each of its documents twice in the corpus."""
     if not found:
         raise CorpusInputError("no input files (.jsonl, .jsonl.gz, .txt) in " + ", ".join(map(str, given)))
+    first: dict[tuple[object, ...], int] = {}
+    for i, path in enumerate(found):
+        identity = _input_identity(path)
+        if identity in first:
+            earlier = first[identity]
+            raise CorpusInputError(f"{path}: input {i} is the file of input {earlier} ({found[earlier]}), "
+                                   "under this name or another (a link, or a directory holding it); each input is "
+                                   "built once, or its documents would appear twice in the corpus")
+        first[identity] = i
     return found
+
+
+def _input_identity(path: str) -> tuple[object, ...]:
+    """An input's :func:`file_identity`; a URL only Beam serves is its own."""
+    try:
+        return file_identity(locate(path))
+    except PskdError:  # (a URL of Beam's FileSystems, not the toolkit's: E9018 from locate)
+        return ("url", path)
+
+
+def file_identity(where: Location) -> tuple[object, ...]:
+    """What tells one file from another: for a local file its device and inode (hard links and
+    symbolic links to one file are one file), or its resolved path when it cannot be looked at;
+    for an object its URL."""
+    if not where.is_local:
+        return ("object", where.url)
+    real = os.path.realpath(where.path)
+    try:
+        st = os.stat(real)
+    except (OSError, ValueError):
+        return ("path", real)
+    return ("inode", st.st_dev, st.st_ino)
 
 
 def source_of(path: str) -> dict[str, Any]:
@@ -588,6 +621,7 @@ __all__ = [
     "Encoder",
     "ObjectStream",
     "ResetShard",
+    "file_identity",
     "find_inputs",
     "require_inputs",
     "source_of",

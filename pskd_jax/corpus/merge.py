@@ -13,6 +13,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
+from pskd_jax.corpus.inputs import file_identity
 from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.manifest import (
     Manifest,
@@ -92,7 +93,7 @@ def _rebased(read: list[tuple[Manifest, list[Location]]], output: Location) -> l
     shards: list[Shard] = []
     for m, places in read:
         for i, (shard, where) in enumerate(zip(m.shards, places)):
-            identity = _identity(where)
+            identity = file_identity(where)
             if identity in seen:
                 raise CorpusDirectoryError(f"{m.path}: shard {i} {shard.path} is {_shown(where)}, which "
                                            f"{seen[identity]} lists already (the same file, under this name or "
@@ -115,20 +116,6 @@ def _relative(where: Location, base: Location, m: Manifest, shard: Shard, output
         raise CorpusDirectoryError(f"{m.path}: shard {shard.path} lies outside {base.url}/, the prefix of "
                                    f"{output.url}; put the merged manifest in a prefix above every shard")
     return where.key[len(prefix):]
-
-
-def _identity(where: Location) -> tuple[object, ...]:
-    """What tells one shard from another: for a local file its device and inode (hard links and
-    symbolic links to one file are one file), or its resolved path when it cannot be looked at;
-    for an object its key."""
-    if not where.is_local:
-        return ("object", where.key)
-    real = os.path.realpath(where.path)
-    try:
-        st = os.stat(real)
-    except (OSError, ValueError):
-        return ("path", real)
-    return ("inode", st.st_dev, st.st_ino)
 
 
 def _shown(where: Location) -> str:

@@ -186,6 +186,7 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
     lets it go: a named pipe would be refused as an input); a second build of the directory, in
     another process, is refused at once."""
     documents(tmp_path / "a.jsonl", 20, 1)
+    documents(tmp_path / "b.jsonl", 20, 2)
     slow = tmp_path / "slow.jsonl"
     slow.write_text('{"text": "late"}\n')
     go = tmp_path / "go"
@@ -212,7 +213,7 @@ def test_two_builds_of_one_directory_at_once_the_second_is_refused(tmp_path):
         assert err == ("pskd: E9016: c: another corpus build is running in this directory (it holds "
                        "c/.pskd-corpus.lock); wait for it to finish or build into another directory\n")
         with pytest.raises(PskdError, match="E9016: .*another corpus build is running"):  # other inputs, a pool
-            in_process("corpus", "build", tmp_path / "a.jsonl", tmp_path / "a.jsonl", "--workers", "2", "-o", out)
+            in_process("corpus", "build", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--workers", "2", "-o", out)
         assert first.poll() is None
         go.write_text("")  # the first build reads its second input now
         stdout, stderr = first.communicate(timeout=60)

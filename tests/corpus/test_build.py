@@ -80,6 +80,20 @@ def test_a_bad_input_fails_the_build_and_writes_no_manifest(tmp_path):
     assert result.skipped == 1 and "bad.jsonl:2" in result.examples[0]
 
 
+def test_an_input_given_twice_is_refused_before_anything_is_written(tmp_path):
+    """Its documents would appear twice in the corpus: the same path, the file and a directory
+    holding it, or a link and its target, are one input (a merge refuses one shard twice alike)."""
+    (tmp_path / "d").mkdir()
+    a = jsonl(tmp_path / "d" / "a.jsonl", ["one", "two"])
+    os.symlink(a, tmp_path / "link.jsonl")
+    os.link(a, tmp_path / "hard.jsonl")
+    for twice in ([a, a], [tmp_path / "d", a], [tmp_path / "link.jsonl", a], [a, tmp_path / "hard.jsonl"]):
+        out = tmp_path / "out"
+        with pytest.raises(PskdError, match=r"E9015: .*\.jsonl: input 1 is the file of input 0 \(.*\.jsonl\)"):
+            build_corpus(twice, out, BuildOptions(durable=False))
+        assert not out.exists()
+
+
 def test_a_second_build_of_a_directory_is_refused(tmp_path):
     inputs = make_inputs(tmp_path, 1)
     (tmp_path / "c").mkdir()
