@@ -136,7 +136,9 @@ class Tokenizer:
         size = max(vocab.values()) + 1
         name, boundary = _choose_boundary(native, vocab, size, boundary_token, path)
         if size + (name is None) > MAX_VOCAB:
-            raise VocabularyError(f"{path}: {size} token ids; a corpus stores ids in 32 bits, so at most {MAX_VOCAB}")
+            raise VocabularyError(f"{path}: {size} token ids (0 to {size - 1}) and a boundary past them make "
+                                  f"{size + 1} tokens; a corpus stores ids in 32 bits, so at most {MAX_VOCAB}: name "
+                                  "one of its special tokens as the boundary (--boundary-token)")
         return cls("hf", None, path, DIGESTS["sha256"](raw).hexdigest(), size, name, boundary, native)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -203,6 +203,17 @@ def test_idx_width_follows_the_vocabulary(tmp_path):
     np.testing.assert_array_equal(reader.leaves()[0], [1, 65535, 1, 0, 65536])
 
 
+def test_ids_filling_32_bits_leave_no_room_for_a_boundary_past_them(tmp_path):
+    """Ids up to 2**32 - 1 are 2**32 ids: the boundary past them would be a 2**32 + 1st token."""
+    full = word_level(tmp_path / "full.json", {"[UNK]": 0, "a": 1, "b": 2})
+    data = json.loads(pathlib.Path(full).read_text())
+    data["model"]["vocab"]["b"] = 2**32 - 1
+    pathlib.Path(full).write_text(json.dumps(data))
+    with pytest.raises(VocabularyError, match=r"E9011: .*full\.json: 4294967296 token ids \(0 to 4294967295\) and "
+                                              r"a boundary past them make 4294967297 tokens; .* at most 4294967296"):
+        Tokenizer.from_file(full, boundary_token="")
+
+
 # --------------------------------------------------------------------------------------------
 # The manifest's record, and refusing another tokenizer
 
