@@ -51,7 +51,10 @@ class ShardWriter:
         chunk_tokens = checked_integer(chunk_tokens, "chunk_tokens", low=1)
         self.path, self.tokenizer, self.durable = path, tokenizer, durable
         self.count = 0  # tokens counted in the header
-        self._pending = np.empty(chunk_tokens, tokenizer.dtype)
+        self._chunk = chunk_tokens
+        # Grown up to a chunk as tokens come: a chunk larger than the default (one header update a
+        # shard, say) holds no more memory than the shard's tokens, never chunk_tokens up front.
+        self._pending = np.empty(min(chunk_tokens, DEFAULT_CHUNK_TOKENS), tokenizer.dtype)
         self._held = 0
         self._item = tokenizer.dtype.itemsize
         self._data_offset = len(tokenizer.header(0))
@@ -146,16 +149,24 @@ class ShardWriter:
 
     def append(self, tokens: np.ndarray) -> None:
         """Adds tokens; every full chunk is committed as it fills."""
-        size = len(self._pending)
+        size = self._chunk
         at = 0
         while at < len(tokens):
             take = min(size - self._held, len(tokens) - at)
+            if self._held + take > len(self._pending):
+                self._grow(self._held + take)
             self._pending[self._held : self._held + take] = tokens[at : at + take]
             self._held += take
             at += take
             if self._held == size:
                 self._commit(self._pending)
                 self._held = 0
+
+    def _grow(self, needed: int) -> None:
+        """Room for ``needed`` pending tokens: the buffer doubled (at most a chunk), what it holds kept."""
+        grown = np.empty(min(self._chunk, max(needed, 2 * len(self._pending))), self._pending.dtype)
+        grown[: self._held] = self._pending[: self._held]
+        self._pending = grown
 
     def reset(self) -> None:
         """Back to an empty shard (a ``.txt`` document found bad under skip_bad). A shard written

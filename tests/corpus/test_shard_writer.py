@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import pskd_jax
+from pskd_jax.corpus import shard_writer
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_build import build_shard
 from pskd_jax.corpus.shard_writer import ShardWriter
@@ -32,6 +33,22 @@ def test_shard_writer_counts_whole_chunks_only(tmp_path):
     w.append(np.array([1], np.uint16))
     assert w.close() == 13
     assert shard_tokens(p) == list(range(12)) + [1]
+
+
+@pytest.mark.parametrize("chunk", [6, 10**30])
+def test_a_chunk_larger_than_the_default_holds_only_the_tokens_given(tmp_path, monkeypatch, chunk):
+    """chunk_tokens=10**30 (one header update a shard) was an allocation of that many tokens up
+    front: numpy's ValueError, with a traceback, from the CLI's --chunk-tokens. The buffer now
+    starts at the default chunk (here made 2) and grows up to a chunk as tokens come."""
+    monkeypatch.setattr(shard_writer, "DEFAULT_CHUNK_TOKENS", 2)
+    p = tmp_path / "s.psk.d"
+    w = ShardWriter(str(p), Tokenizer.bytes(), chunk_tokens=chunk, durable=False)
+    w.append(np.arange(3, dtype=np.uint16))
+    w.append(np.arange(3, 8, dtype=np.uint16))
+    assert w.count == (6 if chunk == 6 else 0)
+    w.append(np.array([9], np.uint16))
+    assert w.close() == 9
+    assert shard_tokens(p) == [0, 1, 2, 3, 4, 5, 6, 7, 9]
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
