@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pskd_jax._os.checks import checked_integer
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax.corpus.manifest import Manifest, Shard, manifest_object, object_shard, read_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -261,6 +262,7 @@ def verify_corpus(manifest_path: str | os.PathLike, *, workers: int | None = Non
     ``result.manifest.complete`` says whether it is one. With ``tokenizer``, a corpus built with
     another is refused first (:func:`check_tokenizer`). ``manifest_path`` is a path or a URL
     (``s3://bucket/corpus/shards.json``, reached as ``storage`` says)."""
+    workers = checked_integer(workers, "workers", low=1, none=True)  # before any file is read
     where = locate(manifest_path)
     manifest = load_manifest(where, storage)
     check_tokenizer(manifest, tokenizer)

@@ -170,7 +170,7 @@ class CorpusWindows(RandomAccessSource):
         # (positions in the stream are int64: a window or a step past 2**63 - 1 tokens fits no corpus)
         self.seq = checked_integer(seq, "seq", low=1, high=MAX_COUNT)
         self.stride = checked_integer(stride, "stride", low=1, high=MAX_COUNT)
-        self.verify, self.workers = verify, workers
+        self.verify, self.workers = verify, checked_integer(workers, "workers", low=1, none=True)
         self._closed = False
         self._expected_tokenizer = tokenizer  # checked before any shard is opened or hashed
         self._state = self._load(None, verify)

@@ -17,6 +17,16 @@ from pskd_jax.errors import PskdError
 from .helpers import edit_manifest, make_inputs, write_corpus
 
 
+@pytest.mark.parametrize("workers", [0, -3, 2.5, "2", True])
+def test_verify_and_windows_refuse_workers_that_are_no_count(built, workers):
+    """0 or -3 ran with the default (or one thread), 2.5 as 2.5 threads, '2' was a TypeError: each
+    is E9012 now, before any shard is read, as a build's workers are."""
+    for action in (lambda: corpus.verify_corpus(built, workers=workers),
+                   lambda: CorpusWindows(built, seq=2, verify=True, workers=workers)):
+        with pytest.raises(PskdError, match=r"E9012: workers=.*: expected an integer >= 1"):
+            action()
+
+
 def test_verify_names_the_bad_shard(built):
     d = built.parent
     assert corpus.verify_corpus(built, workers=2).shards == 5
