@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pskd_jax._os.checks import checked_integer
+from pskd_jax._os.checks import abridged, checked_integer
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax.corpus.manifest import Manifest, Shard, manifest_object, object_shard, read_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, StorageError
+from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, StorageError, UsageError
 from pskd_jax.format.byte_sources import ByteSource, FileBytes, StoreBytes
 from pskd_jax.format.encodings import Encoding
 from pskd_jax.format.header import VERSION_ENCODED, Header, read_header
@@ -229,6 +229,9 @@ def check_tokenizer(manifest: Manifest, expected: Tokenizer | str | os.PathLike 
     file contents (sha256), wherever it lies; the boundary is the manifest's."""
     if expected is None:
         return
+    if not isinstance(expected, (Tokenizer, str, os.PathLike)):
+        raise UsageError(f"tokenizer={abridged(expected, 80)}: expected a Tokenizer, or the path of a tokenizer.json "
+                         "or a VOCAB.json")
     if not isinstance(expected, Tokenizer):
         expected = Tokenizer.from_file(expected)
     if not manifest.tokenizer.matches(expected):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pskd_jax._os.checks import checked_integer, first_true
+from pskd_jax._os.checks import abridged, checked_integer, first_true
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES
 from pskd_jax.corpus.maintain import (
@@ -61,6 +61,12 @@ OPEN_ATTEMPTS = 20  # manifests read while a build keeps replacing it, before gi
 OPEN_THREADS = 16  # shards of a store opened (looked at, their headers read) or fetched at once
 
 _largest = np.maximum.reduce  # a batch's largest token: called per batch, without ndarray.max's wrapper
+
+
+def _check_verify(verify: Any, path: str) -> None:
+    """``verify`` is True or False (a string such as 'no' is no answer: it would verify)."""
+    if not isinstance(verify, (bool, np.bool_)):
+        raise UsageError(f"{path}: verify is True or False, got {abridged(verify, 80)}")
 
 
 @dataclasses.dataclass(eq=False)
@@ -151,6 +157,9 @@ class CorpusWindows(RandomAccessSource):
         self.path = self._where.path if self._where.is_local else self._where.url
         if not isinstance(segments, bool):
             raise UsageError(f"{self.path}: segments is True or False, got {segments!r}")
+        _check_verify(verify, self.path)
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise UsageError(f"{self.path}: cache_dir is a directory's path, or None, got {abridged(cache_dir, 80)}")
         self.segments = segments
         self.storage = storage
         remote = not self._where.is_local
@@ -190,6 +199,8 @@ class CorpusWindows(RandomAccessSource):
         started with. On any error (a manifest being replaced, a damaged shard) the windows keep
         the corpus they had, and the error is raised; a manifest of another tokenizer is E9016."""
         self._require_open()
+        if verify is not None:
+            _check_verify(verify, self.path)
         state = self._load(self._state, self.verify if verify is None else verify)
         if state is self._state:
             return False

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import pskd_jax
+from pskd_jax import corpus
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.data.windows import lm_windows_file
 from pskd_jax.errors import IndexOutOfRangeError, IndexTypeError, PskdError
@@ -81,6 +82,24 @@ def test_windows_longer_than_any_corpus(tmp_path, access):
     with CorpusWindows(path, seq=2, stride=2**63 - 1, access=access) as w:
         assert len(w) == 1
         np.testing.assert_array_equal(w[0][1], [1, 2])
+
+
+def test_windows_refuse_arguments_of_a_wrong_type(tmp_path):
+    """verify='no' verified (a truthy string), verify=None did not, tokenizer=123 and cache_dir=5
+    were TypeErrors: each is E9012 naming the argument."""
+    path = write_corpus(tmp_path / "c", [np.arange(10)])
+    for kwargs, what in ((dict(verify="no"), "verify is True or False, got 'no'"),
+                         (dict(verify=None), "verify is True or False, got None"),
+                         (dict(tokenizer=123), "tokenizer=123: expected a Tokenizer"),
+                         (dict(cache_dir=5), "cache_dir is a directory's path, or None, got 5")):
+        with pytest.raises(PskdError, match=f"E9012: .*{what}"):
+            CorpusWindows(path, seq=2, **kwargs)
+    with pytest.raises(PskdError, match="E9012: tokenizer=5: expected a Tokenizer"):
+        corpus.verify_corpus(path, tokenizer=5)
+    with CorpusWindows(path, seq=2, verify=np.True_) as w:
+        with pytest.raises(PskdError, match="E9012: .*verify is True or False, got 'no'"):
+            w.refresh(verify="no")
+        assert w.refresh(verify=True) is False
 
 
 def test_windows_keep_pythons_sequence_protocol_as_a_reader_does(tmp_path):
