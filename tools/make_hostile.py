@@ -676,8 +676,8 @@ def manifests(c: Collection) -> None:
     add("valid-symlink-inside", corpus(files={"data/s0.psk.d": s0, "shard-00000.psk.d": Link("data/s0.psk.d"),
                                               "shard-00001.psk.d": s1}), None,
         "a shard that is a symbolic link to a file inside the directory")
-    add("valid-same-shard-twice", corpus([dict(e0), dict(e0)], {"shard-00000.psk.d": s0}), None,
-        "one shard listed twice (its tokens appear twice in the stream; only merge refuses it)")
+    add("same-shard-twice", corpus([dict(e0), dict(e0)], {"shard-00000.psk.d": s0}), "E9016",
+        "one shard listed twice (its tokens would appear twice in the stream: refused, as merge refuses it)")
 
     # Malformed manifests: E9016 for every step.
     add("no-manifest", {"notes.txt": "no shards.json here\n"}, "E9016", "a directory without shards.json")
