@@ -190,6 +190,8 @@ class CheckpointManager:
         return self.retention.best_step(scores_of(self._entries()))
 
     def _entry(self, step: int | None) -> CheckpointEntry:
+        # (checked first: True and 1.0 equal 1, so a lookup by equality would hand back step 1)
+        step = check_step(step) if step is not None else None
         entries = self._entries()
         if not entries:
             raise CheckpointDirectoryError(f"{self.directory}: no complete checkpoint yet")

@@ -8,7 +8,7 @@ import os
 
 from pskd_jax._os import names
 from pskd_jax.checkpoint.directory import CheckpointDirectory
-from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, load_index, read_index
+from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, check_step, load_index, read_index
 from pskd_jax.checkpoint.integrity import layout_xxh3, verify_file
 from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError
 from pskd_jax.storage import locate
@@ -34,6 +34,7 @@ def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -
                 "the complete ones)")
     entries = list(index.entries)
     if step is not None:
+        step = check_step(step)  # (True and 1.0 equal 1: refused, not taken for step 1)
         entries = [entry for entry in entries if entry.step == step]
         if not entries:
             raise CheckpointDirectoryError(f"{place.path}: no complete checkpoint for step {step}")

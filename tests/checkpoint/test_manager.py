@@ -345,3 +345,14 @@ def test_an_index_entry_leading_outside_through_a_symlink_is_refused(tmp_path, w
     shutil.move(outside, directory / ("copy-" + name))
     os.symlink("copy-" + name, directory / name)
     assert reader.restore(as_numpy=True)["w"].tolist() == params(1)["w"].tolist()
+
+
+@pytest.mark.parametrize("step", [True, 1.0, np.float64(1.0), "1"])
+def test_a_step_that_is_no_integer_is_refused_when_read_too(tmp_path, step):
+    # True == 1 == 1.0 in Python: a lookup by equality would hand back step 1 for any of them
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, params(1))
+    for read in (manager.restore, manager.extra, manager.path, manager.score, manager.verify):
+        with pytest.raises(PskdError, match="E9014.*a step is an integer"):
+            read(step)
+    assert manager.extra(np.int64(1)) is None  # a numpy integer is a step
