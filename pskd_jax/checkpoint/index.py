@@ -284,7 +284,9 @@ def parse_index(path: str, content: Any) -> Index:
     if not isinstance(content, dict):
         raise CheckpointDirectoryError(f"{path}: not a checkpoint index ({json_kind(content)}, not an object)")
     version = content.get("version")
-    if content.get("format") != INDEX_FORMAT or isinstance(version, bool) or version not in READ_VERSIONS:
+    # (a version is an int: 3.0 and True equal 3 and 1, and are refused, not read as those)
+    if content.get("format") != INDEX_FORMAT or not isinstance(version, int) or isinstance(version, bool) \
+            or version not in READ_VERSIONS:
         raise CheckpointDirectoryError(
             f"{path}: not a checkpoint index (format {json_kind(content.get('format'))} version "
             f"{json_kind(version)}; this version reads {INDEX_FORMAT!r} versions {list(READ_VERSIONS)})")

@@ -145,7 +145,9 @@ def _parse(content: Any, path: str) -> LayoutFile:
     if not isinstance(content, dict):
         raise ValueError(f"a JSON {type(content).__name__}, not an object")
     version = content.get("version")
-    if content.get("format") != LAYOUT_FORMAT or isinstance(version, bool) or version not in READ_VERSIONS:
+    # (a version is an int: 3.0 and True equal 3 and 1, and are refused, not read as those)
+    if content.get("format") != LAYOUT_FORMAT or not isinstance(version, int) or isinstance(version, bool) \
+            or version not in READ_VERSIONS:
         raise ValueError(f"format {str(content.get('format'))[:40]!r} version {str(version)[:20]}, expected "
                          f"{LAYOUT_FORMAT!r} version {' or '.join(map(str, READ_VERSIONS))}")
     entries = content["leaves"]

@@ -54,6 +54,8 @@ def layout_text(tmp_path, change) -> str:
      lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 5000))),
     ("a key path 65 keys deep",
      lambda tmp_path: layout_text(tmp_path, lambda d: d["leaves"][0].update(keys=["k"] * 65))),
+    ("a version of 2.0 (a float, not the integer 2)",
+     lambda tmp_path: layout_text(tmp_path, lambda d: d.update(version=2.0))),
 ])
 def test_a_hostile_layout_file_is_e9001_naming_it(tmp_path, what, text):
     layout_text(tmp_path, lambda d: None)  # the checkpoint the layout is tried on

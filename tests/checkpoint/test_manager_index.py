@@ -157,6 +157,7 @@ def test_malformed_leftovers_are_refused(tmp_path, leftovers):
 @pytest.mark.parametrize("content", [
     {"format": "pskd-checkpoints", "version": True, "checkpoints": []},
     {"format": "pskd-checkpoints", "version": 4, "checkpoints": []},
+    {"format": "pskd-checkpoints", "version": 3.0, "checkpoints": []},  # (a float equal to 3: not a version)
     {"format": "pskd-checkpoints", "version": 3, "checkpoints": {}},
     {"format": "pskd-checkpoints", "version": 3},
 ])
