@@ -71,17 +71,19 @@ def adoptable(directory: CheckpointDirectory, step: int, digest: str) -> Checkpo
             found = directory.digest(file, digest)
         except PskdError as e:
             raise NotAdoptable(file, e.message) from None
+        layout_digest = None
         if layout_file is not None:
             # The layout file must be this file's own: its header digest and size, and — the file
             # being hashed anyway — the whole file's xxh3_128 when it records one (a layout of
             # leaves of other shapes with the same encodings and byte total differs only there).
             try:
                 known = found if digest == "xxh3_128" else None
-                directory.check_layout(layout_file, file, layout_xxh3(directory.join(file), layout_file, known))
+                xxh3 = layout_xxh3(directory.join(file), layout_file, known)
+                layout_digest = directory.layout_digests(layout, file, [digest], xxh3)
             except PskdError as e:
                 raise NotAdoptable(layout, e.message) from None
         return CheckpointEntry(step, {digest: found}, type_text=type_text, bytes=size, layout=layout_file is not None,
-                               adopted=True)
+                               adopted=True, layout_digest=layout_digest)
 
 
 def _complete(directory: CheckpointDirectory, file: str, layout: str, layout_file: LayoutFile | None

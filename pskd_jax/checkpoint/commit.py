@@ -6,6 +6,7 @@ never names a missing file. The caller holds the directory (its lock, and the in
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 
 from pskd_jax._os import names
@@ -56,6 +57,7 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
         raise CheckpointDirectoryError(f"{directory.join(names.step_file(entry.step))}: step {entry.step} is no "
                                        "longer claimed in the checkpoint index (another CheckpointManager of "
                                        f"{directory.path} removed the claim); the step was not listed")
+    entry = with_layout_digests(directory, entry)
     before = index.listed_names() | listed_names([entry])  # this save's files too
     candidates = [e for e in index.entries if e.step != entry.step] + [entry]
     keep = retention.kept_steps(scores_of(candidates))
@@ -82,4 +84,15 @@ def commit_step(directory: CheckpointDirectory, entry: CheckpointEntry, retentio
     directory.remove(directory.unreferenced_parts(entry.step, after))
 
 
-__all__ = ["check_names_free", "claim_step", "commit_step"]
+def with_layout_digests(directory: CheckpointDirectory, entry: CheckpointEntry) -> CheckpointEntry:
+    """``entry`` recording the digests of its layout file too (by the algorithms of its data's), once
+    the layout file proves to be its file's own: the data's digest does not cover the layout, and a
+    verified restore checks both (an edited shape or key path is E9013, not the data in another
+    structure)."""
+    if entry.layout_name is None or entry.layout_digest is not None:
+        return entry
+    found = directory.layout_digests(entry.layout_name, entry.file, entry.digest, entry.digest.get("xxh3_128"))
+    return dataclasses.replace(entry, layout_digest=found)
+
+
+__all__ = ["check_names_free", "claim_step", "commit_step", "with_layout_digests"]

@@ -10,21 +10,31 @@ import contextlib
 import dataclasses
 import os
 import stat
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
 from pskd_jax._os.checks import mode_words
+from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.jsonfile import loads_strict, read_strict
 from pskd_jax._os.locks import destination_lock
-from pskd_jax.checkpoint.integrity import digest_of
+from pskd_jax.checkpoint.integrity import digest_of, verify_bytes
 from pskd_jax.checkpoint.parts import parts_index_at, parts_named_for
 from pskd_jax.checkpoint.stored import StoredFile
-from pskd_jax.errors import CheckpointDirectoryError, PskdError, TruncatedError
-from pskd_jax.format.layout_file import LayoutFile, check_belongs, layout_from_bytes, read_layout_file
+from pskd_jax.errors import CheckpointDirectoryError, DigestMismatchError, PskdError, TruncatedError
+from pskd_jax.format.layout_file import (
+    LayoutFile,
+    check_belongs,
+    layout_from_bytes,
+    read_layout_and_bytes,
+    read_layout_file,
+)
 from pskd_jax.format.reader import Reader
 from pskd_jax.storage import CREATE, Conflict, Location, Store, Version, locate, store_for
+
+if TYPE_CHECKING:  # (the index reads a directory: its entries are only named here)
+    from pskd_jax.checkpoint.index import CheckpointEntry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +72,32 @@ class CheckpointDirectory:
     def layout_of(self, name: str) -> LayoutFile:
         """The layout file ``name`` read (not yet proven to belong to any data file)."""
         return read_layout_file(self.join(name))
+
+    def checked_layout(self, entry: CheckpointEntry, digests: Mapping[str, str]) -> LayoutFile:
+        """The layout file of a listed step read once and checked against the digests the index
+        records of it (:meth:`check_layout_bytes`), so that what a restore uses is what was
+        committed: the data file's digest does not cover it."""
+        assert entry.layout_name is not None
+        raw, layout_file = read_layout_and_bytes(self.join(entry.layout_name))
+        self.check_layout_bytes(entry, raw, digests)
+        return layout_file
+
+    def check_layout_bytes(self, entry: CheckpointEntry, raw: bytes, digests: Mapping[str, str]) -> None:
+        """Checks the bytes of a listed step's layout file against the digests the index records of
+        it; E9013 naming the step's file and the layout file when it was changed since its save."""
+        assert entry.layout_name is not None
+        try:
+            verify_bytes(self.join(entry.layout_name), raw, digests)
+        except DigestMismatchError as e:
+            raise DigestMismatchError(f"step {entry.step} {self.join(entry.file)}: its layout file: "
+                                      f"{e.message}") from None
+
+    def layout_digests(self, name: str, file: str, algorithms: Iterable[str], xxh3_128: str | None) -> dict[str, str]:
+        """The digests of the layout file ``name`` by algorithm, once it proves to be the step file
+        ``file``'s own (E9005 naming both otherwise): what the index records of it."""
+        raw, layout_file = read_layout_and_bytes(self.join(name))
+        self.check_layout(layout_file, file, xxh3_128)
+        return {algorithm: DIGESTS[algorithm](raw).hexdigest() for algorithm in algorithms}
 
     def checkpoint(self, name: str) -> Reader | StoredFile:
         """The step file ``name`` opened for its header, size and placement."""

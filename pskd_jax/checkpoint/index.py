@@ -28,7 +28,8 @@ READ_VERSIONS = (1, 2, 3)
 MAX_STEP = 2**63 - 1  # the largest step: an int64, as a training loop counts
 
 # The keys an entry of this version has: any other is kept as it was found (``more``).
-_KNOWN = ("step", "file", "layout", "type", "bytes", "digest", "extra", "score", "adopted", "started", "committed")
+_KNOWN = ("step", "file", "layout", "type", "bytes", "digest", "layout_digest", "extra", "score", "adopted", "started",
+          "committed")
 
 MAX_EXTRA_DEPTH = 200  # lists and objects nested deeper in ``extra`` are refused (E9014)
 
@@ -130,7 +131,9 @@ class CheckpointEntry:
     ``best_fn`` gave it, whether it was adopted (rebuilt from a file found without an index), and
     when it was written: ``started`` when the save began writing, ``committed`` when its file was
     complete and the entry listed (UTC, ISO 8601, :func:`utc_time`; None in entries written
-    before they were recorded, and in adopted ones).
+    before they were recorded, and in adopted ones), and the digests of its layout file by algorithm
+    (:attr:`layout_digest`: the data's digest does not cover the layout; None in entries written
+    before it was recorded).
 
     An entry names only its own step's files (:attr:`file`, :attr:`layout`): never the index,
     the lock, or a file of another step or program.
@@ -153,6 +156,7 @@ class CheckpointEntry:
     adopted: bool = False
     started: str | None = None
     committed: str | None = None
+    layout_digest: Mapping[str, str] | None = None  # of the layout file, by algorithm (None: not recorded)
     more: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # keys of a later writer, kept
 
     @property
@@ -179,6 +183,19 @@ class CheckpointEntry:
                                            f"{sorted(self.digest)} digests; this version checks {sorted(DIGESTS)}")
         return known
 
+    def checkable_layout_digests(self) -> dict[str, str] | None:
+        """The digests of the layout file this version can check, by algorithm; None when the entry
+        records none (written before they were, or without a layout file); E9014 when it records
+        only algorithms this version does not know."""
+        if self.layout_digest is None:
+            return None
+        known = {name: self.layout_digest[name] for name in DIGESTS if name in self.layout_digest}
+        if not known:
+            raise CheckpointDirectoryError(f"step {self.step} {self.layout_name}: the index records only "
+                                           f"{sorted(self.layout_digest)} digests of it; this version checks "
+                                           f"{sorted(DIGESTS)}")
+        return known
+
     def to_json(self) -> dict[str, Any]:
         """The entry as version 3 writes it."""
         entry: dict[str, Any] = {"step": self.step, "file": self.file}
@@ -189,6 +206,8 @@ class CheckpointEntry:
         if self.bytes is not None:
             entry["bytes"] = self.bytes
         entry["digest"] = dict(self.digest)
+        if self.layout_digest is not None:
+            entry["layout_digest"] = dict(self.layout_digest)
         entry["extra"] = self.extra
         if self.score is not None:
             entry["score"] = self.score
@@ -227,6 +246,12 @@ class CheckpointEntry:
                       f"file of step {step}")
         if not _is_digest_map(entry.get("digest")):
             raise bad(f"its digest {json_kind(entry.get('digest'))} is not a map of algorithm to hex digest")
+        if entry.get("layout_digest") is not None:
+            if entry.get("layout") is None:
+                raise bad("it records a layout_digest, but no layout file")
+            if not _is_digest_map(entry["layout_digest"]):
+                raise bad(f"its layout_digest {json_kind(entry['layout_digest'])} is not a map of algorithm to hex "
+                          "digest")
         if "bytes" in entry and not (is_integer(entry["bytes"]) and entry["bytes"] >= 0):
             raise bad(f"its bytes {json_kind(entry['bytes'])} is not a size")
         if "type" in entry and not isinstance(entry["type"], str):
@@ -247,7 +272,7 @@ class CheckpointEntry:
         return cls(step, dict(entry["digest"]), type_text=entry.get("type"), bytes=entry.get("bytes"),
                    layout=entry.get("layout") is not None, extra=entry.get("extra"), score=entry.get("score"),
                    adopted=entry.get("adopted", False), started=entry.get("started"),
-                   committed=entry.get("committed"),
+                   committed=entry.get("committed"), layout_digest=entry.get("layout_digest"),
                    more={key: value for key, value in entry.items() if key not in _KNOWN})
 
 

@@ -57,6 +57,13 @@ def verify_file(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
     return next(iter(expected))
 
 
+def verify_bytes(path: str, data: bytes, digests: Mapping[str, str]) -> None:
+    """Checks the bytes of a small file read whole (a layout file) against its recorded digests
+    (each known algorithm given); E9013 naming the file on a mismatch."""
+    for algorithm, hex_digest in checked_digests(path, digests).items():
+        check_digest(path, algorithm, DIGESTS[algorithm](data).hexdigest(), hex_digest)
+
+
 def digest_of(place: str | os.PathLike | Location, algorithm: str) -> str:
     """The digest of a whole file, or of a whole object of a store (streamed, never held whole)."""
     where = locate(place)
@@ -79,4 +86,5 @@ def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | 
     return digest_of(path, "xxh3_128") if recorded is not None else None
 
 
-__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "digest_of", "layout_xxh3", "verify_file"]
+__all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "digest_of", "layout_xxh3", "verify_bytes",
+           "verify_file"]

@@ -382,6 +382,11 @@ class CheckpointManager:
                              "to skip the check, not a digest")
         entry = self._entry(step)
         path = self._readable(entry)
+        layout_digests = entry.checkable_layout_digests() if verify and "layout" not in options else None
+        if layout_digests is not None and entry.layout_name is not None:
+            # the layout used is the one whose digest the index records, read once (an edited shape
+            # or key path would otherwise give the recorded data back under another structure)
+            options["layout"] = self._place.checked_layout(entry, layout_digests)
         return restore(path, target, digests=entry.checkable_digests() if verify else None, **options)
 
     def verify(self, step: int | None = None) -> list[CheckpointEntry]:

@@ -11,6 +11,7 @@ from pskd_jax.checkpoint.directory import CheckpointDirectory
 from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, check_step, load_index, read_index
 from pskd_jax.checkpoint.integrity import layout_xxh3, verify_file
 from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError
+from pskd_jax.format.layout_file import read_layout_and_bytes
 from pskd_jax.storage import locate
 
 
@@ -49,7 +50,8 @@ def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -
 def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path: str, digests: dict[str, str]) -> None:
     """Checks that the layout file of a verified step is its own (E9005 naming both files when it
     was written for another file; E9001 naming both when the index lists one that is missing or
-    does not read): by its header digest and size, and by the whole file's xxh3_128 it records.
+    does not read): by its header digest and size, and by the whole file's xxh3_128 it records;
+    E9013 naming it when the index records its digest and it was changed since.
     A step the index lists without a layout file is checked only when one lies beside it (restore
     would use it)."""
     listed = entry.layout_name
@@ -58,13 +60,16 @@ def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path:
         return
     where = f"step {entry.step} {path}"
     try:
-        layout_file = directory.layout_of(name)
+        raw, layout_file = read_layout_and_bytes(directory.join(name))
     except PskdError as e:
         raise NotClosedError(f"{where}: its layout file does not read: {e.message}") from None
     try:
         directory.check_layout(layout_file, entry.file, layout_xxh3(path, layout_file, digests.get("xxh3_128")))
     except MismatchError as e:
         raise MismatchError(f"{where}: {e.message}") from None
+    layout_digests = entry.checkable_layout_digests() if listed else None
+    if layout_digests is not None:  # its own, but changed since its save (an edited shape or key path)
+        directory.check_layout_bytes(entry, raw, layout_digests)
 
 
 def recorded_digests(path: str | os.PathLike) -> dict[str, str]:

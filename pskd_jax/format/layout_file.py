@@ -98,8 +98,7 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
 def _read_checked(path: str, data: str | os.PathLike | None, xxh3_128: str | None = None) -> LayoutFile:
     """:func:`read_layout_file`, its proof against ``data`` made by the path (the caller makes sure
     that path names one data file throughout, where it must)."""
-    raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
-    layout_file = _parsed(loads_strict(raw, path, NotClosedError), path)
+    layout_file = read_layout_and_bytes(path)[1]
     if data is not None:
         check_belongs(layout_file, data, xxh3_128=xxh3_128)
     return layout_file
@@ -125,6 +124,14 @@ def _of_one_save(data: str, read: Callable[[], LayoutFile | None]) -> LayoutFile
         return True, dataclasses.replace(found, paired=(data, held))
 
     return until_one_save(data, attempt, reading="its layout file was read", again="read it again")
+
+
+def read_layout_and_bytes(path: str | os.PathLike) -> tuple[bytes, LayoutFile]:
+    """The bytes of a layout file (or object) and the layout file they make (E9001 naming it when
+    they make none): read once, so that what is checked against a recorded digest is what is used."""
+    path = os.fspath(path)
+    raw = read_small(path, NotClosedError, what="the layout file", limit=MAX_FILE_BYTES)  # a file or an object
+    return raw, _parsed(loads_strict(raw, path, NotClosedError), path)
 
 
 def layout_from_bytes(raw: bytes, path: str) -> LayoutFile:
@@ -618,6 +625,7 @@ __all__ = [
     "header_digest",
     "is_own_layout",
     "layout_from_bytes",
+    "read_layout_and_bytes",
     "read_layout_file",
     "version_of",
 ]

@@ -100,3 +100,73 @@ def test_pskd_verify_refuses_a_layout_of_another_save(tmp_path):
     assert "Traceback" not in result.stderr
     content = json.loads((directory / INDEX).read_text())
     assert [e["step"] for e in content["checkpoints"]] == [1, 2]  # nothing changed
+
+
+def edited_layout(directory, step: int, edit) -> None:
+    """Edits step ``step``'s own layout file by hand (its ``data`` still records the step's file)."""
+    path = directory / step_layout(step)
+    content = json.loads(path.read_text())
+    edit(content)
+    path.write_text(json.dumps(content))
+
+
+def swap_shape(content) -> None:
+    content["leaves"][0]["shape"] = [4, 2]  # (2, 4) saved: the same byte total
+
+
+def rename_key(content) -> None:
+    content["leaves"][0].update(keys=["v"], path="['v']")
+    content["tree"]["dict"][0][0] = "v"
+
+
+@pytest.mark.parametrize("digest", ["xxh3_128", "sha256"])
+@pytest.mark.parametrize("edit", [swap_shape, rename_key])
+def test_a_hand_edited_layout_of_a_listed_step_is_e9013_when_verified(tmp_path, digest, edit):
+    # The data file's digest does not cover its layout file: the index records the layout's too,
+    # or a verified restore hands the recorded bytes back in another shape or under another key.
+    directory = tmp_path / "run"
+    saved(directory, [1, 2], digest=digest)
+    assert set(ck.read_index(str(directory))[1].layout_digest) == {digest}
+    edited_layout(directory, 2, edit)
+    with CheckpointManager(directory, read_only=True) as manager:
+        for read in (lambda: manager.restore(2, as_numpy=True), lambda: manager.verify(), lambda: manager.verify(2)):
+            with raises("E9013", str(directory / step_file(2)), str(directory / step_layout(2))):
+                read()
+        assert manager.restore(1, as_numpy=True)["w"].shape == (2, 4)
+        unchecked = manager.restore(2, as_numpy=True, verify=False)  # as the edited layout file says
+        assert [leaf.size for leaf in unchecked.values()] == [8]
+
+
+def test_an_adopted_step_records_its_layouts_digest_too(tmp_path):
+    directory = tmp_path / "run"
+    saved(directory, [1])
+    recorded = ck.read_index(str(directory))[0].layout_digest
+    (directory / INDEX).unlink()
+    with CheckpointManager(directory) as manager:
+        assert ck.read_index(str(directory))[0].layout_digest == recorded
+        edited_layout(directory, 1, swap_shape)
+        with raises("E9013", str(directory / step_layout(1))):
+            manager.restore(1, as_numpy=True)
+
+
+def test_an_entry_recording_no_layout_digest_restores_as_before(tmp_path):
+    # (an index written before layout digests were recorded)
+    directory = tmp_path / "run"
+    saved(directory, [1])
+    content = json.loads((directory / INDEX).read_text())
+    del content["checkpoints"][0]["layout_digest"]
+    (directory / INDEX).write_text(json.dumps(content))
+    with CheckpointManager(directory) as manager:
+        assert manager.restore(1, as_numpy=True)["w"].shape == (2, 4)
+        assert [e.step for e in manager.verify()] == [1]
+
+
+@pytest.mark.parametrize("value, why", [({"xxh3_128": 5}, "not a map"), ("00", "not a map"), ({}, "not a map")])
+def test_a_malformed_layout_digest_is_refused(tmp_path, value, why):
+    directory = tmp_path / "run"
+    saved(directory, [1])
+    content = json.loads((directory / INDEX).read_text())
+    content["checkpoints"][0]["layout_digest"] = value
+    (directory / INDEX).write_text(json.dumps(content))
+    with raises("E9014", INDEX, "layout_digest", why):
+        CheckpointManager(directory, read_only=True)

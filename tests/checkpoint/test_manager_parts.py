@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pskd_jax import checkpoint as ck
+from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.names import step_file, step_layout
 from pskd_jax.checkpoint import CheckpointManager, Retention
 from pskd_jax.checkpoint.directory import CheckpointDirectory
@@ -71,7 +72,22 @@ def _into_parts(prefix: str, step: int, token: str = "00112233aabb", count: int 
     index = PartsIndex.of(len(data), keys, [int(bounds[p + 1] - bounds[p]) for p in range(count)], extents, file_key)
     store.put(file_key, index.encoded())
     as_saved_in_parts(store.url(file_key))
+    _relist_layout(prefix, step)
     return [k.rpartition("/")[2] for k in keys]
+
+
+def _relist_layout(prefix: str, step: int) -> None:
+    """The index entry of ``step`` (if listed) recording the digest of its layout object as just
+    rewritten: a save of parts commits the digest of the layout it put."""
+    store, key = _store(prefix)
+    if store.info(f"{key}/{INDEX}") is None:
+        return
+    content = json.loads(store.get(f"{key}/{INDEX}")[0])
+    layout = store.get(f"{key}/{step_layout(step)}")[0]
+    for entry in content["checkpoints"]:
+        if entry["step"] == step and "layout_digest" in entry:
+            entry["layout_digest"] = {"xxh3_128": DIGESTS["xxh3_128"](layout).hexdigest()}
+    store.put(f"{key}/{INDEX}", json.dumps(content).encode())
 
 
 def _leftovers(prefix: str) -> list[int]:
