@@ -11,7 +11,7 @@ import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pskd_jax._os import names
 from pskd_jax._os.atomic import atomic_output, remove_stale_temporaries
@@ -33,8 +33,19 @@ from pskd_jax.format.layout_file import (
 from pskd_jax.format.reader import Reader
 from pskd_jax.storage import CREATE, Conflict, Location, Store, Version, locate, store_for
 
-if TYPE_CHECKING:  # (the index reads a directory: its entries are only named here)
-    from pskd_jax.checkpoint.index import CheckpointEntry
+
+class ListedStep(Protocol):
+    """What the directory reads of an index entry (:class:`~pskd_jax.checkpoint.index.CheckpointEntry`,
+    which this module cannot import: the index reads directories)."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def file(self) -> str: ...
+
+    @property
+    def layout_name(self) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +84,7 @@ class CheckpointDirectory:
         """The layout file ``name`` read (not yet proven to belong to any data file)."""
         return read_layout_file(self.join(name))
 
-    def checked_layout(self, entry: CheckpointEntry, digests: Mapping[str, str]) -> LayoutFile:
+    def checked_layout(self, entry: ListedStep, digests: Mapping[str, str]) -> LayoutFile:
         """The layout file of a listed step read once and checked against the digests the index
         records of it (:meth:`check_layout_bytes`), so that what a restore uses is what was
         committed: the data file's digest does not cover it."""
@@ -82,7 +93,7 @@ class CheckpointDirectory:
         self.check_layout_bytes(entry, raw, digests)
         return layout_file
 
-    def check_layout_bytes(self, entry: CheckpointEntry, raw: bytes, digests: Mapping[str, str]) -> None:
+    def check_layout_bytes(self, entry: ListedStep, raw: bytes, digests: Mapping[str, str]) -> None:
         """Checks the bytes of a listed step's layout file against the digests the index records of
         it; E9013 naming the step's file and the layout file when it was changed since its save."""
         assert entry.layout_name is not None
