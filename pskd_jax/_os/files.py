@@ -7,6 +7,7 @@ regular file (E9002) before a byte is read (``docs/files.md``, "Inputs").
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import re
@@ -33,6 +34,24 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # how a URL starts (pskd_jax.st
 # must not import), as it is before any input is read (the format layer reads through it). It gives
 # a descriptor of the bytes the URL names: ``url_descriptor(url, error, what)``.
 url_descriptor: Callable[[str, type[PskdError], str], int] | None = None
+
+
+def out_of_descriptors(e: BaseException) -> str:
+    """For an error that is the process's own lack of file descriptors (EMFILE, ENFILE), what to
+    do about it (to add to the message naming the file it could not open); "" for any other."""
+    seen: BaseException | None = e
+    while seen is not None and not (isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE)):
+        seen = seen.__cause__ or seen.__context__  # (an error of the toolkit's made of the OSError)
+    if seen is None:
+        return ""
+    try:
+        import resource
+
+        limit = f" ({resource.getrlimit(resource.RLIMIT_NOFILE)[0]} here)"
+    except (ImportError, OSError, ValueError):  # (no resource module off Unix)
+        limit = ""
+    return (f": the process has no file descriptor left, its limit{limit} reached (a corpus holds one open a "
+            "shard, two mapped): raise the limit (ulimit -n)")
 
 
 def fsync_directory(directory: str) -> None:
@@ -147,4 +166,5 @@ def line_at(path: str | os.PathLike, offset: int, *, block: int = 1 << 17) -> in
     return line
 
 
-__all__ = ["check_regular", "fsync_directory", "line_at", "open_fd", "open_regular", "read_some", "read_whole"]
+__all__ = ["check_regular", "fsync_directory", "line_at", "open_fd", "open_regular", "out_of_descriptors", "read_some",
+           "read_whole"]

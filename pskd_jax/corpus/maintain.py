@@ -16,6 +16,7 @@ import numpy as np
 
 from pskd_jax._os.checks import abridged, checked_integer
 from pskd_jax._os.files import _kind as file_kind
+from pskd_jax._os.files import out_of_descriptors
 from pskd_jax.corpus.manifest import Manifest, Shard, manifest_object, object_shard, read_manifest
 from pskd_jax.corpus.tokenizer import Tokenizer
 from pskd_jax.errors import CorpusDirectoryError, PskdError, ShardMismatchError, StorageError, UsageError
@@ -36,7 +37,7 @@ def open_shard(path: str) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         what = "missing" if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else "unreadable"
-        raise ShardProblem(f"{what} ({e.strerror or e})") from e
+        raise ShardProblem(f"{what} ({e.strerror or e}){out_of_descriptors(e)}") from e
     except ValueError:  # a NUL byte (the manifest refuses one; a caller's path may hold it)
         raise ShardProblem("unreadable (a path holds no NUL byte)") from None
     try:

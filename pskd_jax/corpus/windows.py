@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from pskd_jax._os.checks import abridged, checked_integer, first_true
 from pskd_jax._os.digests import DIGESTS
+from pskd_jax._os.files import out_of_descriptors
 from pskd_jax._os.jsonfile import MAX_FILE_BYTES
 from pskd_jax.corpus.maintain import (
     ShardProblem,
@@ -328,7 +329,8 @@ class CorpusWindows(RandomAccessSource):
             raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: {e}") from None
         except (PskdError, OSError, ValueError) as e:  # a map of a file cut short meanwhile
             source.close()
-            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})") from e
+            raise ShardMismatchError(f"{self.path}: shard {i} {entry.path}: cannot map it ({e})"
+                                     f"{out_of_descriptors(e)}") from e
 
     def _open_object(self, manifest: Manifest, i: int, url: str) -> _OpenShard:
         """Shard i as an object read by byte ranges: looked at (its size) and its header read."""

@@ -183,3 +183,28 @@ def test_windows_through_the_pipeline_and_loader(tmp_path):
     resumed = Loader(windows, pipeline, state=IteratorState(2, 1), epochs=2)
     np.testing.assert_array_equal(np.asarray(next(iter(resumed))[0]), expected[len(expected) // 2 + 1][0])
     resumed.close()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("access", ["mmap", "pread"])
+def test_a_corpus_of_more_shards_than_descriptors_left_says_to_raise_the_limit(tmp_path, access):
+    """A process that runs out of file descriptors opening a corpus's shards is told so (EMFILE is
+    the process's limit, not a shard's fault), with the limit and what to do, in a process whose
+    limit is set low."""
+    from tests.helpers import run_python
+
+    manifest = write_corpus(tmp_path / "c", [np.arange(10, dtype=np.uint16) % 200 for _ in range(150)])
+    result = run_python("""
+        import resource, sys
+        from pskd_jax.corpus import CorpusWindows
+        from pskd_jax.errors import PskdError
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        try:
+            CorpusWindows(sys.argv[1], seq=4, access=sys.argv[2])
+        except PskdError as e:
+            print(e.code, e.message)
+    """, manifest, access)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("E9017 "), result.stdout
+    assert "the process has no file descriptor left, its limit (64 here) reached" in result.stdout
+    assert "raise the limit (ulimit -n)" in result.stdout
