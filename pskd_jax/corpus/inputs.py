@@ -444,6 +444,8 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
         return
     # A regular file only: a FIFO or a device is refused (E9002) at once, never waited on.
     raw: Any = ObjectStream(path) if url else open(open_fd(locate(path).path, CorpusInputError), "rb")  # noqa: SIM115 (closed by the with below)
+    if path.endswith(".gz"):
+        raw = _not_empty_gzip(raw, path)
     with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else contextlib.nullcontext(raw)) as f:
         ahead = _ReadAhead(f, raw, path, options.text_key, encoder)
         try:
@@ -456,6 +458,18 @@ def token_blocks(path: str, options: BuildOptions, *, bad: BadInput | None = Non
                 yield tokens, documents
         finally:
             ahead.close()  # before the file is closed: the thread reads it
+
+
+def _not_empty_gzip(raw: Any, path: str) -> Any:
+    """``raw``, buffered; E9015 when it holds no byte at all. Python's gzip reads an empty file as
+    an empty stream, where every gzip stream holds at least its header and trailer: a download
+    cut short to nothing would build an empty shard without a word."""
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)
+    if not buffered.peek(1):
+        buffered.close()
+        raise CorpusInputError(f"{path}: an empty file, not a gzip stream (one holds at least its header and "
+                               "trailer): a download cut short?")
+    return buffered
 
 
 @dataclasses.dataclass

@@ -235,3 +235,16 @@ def test_an_unreadable_block_is_raised_after_the_blocks_before_it(tmp_path, monk
         for _, documents in corpus_tokens.token_blocks(str(path), BuildOptions()):
             seen.append(documents)
     assert sum(seen) > 0
+
+
+def test_an_empty_gzip_file_is_refused_not_built_as_no_documents(tmp_path):
+    """Python's gzip reads a file of no byte as an empty stream; gzip itself calls it cut short."""
+    from pskd_jax.corpus.options import BuildOptions
+
+    path = tmp_path / "empty.jsonl.gz"
+    path.write_bytes(b"")
+    with pytest.raises(PskdError, match=r"^E9015: .*empty\.jsonl\.gz: an empty file, not a gzip stream"):
+        list(corpus_tokens.token_blocks(str(path), BuildOptions()))
+    # (one that holds an empty stream is a gzip file of no document, as before)
+    path.write_bytes(gzip.compress(b""))
+    assert sum(documents for _, documents in corpus_tokens.token_blocks(str(path), BuildOptions())) == 0
