@@ -382,6 +382,19 @@ def _line_blocks(f: io.BufferedIOBase, path: str) -> Iterator[tuple[int, bytes]]
         line += block.count(b"\n")
 
 
+def _gives_twice(line: str, key: str) -> bool:
+    """Whether the JSON object on ``line`` (one that parses) gives ``key`` twice at its top level.
+    The pairs hook meets the objects inside first and the line's own object last."""
+    last: list[list[str]] = [[]]
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        last[0] = [k for k, _ in items]
+        return dict(items)
+
+    json.loads(line, object_pairs_hook=pairs)
+    return last[0].count(key) > 1
+
+
 def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[str], None]
                  ) -> tuple[list[str], list[int]]:
     """The documents of a block of JSONL lines and their line numbers (bad lines reported)."""
@@ -398,6 +411,7 @@ def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[s
                 lines.append("")
     texts, numbers = [], []
     loads = json.loads
+    quoted = json.dumps(key)  # (the key as a line spells it: a line holding it twice is looked at again)
     for j, line in enumerate(lines):
         try:
             doc = loads(line)
@@ -408,6 +422,10 @@ def _jsonl_texts(path: str, block: bytes, first: int, key: str, bad: Callable[[s
             continue
         if type(doc) is not dict:
             bad(f"{path}:{first + j}: a JSON {type(doc).__name__}, not an object with a {key!r} key")
+            continue
+        if line.count(quoted) > 1 and _gives_twice(line, key):
+            bad(f"{path}:{first + j}: the {key!r} key twice in one object (JSON would keep the last and drop "
+                "the first without a word)")
             continue
         text = doc.get(key)
         if type(text) is not str:

@@ -102,6 +102,7 @@ BAD_LINES = [
     (b'{"text": ["a"]}\n', 1, "the 'text' value is a list of 1 entry, not a string"),
     (b'{"text": "a"}\n{"text": "caf\xe9"}\n', 2, "invalid UTF-8"),
     (b'{"text": "a"}\n{"text": "x\\ud800y"}\n', 2, "lone surrogate U\\+D800"),
+    (b'{"text": "a"}\n{"text": "b", "text": "c", "n": 1}\n', 2, "the 'text' key twice in one object"),
 ]
 
 
@@ -248,3 +249,12 @@ def test_an_empty_gzip_file_is_refused_not_built_as_no_documents(tmp_path):
     # (one that holds an empty stream is a gzip file of no document, as before)
     path.write_bytes(gzip.compress(b""))
     assert sum(documents for _, documents in corpus_tokens.token_blocks(str(path), BuildOptions())) == 0
+
+
+def test_the_text_key_inside_another_object_or_a_text_is_no_second_key(tmp_path):
+    """Only the line's own object giving the key twice is refused: the key inside a nested object,
+    or spelled inside a document's text, is not a second one."""
+    p = tmp_path / "ok.jsonl"
+    p.write_bytes(b'{"meta": {"text": 1}, "text": "one"}\n{"text": "say \\"text\\": \\"text\\""}\n')
+    _, out = build(tmp_path, p)
+    assert shard_tokens(out) == byte_stream(["one", 'say "text": "text"'])
