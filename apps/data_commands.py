@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -117,19 +118,17 @@ def _of_one_save(run: Callable[[], _Result]) -> _Result:
 
 def _info(args) -> Iterator[str]:
     # Streamed: the header's lines show before a bad sample's error. A save found to have landed
-    # since the layout's look-up (before any line) has the pair looked up again, as _of_one_save.
-    for tries in range(ATTEMPTS):
-        shown = False
-        try:
-            for line in iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
-                                        values=True if args.values else None):
-                shown = True
-                yield line
-            return
-        except OtherVersion:
-            if shown or tries == ATTEMPTS - 1:
-                raise
-            time.sleep(RESAVED_PAUSE * 2**tries)
+    # since the layout's look-up (found before the first line) has the pair looked up again.
+    return _of_one_save(lambda: _started(iter_info_lines(args.file, samples=args.samples,
+                                                         layout=_layout(args, args.file),
+                                                         values=True if args.values else None)))
+
+
+def _started(lines: Iterator[str]) -> Iterator[str]:
+    """``lines`` with its first line made now (where a layout is proven against its data), the rest
+    as they come."""
+    first = next(lines, None)
+    return lines if first is None else itertools.chain([first], lines)
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only
