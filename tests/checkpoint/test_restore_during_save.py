@@ -7,24 +7,18 @@ same on every run (no timing)."""
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 import pytest
 
-import pskd_jax._os.atomic as atomic
-import pskd_jax._os.locks as locks
 import pskd_jax.checkpoint.read_plan as read_plan
-import pskd_jax.format.layout_file as layout_file
 from pskd_jax import checkpoint as ck
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.errors import MismatchError
+from tests.checkpoint.commit_window import read_inside_a_commit_window
 
 OLD = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
 NEW = {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)}  # (its leaves stored b first)
 TEMPLATE = {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)}
-WAIT = 60  # seconds a hook waits for the other side before letting go (a guard against a hang only)
 
 RESTORES = {
     "as saved": lambda path: ck.restore(path, as_numpy=True),
@@ -79,51 +73,7 @@ def test_a_restore_inside_a_commit_window_never_pairs_the_new_layout_with_the_ol
     # writer, whose lock is held).
     path = tmp_path / "c.psk.d"
     ck.save(path, OLD)
-    layout_renamed, restore_waits = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-    real_cut_short, real_commit = locks.commit_cut_short, atomic.commit
-    calls = []
-
-    def save_new() -> None:
-        try:
-            ck.save(path, NEW)
-        except BaseException as e:  # (reported by the main thread)
-            errors.append(e)
-            layout_renamed.set()
-
-    writer = threading.Thread(target=save_new)
-
-    def cut_short_then_the_writer_commits(data):
-        calls.append(data)
-        if len(calls) > 1:  # (looked at again: the writer is let go, and waited for)
-            restore_waits.set()
-            return real_cut_short(data)
-        found = real_cut_short(data)
-        writer.start()
-        assert layout_renamed.wait(WAIT)
-        return found
-
-    def looked_at_again(data):
-        if writer.is_alive():
-            restore_waits.set()
-        return real_cut_short(data)
-
-    def commit_pausing_before_the_data(fd_file, temporary, destination, **kwargs):
-        if threading.current_thread() is writer and destination.endswith(os.sep + "c.psk.d"):
-            layout_renamed.set()
-            restore_waits.wait(WAIT)
-        return real_commit(fd_file, temporary, destination, **kwargs)
-
-    monkeypatch.setattr(layout_file, "commit_cut_short", cut_short_then_the_writer_commits)  # (find_layout_file's)
-    monkeypatch.setattr(locks, "commit_cut_short", looked_at_again)
-    monkeypatch.setattr(atomic, "commit", commit_pausing_before_the_data)
-    try:
-        back = RESTORES[how](path)
-    finally:
-        restore_waits.set()
-        if writer.is_alive():
-            writer.join()
-    assert calls and not errors, errors  # (the writer did commit inside the restore)
+    back = read_inside_a_commit_window(monkeypatch, path, NEW, lambda: RESTORES[how](path))
     assert_one_save(back)
     monkeypatch.undo()
     assert as_lists(RESTORES[how](path)) == as_lists(NEW)

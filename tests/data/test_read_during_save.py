@@ -11,22 +11,19 @@ from __future__ import annotations
 import ast
 import json
 import os
-import threading
 
 import numpy as np
 import pytest
 
-import pskd_jax._os.atomic as atomic
-import pskd_jax._os.locks as locks
 import pskd_jax.format.layout_file as layout_file
 from pskd_jax import checkpoint as ck
 from pskd_jax import data
 from pskd_jax.format.reader import Reader
+from tests.checkpoint.commit_window import read_inside_a_commit_window
 from tests.helpers import raises
 
 OLD = {"a": np.zeros(3, np.float32), "b": np.ones(3, np.float32)}
 NEW = {"b": np.full(3, 2, np.float32), "a": np.full(3, 3, np.float32)}  # (its leaves stored b first)
-WAIT = 60  # seconds a hook waits for the other side before letting go (a guard against a hang only)
 
 
 def as_lists(tree) -> dict:
@@ -102,53 +99,7 @@ def test_a_look_up_inside_a_commit_window_never_pairs_the_new_layout_with_the_ol
     ck.save(path, OLD)
     if how == "diff":
         shown_by_diff(path)  # (its reference saved before the hooks)
-    layout_renamed, reader_waits = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-    real_cut_short, real_commit = locks.commit_cut_short, atomic.commit
-    calls = []
-
-    def save_new() -> None:
-        try:
-            ck.save(path, NEW)
-        except BaseException as e:  # (reported by the main thread)
-            errors.append(e)
-            layout_renamed.set()
-
-    writer = threading.Thread(target=save_new)
-
-    def cut_short_then_the_writer_commits(data_path):
-        if os.fspath(data_path) != str(path):
-            return real_cut_short(data_path)
-        calls.append(data_path)
-        if len(calls) > 1:  # (looked at again: the writer is let go, and waited for)
-            reader_waits.set()
-            return real_cut_short(data_path)
-        found = real_cut_short(data_path)
-        writer.start()
-        assert layout_renamed.wait(WAIT)
-        return found
-
-    def looked_at_again(data_path):
-        if writer.is_alive():
-            reader_waits.set()
-        return real_cut_short(data_path)
-
-    def commit_pausing_before_the_data(fd_file, temporary, destination, **kwargs):
-        if threading.current_thread() is writer and destination.endswith(os.sep + "c.psk.d"):
-            layout_renamed.set()
-            reader_waits.wait(WAIT)
-        return real_commit(fd_file, temporary, destination, **kwargs)
-
-    monkeypatch.setattr(layout_file, "commit_cut_short", cut_short_then_the_writer_commits)  # (find_layout_file's)
-    monkeypatch.setattr(locks, "commit_cut_short", looked_at_again)
-    monkeypatch.setattr(atomic, "commit", commit_pausing_before_the_data)
-    try:
-        shown = SHOWS[how](path)
-    finally:
-        reader_waits.set()
-        if writer.is_alive():
-            writer.join()
-    assert calls and not errors, errors  # (the writer did commit inside the look-up)
+    shown = read_inside_a_commit_window(monkeypatch, path, NEW, lambda: SHOWS[how](path))
     assert_one_save(shown)
     monkeypatch.undo()
     assert as_lists(SHOWS[how](path)) == as_lists(NEW)
