@@ -276,8 +276,8 @@ class Mixture:
         # shuffles cost little more for BLOCK_POSITIONS positions than for one batch's.
         size = self.batch_size
         per_block = max(1, self._block_positions(counts) // size)
-        # A period too long to keep has no slices to take: one cursor walks on from block to block,
-        # since a cursor made a block would walk again from its period's start (the deadlines' cost).
+        # A period too long for the mixture's tables has no slices to take: one cursor walks on from
+        # block to block, since a cursor made a block would count its period's prefix again.
         cursor = self.schedule.cursor(j * size) if self.schedule.period > PATTERN_PERIOD else None
         while j < stop:
             block = min(per_block, stop - j)

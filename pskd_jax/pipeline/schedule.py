@@ -20,9 +20,10 @@ Two constructions give such a schedule; which one a mixture uses is a function o
   goes to the source, among those whose next sample is not early (``c_i·W < (p + 1)·w_i``), whose
   next sample is due first (the least ``(c_i + 1)/w_i``; the lower number on a tie). A schedule
   within one exists for any weights (Tijdeman, 1980), and taking the earliest deadline among the
-  samples already due finds one whenever one exists. It costs O(sources) a position, from the
-  start of the position's period: at most ``W`` steps, so it is refused above
-  :data:`MAX_SEQUENTIAL_PERIOD`.
+  samples already due finds one whenever one exists. It costs O(sources) a position, so one
+  period is walked once a schedule and its sources kept (a byte a position for up to 256
+  sources); any position is then a count of the kept period's prefix. A period over
+  :data:`MAX_SEQUENTIAL_PERIOD` is refused (its walk, and what it keeps, would be too long).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ __all__ = [
 
 #: The largest total of the integer weights: the splits' arithmetic stays inside int64.
 MAX_PERIOD = 2**31 - 1
-#: The largest total the deadline schedule accepts (a position costs up to this many steps).
+#: The largest total the deadline schedule accepts (its one period, walked once and kept).
 MAX_SEQUENTIAL_PERIOD = 2**20
 #: Positions of a mixture's stream are below this.
 MAX_POSITION = 2**63 - 1
@@ -181,7 +182,9 @@ class Schedule:
         """A cursor at position ``first`` that yields consecutive runs of positions."""
         if not 0 <= first <= MAX_POSITION:
             raise PipelineError(f"a position of a mixture is in [0, 2**63 - 1], got {first}")
-        return _TreeCursor(self._tree, first) if self.kind == "splits" else _DeadlineCursor(self.weights, first)
+        if self.kind == "splits":
+            return _TreeCursor(self._tree, first)
+        return _KeptCursor(self._walked, self.weights, first)
 
     def sources(self, first: int, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """The source of each of positions ``first … first + length - 1`` (int64), and each
@@ -253,6 +256,17 @@ class Schedule:
         return sources, before, weights
 
     @functools.cached_property
+    def _walked(self) -> np.ndarray:
+        """One period's sources of a deadline schedule, walked once from its start and kept in
+        the narrowest unsigned dtype that numbers the sources (a period of 2**20 positions: 1 MiB
+        for up to 256 sources), so that a cursor anywhere costs a count of the kept sources, not
+        a walk of O(period · sources) steps from its period's start."""
+        walked = _walk_period(self.weights)
+        kept = walked.astype(np.min_scalar_type(len(self.weights) - 1))
+        kept.flags.writeable = False
+        return kept
+
+    @functools.cached_property
     def _pattern(self) -> np.ndarray:
         """Two periods' sources (int64, read-only)."""
         one = self.cursor(0).take(self.period)[0]
@@ -264,8 +278,7 @@ class Schedule:
         """How many of the first ``length`` positions each source takes (exact, any length)."""
         if self.kind == "splits":
             return self._tree.counts(length)
-        cursor = _DeadlineCursor(self.weights, length)
-        return tuple(cursor.counts)
+        return tuple(int(c) for c in _KeptCursor(self._walked, self.weights, length).counts())
 
 
 class ScheduleCursor:
@@ -408,55 +421,72 @@ class _TreeCursor(ScheduleCursor):
         return sources, before
 
 
-class _DeadlineCursor(ScheduleCursor):
-    """The deadline schedule from a position: whole periods give each source its weight, and the
-    walk starts at the period's start."""
+#: Bits of a deadline's fixed-point key: ``((c + 1) << DEADLINE_BITS) // w`` orders the deadlines
+#: ``(c + 1)/w`` exactly (two distinct ones differ by at least 1/(w·w') >= 2**-40 for weights up
+#: to 2**20, so their keys differ; equal ones share a key) and stays below 2**63.
+DEADLINE_BITS = 42
 
-    def __init__(self, weights: Sequence[int], first: int):
-        self.weights = list(weights)
-        self.period = sum(weights)
-        self.periods, offset = divmod(first, self.period)
-        self.within = [0] * len(weights)  # each source's positions in the current period so far
-        self.offset = 0
-        self.taken_before = 0
-        for _ in range(offset):
-            self._step()
-        self.position = first
 
-    @property
-    def counts(self) -> list[int]:
-        """Each source's positions before the cursor."""
-        return [self.periods * w + c for w, c in zip(self.weights, self.within)]
+def _walk_period(weights: Sequence[int]) -> np.ndarray:
+    """The sources of one period of the deadline schedule (int64), in O(log sources) a position:
+    the sources not early (released) in a heap by deadline, then the source number (the lower on
+    a tie); those early in a heap by the first position at which their next sample is not early
+    (``c·W < (p + 1)·w`` first holds at ``p = ⌊c·W/w⌋``)."""
+    period = sum(weights)
+    counts = [0] * len(weights)
+    ready = [(((1 << DEADLINE_BITS) // w), i) for i, w in enumerate(weights)]  # (every first sample: p = 0)
+    heapq.heapify(ready)
+    early: list[tuple[int, int]] = []
+    order = [0] * period
+    for p in range(period):
+        while early and early[0][0] <= p:
+            i = heapq.heappop(early)[1]
+            heapq.heappush(ready, (((counts[i] + 1) << DEADLINE_BITS) // weights[i], i))
+        i = heapq.heappop(ready)[1]  # (never empty: a schedule within one exists, and this walk finds it)
+        order[p] = i
+        c = counts[i] = counts[i] + 1
+        if c < weights[i]:
+            heapq.heappush(early, (c * period // weights[i], i))
+    return np.array(order, dtype=np.int64)
 
-    def _step(self) -> int:
-        """The source of the position at ``offset`` in the period, and the walk past it."""
-        within, weights, period = self.within, self.weights, self.period
-        due = self.offset + 1
-        best = -1
-        for i, w in enumerate(weights):
-            c = within[i]
-            # not early: taking it keeps c + 1 <= ⌈due·w/W⌉; due first: the least (c + 1)/w
-            if c * period < due * w and (best < 0 or (c + 1) * weights[best] < (within[best] + 1) * w):
-                best = i
-        self.taken_before = within[best]
-        within[best] += 1
-        self.offset += 1
-        if self.offset == period:  # every source has exactly its weight: the next period begins
-            self.offset, self.periods = 0, self.periods + 1
-            self.within = [0] * len(weights)
-        return best
+
+class _KeptCursor(ScheduleCursor):
+    """A deadline schedule's positions from one kept period's sources (:attr:`Schedule._walked`):
+    a run is a gather of the kept sources, each source's count before it a count of the kept
+    period's prefix plus its weight for every whole period."""
+
+    def __init__(self, kept: np.ndarray, weights: Sequence[int], first: int):
+        self.kept, self.position = kept, first
+        self.weights = np.array(weights, dtype=np.int64)
+        self._before: np.ndarray | None = None  # each source's count before the cursor (made when asked)
+
+    def counts(self) -> np.ndarray:
+        """Each source's positions before the cursor (int64; below 2**63: ``periods · w_s`` is
+        at most the position)."""
+        if self._before is None:
+            periods, phase = divmod(self.position, len(self.kept))
+            self._before = self.weights * periods + np.bincount(self.kept[:phase], minlength=len(self.weights))
+        return self._before
 
     def take_sources(self, length: int) -> tuple[np.ndarray, tuple[int, ...]]:
-        before = tuple(self.counts)
-        return self.take(length)[0], before
+        _check_end(self.position, length)
+        before = self.counts()
+        phase, period = self.position % len(self.kept), len(self.kept)
+        if phase + length <= period:
+            sources = self.kept[phase : phase + length].astype(np.int64)
+        else:  # (across a period's end: the kept period again from its start)
+            sources = self.kept.take(np.arange(phase, phase + length, dtype=np.int64) % period).astype(np.int64)
+        self._before = before + np.bincount(sources, minlength=len(self.weights))
+        self.position += length
+        return sources, tuple(int(c) for c in before)
 
     def take(self, length: int) -> tuple[np.ndarray, np.ndarray]:
-        _check_end(self.position, length)
-        sources = np.empty(length, dtype=np.int64)
-        before = np.empty(length, dtype=np.int64)
-        for k in range(length):
-            periods = self.periods
-            s = self._step()
-            sources[k], before[k] = s, periods * self.weights[s] + self.taken_before
-        self.position += length
-        return sources, before
+        sources, before = self.take_sources(length)
+        # Each position's count: its source's count before the run, plus the positions of that
+        # source earlier in the run (its rank among them, from a stable sort by source).
+        order = np.argsort(sources, kind="stable")
+        grouped = sources[order]
+        ranks = np.arange(length, dtype=np.int64) - np.searchsorted(grouped, grouped, side="left")
+        counts = np.empty(length, dtype=np.int64)
+        counts[order] = np.array(before, dtype=np.int64)[grouped] + ranks
+        return sources, counts

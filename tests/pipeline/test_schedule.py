@@ -279,3 +279,33 @@ def test_far_prefixes_of_hard_weights_are_within_one_and_runs_agree_with_counts(
 def test_every_prefix_of_many_sources_is_within_one(weights):
     schedule = Schedule(weights)
     assert_within_one(schedule, 2 * schedule.period + 3)
+
+
+def test_a_long_deadline_period_is_walked_once_and_any_position_is_the_documented_walk(monkeypatch):
+    # A period too long to keep as a mixture's tables (over PATTERN_PERIOD) but within the walk's
+    # bound: one walk of it a schedule, kept; positions anywhere, and runs across a period's end,
+    # are the documented walk's, and their counts its counts.
+    from pskd_jax.pipeline import schedule as module
+    weights = (32768, 9, 128, 2, 128, 4096)
+    schedule = Schedule(weights)
+    assert schedule.kind == "deadlines" and schedule.period > module.PATTERN_PERIOD
+    walks = []
+    walk = module._walk_period
+    monkeypatch.setattr(module, "_walk_period", lambda w: walks.append(w) or walk(w))
+    period = schedule.period
+    reference = np.array(reference_deadlines(list(schedule.weights), 2 * period))
+    for first, length in ((period - 5, 10), (7 * period + 12345, 300), (10**12 * period + period - 40, 2000),
+                          (0, 64), (2**63 - 65, 64)):
+        sources, counts = schedule.run(first, length)
+        periods, phase = divmod(first, period)
+        want = reference[phase : phase + length]
+        assert np.array_equal(sources, want)
+        before = [periods * w + int(np.count_nonzero(reference[:phase] == s)) for s, w in enumerate(schedule.weights)]
+        assert schedule.counts(first) == tuple(before)
+        for k, s in enumerate(want.tolist()):
+            assert counts[k] == before[s]
+            before[s] += 1
+    assert len(walks) == 1  # (the one walk of the period, whatever the positions asked)
+    cursor = schedule.cursor(period - 100)
+    taken = np.concatenate([cursor.take(60)[0], cursor.take(80)[0]])
+    assert np.array_equal(taken, reference[period - 100 : period + 40])
