@@ -89,10 +89,12 @@ class ObjectStore(Store):
     def _failed(self, key: str, what: str, error: BaseException, started: float, tries: int = 1) -> PskdError:
         if isinstance(error, PskdError):
             return error
+        # Not a missing object: every key of this bucket is missing. (A GET's answer is the client's
+        # 'not found', a listing's its generic error; both quote S3's error page.)
+        if _NO_BUCKET in str(error):
+            return StorageError(f"{self.url(key)}: cannot {what}: there is no bucket {self.bucket!r} (the store "
+                                "answered NoSuchBucket)")
         if isinstance(error, FileNotFoundError):
-            if _NO_BUCKET in str(error):  # (not a missing object: every key of this bucket is missing)
-                return StorageError(f"{self.url(key)}: cannot {what}: there is no bucket {self.bucket!r} (the store "
-                                    "answered NoSuchBucket)")
             return TruncatedError(f"{self.url(key)}: no such object (cannot {what})")
         if _UNSATISFIABLE.search(str(error)):  # a range that starts at or past the object's end
             return TruncatedError(f"{self.url(key)}: the object ends before a range asked of it starts (cannot "
@@ -424,7 +426,7 @@ class ObjectStore(Store):
                             f"{_tried(error, started, tries, self.options)}; this put wrote nothing: try again")
 
     def _write_failed(self, key: str, error: BaseException, started: float, tries: int = 1) -> PskdError:
-        if isinstance(error, FileNotFoundError):
+        if isinstance(error, FileNotFoundError) and _NO_BUCKET not in str(error):
             return StorageError(f"{self.url(key)}: cannot write it: the store answered 'not found' (no bucket "
                                 f"{self.bucket!r}, or an upload it no longer knows): "
                                 f"{_client_words(error, self.options)}")

@@ -217,3 +217,19 @@ def test_a_read_from_a_bucket_that_is_not_there_says_so(s3_bucket):
             read()
         assert where.url in str(refused.value) and f"there is no bucket {missing!r}" in str(refused.value)
     assert store.info(where.key) is None
+
+
+def test_a_listing_or_a_write_in_a_bucket_that_is_not_there_says_so(s3_bucket):
+    """A listing of a missing bucket is the client's generic error (not its 'not found'), a write's
+    its 'not found': each said E9018 with the client's dump of the answer (a listing: '1 try in
+    0.0 s … GenericError: … <Code>NoSuchBucket</Code> …'), so that `pskd corpus build -o` and a
+    manager's directory in a mistyped bucket did not say the bucket is missing."""
+    missing = f"{s3_bucket.name}-missing"
+    store, where = resolve(f"s3://{missing}/run/step.bin")
+    for act in (lambda: store.list("run"), lambda: store.list(""), lambda: store.put(where.key, b"x"),
+                lambda: store.put(where.key, b"x", mode=CREATE), lambda: store.put(where.key, [b"x", b"y"])):
+        with pytest.raises(StorageError, match="E9018") as refused:
+            act()
+        message = str(refused.value)
+        assert f"there is no bucket {missing!r} (the store answered NoSuchBucket)" in message, message
+        assert "<Code>" not in message and "GenericError" not in message, message
