@@ -20,8 +20,7 @@ from pskd_jax._os.jsonfile import json_kind, loads_strict, read_strict
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import CorpusDirectoryError, PipelineError, PskdError, UsageError
 from pskd_jax.format.reader import Reader
-from pskd_jax.storage import locate, store_for
-from pskd_jax.storage.urls import is_url
+from pskd_jax.storage import Location, locate, store_for
 
 __all__ = ["CORPUS_FORMAT", "StreamFacts", "check_stream_path", "is_corpus_manifest", "stream_facts"]
 
@@ -62,17 +61,36 @@ def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
 
 
 def check_stream_path(path: str, where: str = "") -> None:
-    """E9010 naming a stream's local path when nothing stands there or a directory does (with the
-    manifest to stream instead when it is a corpus directory); a URL is its reader's to check."""
-    if is_url(path):
+    """E9010 naming a stream's path or URL when nothing stands there or a directory does (with the
+    manifest to stream instead when it is a corpus directory, or a corpus's prefix in a store); a
+    URL the toolkit cannot serve, or a bucket that is not there, is E9018."""
+    location = locate(path)
+    if not location.is_local:
+        _check_stream_object(location, path, where)
         return
-    if os.path.isdir(path):
+    local = location.path
+    if os.path.isdir(local):
         manifest = os.path.join(path, names.CORPUS_MANIFEST)
-        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if os.path.isfile(manifest) else ""
+        found = os.path.isfile(os.path.join(local, names.CORPUS_MANIFEST))
+        hint = f": it is a corpus directory; stream its manifest \"{manifest}\"" if found else ""
         raise PipelineError(f"{where}the stream {path!r} is a directory, not a .psk.d file or a corpus manifest{hint}")
-    if not os.path.lexists(path):
+    if not os.path.lexists(local):
         raise PipelineError(f"{where}the stream {path!r} does not exist (a relative path is joined to the "
                             "pipeline file's directory, or to the loader's base_dir, default the current directory)")
+
+
+def _check_stream_object(location: Location, url: str, where: str) -> None:
+    """E9010 when no object stands at a stream's URL, as for a local path: the reader that opens it
+    would say E9002 'no such object' without the stream's place in the text, and a mix with
+    ``segments=True`` would call it a .psk.d file. One ranged GET (a HEAD cannot tell a missing
+    bucket from a missing object); a second only when the first finds nothing."""
+    store = store_for(location)
+    if store.head(location.key, 1) is not None:
+        return
+    manifest = location.child(names.CORPUS_MANIFEST)
+    found = store.head(manifest.key, 1) is not None
+    hint = f": it is a corpus's prefix; stream its manifest \"{manifest.url}\"" if found else ""
+    raise PipelineError(f"{where}the stream {url!r} does not exist (no object at that key){hint}")
 
 
 def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride: int | None = None) -> StreamFacts:

@@ -114,6 +114,18 @@ def test_failures_name_the_url_and_no_credential(s3_bucket, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_pipeline_of_a_url_streaming_nothing_names_its_place(corpora, s3_bucket, tmp_path):
+    """As for a path: E9010 at the source's line and column (it was E9002 without them); a bucket
+    that is not there is E9018 saying so."""
+    local, remote = corpora
+    text = f'mix(stream "{local}/shards.json" : 1,\n    stream "{{}}" : 1) |> batch(B = 2)'
+    message = fails("E9010", "pipeline", text.format(f"{remote}/no/shards.json"), "--seq", "4", env=s3_bucket.env)
+    assert f"TEXT:2:5: source 1: the stream '{remote}/no/shards.json' does not exist" in message, message
+    message = fails("E9018", "pipeline", text.format("s3://pskd-no-such-bucket-here/c/shards.json"), "--seq", "4",
+                    env=s3_bucket.env)
+    assert "there is no bucket 'pskd-no-such-bucket-here'" in message, message
+
+
 def test_a_checkpoint_saved_in_parts_reads_as_the_single_object(s3_bucket, tmp_path):
     """A checkpoint that several processes saved (a parts index over part objects): ``info``,
     ``diff``, ``export`` and ``convert`` (an object into an object, both ways) print and write what

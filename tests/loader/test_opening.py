@@ -135,6 +135,28 @@ def test_a_wrong_path_or_missing_seq_is_an_error_naming_it(data):
         Loader(42)
 
 
+def test_a_url_streaming_nothing_is_e9010_naming_its_place_as_a_path_is(data, object_place):
+    """A stream's URL with no object there was E9002 'no such object' without the stream's place
+    in the text (a path's is E9010 naming it), and with segments=True E9012 calling the missing
+    object a .psk.d file; a corpus's prefix streamed in place of its manifest was 'no such object'
+    where a corpus directory names its manifest."""
+    (data / "doc.txt").write_text("a b c d " * 40)
+    pskd_jax.build_corpus([str(data / "doc.txt")], f"{object_place}/c")
+    missing = f"{object_place}/nowhere/shards.json"
+    mix = 'mix(stream "a/shards.json" : 1, stream "{}" : 1) |> batch(B = 2)'
+    for segments in (False, True):
+        with pytest.raises(PskdError, match="E9010") as e:
+            Loader(mix.format(missing), seq=8, segments=segments, base_dir=data)
+        assert str(e.value) == (f"E9010: pipeline:1:33: source 1: the stream {missing!r} does not exist (no object "
+                                "at that key)")
+    for prefix in (f"{object_place}/c", f"{object_place}/c/"):
+        with pytest.raises(PskdError, match="E9010") as e:
+            Loader(f'stream "{prefix}" |> batch(B = 2)', seq=8)
+        assert str(e.value).endswith(f'it is a corpus\'s prefix; stream its manifest "{object_place}/c/shards.json"')
+    with Loader(mix.format(f"{object_place}/c/shards.json"), seq=8, segments=True, base_dir=data) as loader:
+        assert len(next(iter(loader))) == 4
+
+
 @pytest.mark.parametrize("options", [{"seq": 8}, {"seq": -1}, {"stride": 0}, {"seq": 8, "stride": 4}])
 def test_seq_and_stride_over_psk_d_files_alone_are_refused_not_ignored(data, options):
     """seq= and stride= cut a corpus's windows: over .psk.d files alone they went unheeded (seq=-1
