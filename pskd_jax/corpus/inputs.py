@@ -91,14 +91,31 @@ def _objects(given: str, where: Location) -> list[str]:
         prefix = where if given.endswith("/") or not where.key else where.parent()
         pattern = "*" if prefix is where else name
         listed = [o.key for o in store.list(prefix.key)]
-        return [prefix.child(key.rpartition("/")[2]).url for key in listed
-                if fnmatch.fnmatchcase(key.rpartition("/")[2], pattern)
-                and key.endswith(SUFFIXES) and not key.rpartition("/")[2].startswith(".")]
+        found = [prefix.child(key.rpartition("/")[2]).url for key in listed
+                 if fnmatch.fnmatchcase(key.rpartition("/")[2], pattern)
+                 and key.endswith(SUFFIXES) and not key.rpartition("/")[2].startswith(".")]
+        _check_found(given, found, listed, prefix is where)
+        return found
     if store.info(where.key) is None:
         raise CorpusInputError(f"{given}: no such object (a prefix is written with a trailing '/')")
     if not name.endswith(SUFFIXES):
         raise CorpusInputError(f"{given}: not a .jsonl, .jsonl.gz or .txt object (or a prefix ending in '/' of them)")
     return [where.url]
+
+
+def _check_found(given: str, found: list[str], listed: list[str], whole_prefix: bool) -> None:
+    """E9015 for a pattern that matches no input object, and for a prefix with no object directly
+    below it: a store has no directories, so that prefix is what a directory not there is on a
+    disk (E9015 'no such file or directory'), and a mistyped one would leave its documents out of
+    the corpus without a word. A prefix holding objects but no input is a directory of other
+    files: it gives no input, as on a disk."""
+    if found or (whole_prefix and listed):
+        return
+    if whole_prefix:
+        raise CorpusInputError(f"{given}: no object directly below this prefix (inputs are the objects just below "
+                               "it, not those of the prefixes inside it)")
+    raise CorpusInputError(f"{given}: the pattern matches no .jsonl, .jsonl.gz or .txt object (of {len(listed)} "
+                           "objects directly below its prefix)")
 
 
 def require_inputs(found: list[str], given: Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -221,6 +221,28 @@ def test_inputs_from_a_bucket(request, kind, tmp_path, inputs, local):
         corpus.build_corpus([raw.url + "/bad.jsonl"], any_place + "/bad")
 
 
+def test_a_pattern_or_prefix_finding_no_object_is_bad_input_not_nothing(object_place, inputs):
+    """A pattern that matched no object, or a prefix with nothing below it (a store's directory
+    that is not there), beside other inputs gave no input without a word: the corpus was built
+    without its documents. Each is now E9015 naming it, and nothing is written; a prefix holding
+    objects but no input gives none, as a directory of other files does."""
+    store, where = resolve(object_place)
+    raw = where.child("raw")
+    store.put(raw.child("notes.md").key, b"not an input")
+    store.put(raw.child("deeper").child("in0.jsonl").key, b'{"text": "below a prefix inside"}\n')
+    for given, words in ((raw.url + "/in*.jsonl", "the pattern matches no .jsonl, .jsonl.gz or .txt object (of 1"),
+                         (where.child("rwa").url + "/", "no object directly below this prefix"),
+                         (where.child("rwa").url + "/*.jsonl", "the pattern matches no .jsonl, .jsonl.gz or .txt "
+                                                               "object (of 0"),
+                         (raw.child("deeper").url + "x/", "no object directly below this prefix")):
+        with pytest.raises(CorpusInputError, match="^E9015: ") as refused:
+            corpus.build_corpus([inputs[0], given], object_place + "/c")
+        assert str(refused.value).startswith(f"E9015: {given}: {words}"), refused.value
+        assert objects(object_place + "/c") == {}
+    built = corpus.build_corpus([inputs[0], raw.url + "/"], object_place + "/c")  # notes.md: no input
+    assert len(built.manifest.shards) == 1
+
+
 def test_merge_into_a_bucket(any_place, tmp_path, inputs):
     all_parts = any_place + "/all"
     corpus.build_corpus(inputs[:2], all_parts + "/a")
