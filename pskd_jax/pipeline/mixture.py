@@ -19,11 +19,12 @@ from fractions import Fraction
 import numpy as np
 
 from pskd_jax._os.checks import is_integer
-from pskd_jax.errors import BadValueError, PipelineError
+from pskd_jax.errors import BadValueError, PipelineError, PskdError
 from pskd_jax.format.sample_type import format_type, parse_type
 from pskd_jax.pipeline.batches import BLOCK_POSITIONS, IteratorState, check_batch_type
 from pskd_jax.pipeline.schedule import COUNTED_SPAN, MAX_POSITION, PATTERN_PERIOD, Schedule
 from pskd_jax.pipeline.shuffle import HELD_PERMUTATIONS, MAX_SEED, Permutation, held_permutation, permute_together
+from pskd_jax.storage.urls import locate
 
 __all__ = ["MAX_BATCH_SIZE", "MAX_SOURCES", "MixSource", "Mixture", "weight_text"]
 
@@ -56,13 +57,24 @@ def _decimal(weight: Fraction) -> bool:
     return d == 1
 
 
+def _file_key(path: str) -> str:
+    """What tells two streams' files apart by their spelling: a URL as its store names it (so
+    ``S3://b/k`` is ``s3://b/k``), a path, and a ``file://`` URL's path, made absolute and
+    normalised; a URL the toolkit cannot serve as written (its opener refuses it)."""
+    try:
+        where = locate(path)
+    except PskdError:
+        return path
+    return os.path.abspath(where.path) if where.is_local else where.url
+
+
 def _check_distinct(sources: tuple[MixSource, ...]) -> None:
     """E9010 for two sources that stream one file in one order (the same path, unshuffled or with
     the same seed): the mix would give each of its samples twice, one after the other, where a
     single source of their summed weight gives it once in that share."""
     seen: dict[tuple[str, int | None], int] = {}
     for k, source in enumerate(sources):
-        key = (source.path if "://" in source.path else os.path.normpath(source.path), source.seed)
+        key = (_file_key(source.path), source.seed)
         if key in seen:
             first = seen[key]
             order = "unshuffled" if source.seed is None else f"shuffled with seed {source.seed}"

@@ -129,6 +129,19 @@ def test_errors_name_what_is_wrong_with_line_and_column(text, message):
     assert f"pipeline:{message}" in raised.value.message, raised.value.message
 
 
+def test_one_file_spelt_two_ways_in_one_order_is_refused(tmp_path):
+    """Two spellings of one file or object (a URL's scheme in capitals, a file:// URL of a relative
+    path, an absolute path) were two sources: each sample came twice in a row, which the mix
+    refuses for one spelling."""
+    for first, second in (("s3://bkt/c/shards.json", "S3://bkt/c/shards.json"),
+                          ("a.psk.d", f"file://{tmp_path}/a.psk.d"), ("a.psk.d", f"{tmp_path}/./a.psk.d")):
+        text = f'mix(stream "{first}" : 1, stream "{second}" : 1) |> batch(B = 2)'
+        with pytest.raises(PskdError, match="E9010: pipeline:1:.*: source 1 streams '.*' unshuffled, as source 0 does"):
+            parse_pipeline(text, base_dir=tmp_path)
+    distinct = 'mix(stream "s3://bkt/c/shards.json" : 1, stream "s3://bkt/d/shards.json" : 1) |> batch(B = 2)'
+    assert len(parse_pipeline(distinct).sources) == 2
+
+
 def test_one_file_in_two_orders_is_two_sources():
     text = ('mix(stream "a" |> shuffle(seed = 1) : 1, stream "a" |> shuffle(seed = 2) : 1, stream "a" : 1) '
             '|> batch(B = 2)')
