@@ -22,6 +22,7 @@ not retry (it cannot know whether the server acted), is retried here under the s
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import re
 import threading
 import time
@@ -324,6 +325,10 @@ class ObjectStore(Store):
         if mode != OVERWRITE:
             whole = data if single else b"".join(_bytes(piece) for piece in data)
             return self._put_conditional(key, _bytes(whole), mode)
+        if not single and (size is None or size <= _part_bytes(size, self.options)):
+            data, whole = _within_one_part(data, _part_bytes(None, self.options))
+            if whole is not None:  # one PUT, not an upload of one part (three requests, one left open if cut)
+                data, single = whole, True
         # (mypy cannot narrow through ``single``: there, data is one buffer)
         written = [len(memoryview(data).cast("B"))] if single else [0]  # type: ignore[arg-type]
         part = _part_bytes(written[0] if single else size, self.options)
@@ -498,6 +503,21 @@ def _part_bytes(size: int | None, options: StorageOptions) -> int:
     S3's smallest part, and large enough that the object fits in :data:`MAX_PARTS` parts."""
     part = max(options.part_bytes, MIN_PART)
     return part if size is None else max(part, -(-int(size) // MAX_PARTS))
+
+
+def _within_one_part(pieces: Iterable[Buffer], part: int) -> tuple[Iterable[Buffer], bytes | None]:
+    """The caller's pieces, and their bytes joined when they fit in one part (else None: the
+    pieces read so far chained before the rest, for a multipart upload). An error of the caller's
+    while they are read here is raised before any request is made."""
+    pieces = iter(pieces)
+    kept: list[Buffer] = []
+    held = 0
+    for piece in pieces:
+        kept.append(piece)
+        held += len(memoryview(piece).cast("B"))
+        if held > part:
+            return itertools.chain(kept, pieces), None
+    return kept, b"".join(_bytes(piece) for piece in kept)
 
 
 def _watched(pieces: Iterable[Buffer], failed: list[BaseException], size: list[int], most: int, url: str

@@ -258,6 +258,24 @@ def test_no_retries_means_one_try(faulty_bucket, fault_proxy):
     assert fault_proxy.count() == 1
 
 
+def test_a_put_of_pieces_that_fit_in_one_part_is_one_request(faulty_bucket, fault_proxy):
+    """Pieces (a save's, a shard's) whose bytes fit in one part are one PUT, as docs/storage.md
+    says, not a multipart upload of one part: three requests where one does, and an open upload
+    left billed if the process stops between its start and its completion. Pieces of no byte are
+    one PUT of an empty object (S3 takes no upload of no part)."""
+    store = _store(faulty_bucket)
+    fault_proxy.plan()
+    info = store.put("small.bin", iter([PAYLOAD[:1000], PAYLOAD[1000:]]))
+    assert fault_proxy.count() == 1 and fault_proxy.count("PUT", _at(faulty_bucket, "small.bin")) == 1
+    assert store.get("small.bin") == (PAYLOAD, info) and info.size == len(PAYLOAD)
+    fault_proxy.plan()
+    info = store.put("sized.bin", [PAYLOAD[:7], PAYLOAD[7:10]], size=10)
+    assert fault_proxy.count() == 1 and store.get("sized.bin") == (PAYLOAD[:10], info)
+    fault_proxy.plan()
+    info = store.put("empty.bin", iter([]))
+    assert fault_proxy.count() == 1 and store.get("empty.bin") == (b"", info)
+
+
 @pytest.mark.slow
 def test_a_multipart_put_that_keeps_failing_leaves_nothing(faulty_bucket, fault_proxy, s3_bucket):
     store = _store(faulty_bucket)
