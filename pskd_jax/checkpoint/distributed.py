@@ -190,8 +190,9 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
     process puts the bytes it owns as one part object (named with a token of this save, so that
     no part of a save another reader may be reading is overwritten); after a barrier process 0
     checks that the parts hold every byte exactly once, computes the digest asked for (reading the
-    parts), puts the layout object and then the parts index at the checkpoint's key, and removes
-    the parts of the save it replaced. See :mod:`pskd_jax.checkpoint.parts`."""
+    parts), puts the parts index at the checkpoint's key and then the layout object, which records
+    the index's version (its URL and put tag: what tells a reader the pair is of one save), and
+    removes the parts of the save it replaced. See :mod:`pskd_jax.checkpoint.parts`."""
     jax = jax_module()
     multihost_utils = importlib.import_module("jax.experimental.multihost_utils")
     me, count = jax.process_index(), jax.process_count()
@@ -240,10 +241,15 @@ def _save_parts(where: Location, tree: Any, options: SaveOptions) -> SaveResult:
                 index.read_spans(store, url, [view], [start])
                 hashed.update(view)
             found[options.digest] = hashed.hexdigest()
+        # The index first, then the layout recording the version its put was given, as a save of
+        # one object does: a reader that finds one save's index beside the other's layout (this
+        # save between its two puts, or cut off there) is told so (OtherVersion) and reads the
+        # pair again, never a mix of two saves whose headers and sizes agree
+        put = store.put(where.key, index.encoded())
         if writes_layout:
-            content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1])
+            content = layout_json(plan_, xxh3_128=found.get("xxh3_128"), data_name=where.key.rsplit("/", 1)[-1],
+                                  version=(url, put.tag) if put.tag else None)
             store.put(layout_key, (json_text(content, indent=1) + "\n").encode("utf-8"))
-        store.put(where.key, index.encoded())
         if not writes_layout and own_beside[0]:  # the layout of the data replaced, which this save does not rewrite
             store.delete(layout_key)
         if old is not None:  # the parts of the save replaced (only keys named as its parts)

@@ -1,10 +1,11 @@
 """A checkpoint saved to a bucket by several JAX processes with no shared file system: each process
 uploads the bytes it owns as one *part object*, and the checkpoint's own object is a small JSON
 *parts index* that lists every part and which bytes of the checkpoint file each part holds. The
-index is put last, by process 0, once every part is up: until then nothing stands at the
-checkpoint's name (or the previous save does). The checkpoint file is never assembled; a restore
-reads each byte range from the part that holds it. The design and its reasons are in
-``docs/checkpoints.md`` ("Several processes, no shared file system").
+index is put by process 0 once every part is up: until then nothing stands at the checkpoint's
+name (or the previous save does); the layout object follows it, recording the index's version.
+The checkpoint file is never assembled; a restore reads each byte range from the part that holds
+it. The design and its reasons are in ``docs/checkpoints.md`` ("Several processes, no shared file
+system").
 
 A part object is named after the checkpoint and the save: ``NAME.part-00001-of-00004.TOKEN`` for
 process 1 of 4, ``TOKEN`` twelve lowercase hex digits drawn for the save (:func:`part_of` recognises

@@ -61,7 +61,8 @@ def split_into_parts(url: str, cuts: list[int], owners: list[int], parts: int) -
 
 def as_saved_in_parts(url: str) -> None:
     """Rewrites the layout object beside ``url`` (if any) as a save of parts leaves it: recording
-    no version of its data (it is put before the parts index, whose version it cannot know)."""
+    the version of the parts index now at ``url`` (put after it, as a save of one object's layout
+    is put after its data)."""
     import json
 
     from pskd_jax._os.names import layout_path_for
@@ -72,6 +73,5 @@ def as_saved_in_parts(url: str) -> None:
     if store.info(key) is None:
         return
     layout = json.loads(store.get(key)[0])
-    for name in ("url", "tag"):
-        layout["data"].pop(name, None)
+    layout["data"]["url"], layout["data"]["tag"] = url, store.info(where.key).tag
     store.put(key, json.dumps(layout).encode())

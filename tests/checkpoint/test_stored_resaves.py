@@ -3,7 +3,10 @@ checkpoint whole or the new one whole (or E9005 saying it was saved again while 
 paths of one save with the values of the other. The two saves have the same header and size (the
 same leaves in another order), so only the version tag the layout object records of its data tells
 them apart. Each test stops the second save between its data put and its layout put, by hooks, so
-that the interleaving is the same on every run (no timing). (A local file: test_restore_during_save.)"""
+that the interleaving is the same on every run (no timing). A save by several processes (a parts
+index at the key, its layout beside it) is held the same way, between the first of those two puts
+and the second: whichever order they come in, a restore there sees one save whole or E9005. (A
+local file: test_restore_during_save.)"""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import pskd_jax.checkpoint.restoring as restoring
 from pskd_jax import checkpoint as ck
 from pskd_jax import data
 from pskd_jax._os.names import layout_path_for
+from pskd_jax.checkpoint.distributed import save_distributed
+from pskd_jax.checkpoint.parts import parts_index_at
 from pskd_jax.checkpoint.restoring import read_saved_leaves
 from pskd_jax.errors import MismatchError
 from pskd_jax.storage import locate, resolve
@@ -34,6 +39,16 @@ RESTORES = {
 }
 # What each restore opens the checkpoint with, once an attempt: the hook counts the attempts
 OPENERS = {"as saved": "StoredFile", "into a target": "StoredFile", "for a conversion": "Reader"}
+# One object and its layout, or (one JAX process of a multi-process save) a part, the parts index
+# at the key and the layout: what a save by several processes to a bucket writes
+SAVERS = {"one object": ck.save, "parts": save_distributed}
+
+
+def saved_old(url: str, saver: str) -> None:
+    """OLD saved at ``url`` by ``saver``: a parts index at the key for "parts", else the object."""
+    SAVERS[saver](url, OLD)
+    store, where = resolve(url)
+    assert (parts_index_at(store, where.key, url) is not None) == (saver == "parts")
 
 
 def as_lists(tree) -> dict:
@@ -41,17 +56,20 @@ def as_lists(tree) -> dict:
 
 
 class HeldSave:
-    """A save of NEW at ``url`` on a thread of its own, held between its data put and its layout
-    put until :meth:`finish` (or forever, for a save cut off there: never finished)."""
+    """A save of NEW at ``url`` on a thread of its own (by ``save``), held between its data put and
+    its layout put until :meth:`finish` (or forever, for a save cut off there: never finished): after
+    the first of its puts at the checkpoint's key and at its layout's, whichever comes first."""
 
-    def __init__(self, url: str, monkeypatch: pytest.MonkeyPatch):
+    def __init__(self, url: str, monkeypatch: pytest.MonkeyPatch, save=ck.save):
         store, where = resolve(url)
+        self.save = save
         self.data_put, self.go_on, self.done = threading.Event(), threading.Event(), threading.Event()
         real_put = type(store).put
+        held = {where.key, layout_path_for(where.key)}
 
         def held_put(this, key, *args, **kwargs):
             info = real_put(this, key, *args, **kwargs)
-            if key == where.key and threading.current_thread() is self.thread:
+            if key in held and threading.current_thread() is self.thread and not self.data_put.is_set():
                 self.data_put.set()
                 assert self.go_on.wait(WAIT)
             return info
@@ -64,7 +82,7 @@ class HeldSave:
 
     def _save(self, url: str) -> None:
         try:
-            ck.save(url, NEW)
+            self.save(url, NEW)
         except BaseException as e:
             self.errors.append(e)
         finally:
@@ -92,14 +110,17 @@ def finished_on_retry(monkeypatch: pytest.MonkeyPatch, opener: str, save: HeldSa
     return attempts
 
 
+@pytest.mark.parametrize("saver", list(SAVERS))
 @pytest.mark.parametrize("how", list(RESTORES))
-def test_a_restore_between_a_saves_data_and_its_layout_reads_the_new_pair_whole(object_place, monkeypatch, how):
+def test_a_restore_between_a_saves_data_and_its_layout_reads_the_new_pair_whole(object_place, monkeypatch, how,
+                                                                                saver):
     # The old layout (a, then b) beside the new data (b, then a): the same header and size, so
     # without the version the layout records, the old key paths get the new values
-    # ({'a': [2, 2, 2], 'b': [3, 3, 3]}).
+    # ({'a': [2, 2, 2], 'b': [3, 3, 3]}). (A parts save that put its layout before its index: the
+    # new layout beside the old index, the new key paths with the old values.)
     url = locate(object_place).child("c.psk.d").url
-    ck.save(url, OLD)
-    save = HeldSave(url, monkeypatch)
+    saved_old(url, saver)
+    save = HeldSave(url, monkeypatch, SAVERS[saver])
     try:
         attempts = finished_on_retry(monkeypatch, OPENERS[how], save)
         back = RESTORES[how](url)
@@ -109,11 +130,13 @@ def test_a_restore_between_a_saves_data_and_its_layout_reads_the_new_pair_whole(
     assert attempts[0] == 2  # (the old layout was found, and refused, once)
 
 
+@pytest.mark.parametrize("saver", list(SAVERS))
 @pytest.mark.parametrize("how", list(RESTORES))
-def test_a_save_cut_off_between_its_data_and_its_layout_is_never_read_as_a_mix(object_place, monkeypatch, how):
+def test_a_save_cut_off_between_its_data_and_its_layout_is_never_read_as_a_mix(object_place, monkeypatch, how,
+                                                                              saver):
     url = locate(object_place).child("c.psk.d").url
-    ck.save(url, OLD)
-    save = HeldSave(url, monkeypatch)  # (never let go while the restore runs: as if cut off)
+    saved_old(url, saver)
+    save = HeldSave(url, monkeypatch, SAVERS[saver])  # (never let go while the restore runs: as if cut off)
     try:
         with raises("E9005", url, "saved again while this restore read it", "cut off"):
             RESTORES[how](url)
