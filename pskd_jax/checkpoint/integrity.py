@@ -42,10 +42,11 @@ def check_digest(path: str, algorithm: str, found: str, expected: str) -> None:
                                   "(the file was changed or damaged after the digest was recorded)")
 
 
-def verify_file(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
-    """Checks a whole file against its recorded digests (``{"xxh3_128": HEX}``, ``{"sha256": HEX}``
-    or both: each given is checked); E9013 naming the file on a mismatch. Returns the algorithm
-    checked (the first given, xxh3_128 before sha256)."""
+def verify_data(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
+    """Checks a whole file's bytes (not its layout file: see
+    :func:`pskd_jax.checkpoint.verification.verify_file`) against its recorded digests
+    (``{"xxh3_128": HEX}``, ``{"sha256": HEX}`` or both: each given is checked); E9013 naming the
+    file on a mismatch. Returns the algorithm checked (the first given, xxh3_128 before sha256)."""
     where = locate(path)
     path = where.path if where.is_local else where.url
     expected = checked_digests(path, digests)
@@ -87,4 +88,4 @@ def layout_xxh3(path: str, layout_file: LayoutFile, known: str | None) -> str | 
 
 
 __all__ = ["CHECKPOINT_DIGEST", "check_digest", "checked_digests", "digest_of", "layout_xxh3", "verify_bytes",
-           "verify_file"]
+           "verify_data"]

@@ -5,11 +5,12 @@ recorded when it was written, and each step's layout file against its data file.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from pskd_jax._os import names
 from pskd_jax.checkpoint.directory import CheckpointDirectory
-from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, check_step, load_index, read_index
-from pskd_jax.checkpoint.integrity import layout_xxh3, verify_file
+from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, check_step, load_index
+from pskd_jax.checkpoint.integrity import checked_digests, layout_xxh3, verify_data
 from pskd_jax.errors import CheckpointDirectoryError, MismatchError, NotClosedError, PskdError
 from pskd_jax.format.layout_file import read_layout_and_bytes
 from pskd_jax.storage import locate
@@ -42,9 +43,28 @@ def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -
     for entry in entries:
         path = place.readable(entry.step, entry.file, entry.layout_name)
         digests = entry.checkable_digests()
-        verify_file(path, digests)
+        verify_data(path, digests)
         _verify_layout(place, entry, path, digests)
     return entries
+
+
+def verify_file(path: str | os.PathLike, digests: Mapping[str, str]) -> str:
+    """Checks a whole file against its recorded digests (``{"xxh3_128": HEX}``, ``{"sha256": HEX}``
+    or both: each given is checked); E9013 naming the file on a mismatch. Returns the algorithm
+    checked (the first given, xxh3_128 before sha256).
+
+    A step file that its directory's checkpoint index lists (a :class:`CheckpointManager`'s) has
+    its layout file checked too, as :func:`verify_directory` and the manager's verified restore
+    check it: its own (E9005 naming both otherwise), and — where the index records the layout
+    file's digest — unchanged since its save (E9013 naming the step file and the layout file: the
+    data's digest does not cover it). A file no index lists has no recorded layout to compare."""
+    checked = verify_data(path, digests)
+    listed = _listed_step(path)
+    if listed is not None:
+        place, entry = listed
+        readable = place.readable(entry.step, entry.file, entry.layout_name)
+        _verify_layout(place, entry, readable, checked_digests(readable, digests))
+    return checked
 
 
 def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path: str, digests: dict[str, str]) -> None:
@@ -75,15 +95,23 @@ def _verify_layout(directory: CheckpointDirectory, entry: CheckpointEntry, path:
 def recorded_digests(path: str | os.PathLike) -> dict[str, str]:
     """The digests the index of a checkpoint file's directory records for it (empty when the
     directory has no index, or the index does not list the file)."""
+    listed = _listed_step(path)
+    return listed[1].checkable_digests() if listed is not None else {}
+
+
+def _listed_step(path: str | os.PathLike) -> tuple[CheckpointDirectory, CheckpointEntry] | None:
+    """The directory of a checkpoint file and the entry its index lists the file under; None when
+    the directory has no index, or the index does not list the file (E9014 for a malformed one)."""
     where = locate(path)
     if where.is_local:
         directory, name = os.path.split(os.path.abspath(where.path))
     else:
         directory, name = where.parent().url, where.name
-    for entry in read_index(directory):
+    place = CheckpointDirectory.of(directory)
+    for entry in load_index(place).entries:
         if entry.file == name:
-            return entry.checkable_digests()
-    return {}
+            return place, entry
+    return None
 
 
-__all__ = ["recorded_digests", "verify_directory"]
+__all__ = ["recorded_digests", "verify_directory", "verify_file"]

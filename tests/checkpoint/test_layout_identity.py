@@ -102,9 +102,10 @@ def test_pskd_verify_refuses_a_layout_of_another_save(tmp_path):
     assert [e["step"] for e in content["checkpoints"]] == [1, 2]  # nothing changed
 
 
-def edited_layout(directory, step: int, edit) -> None:
-    """Edits step ``step``'s own layout file by hand (its ``data`` still records the step's file)."""
-    path = directory / step_layout(step)
+def edited_layout(directory, step: int | None, edit, *, path=None) -> None:
+    """Edits step ``step``'s own layout file by hand (its ``data`` still records the step's file),
+    or the layout file ``path``."""
+    path = path or directory / step_layout(step)
     content = json.loads(path.read_text())
     edit(content)
     path.write_text(json.dumps(content))
@@ -135,6 +136,30 @@ def test_a_hand_edited_layout_of_a_listed_step_is_e9013_when_verified(tmp_path, 
         assert manager.restore(1, as_numpy=True)["w"].shape == (2, 4)
         unchecked = manager.restore(2, as_numpy=True, verify=False)  # as the edited layout file says
         assert [leaf.size for leaf in unchecked.values()] == [8]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("edit", [swap_shape, rename_key])
+def test_verifying_one_step_file_of_a_manager_checks_its_layout_as_the_manager_does(tmp_path, edit):
+    # `pskd verify DIR/step-N.psk.d` and verify_file of a listed step check what `pskd verify DIR`
+    # and a verified restore check: an edited layout file is E9013 naming the step file and it.
+    directory = tmp_path / "run"
+    saved(directory, [1, 2])
+    edited_layout(directory, 2, edit)
+    path, recorded = directory / step_file(2), ck.read_index(str(directory))[1].checkable_digests()
+    with raises("E9013", str(path), str(directory / step_layout(2))):
+        ck.verify_file(path, recorded)
+    result = pskd("verify", path)
+    assert result.returncode == 1 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"pskd: E9013: step 2 {path}: its layout file: ")
+    assert ck.verify_file(directory / step_file(1), ck.read_index(str(directory))[0].checkable_digests()) \
+        == "xxh3_128"
+    # a plain file outside a manager: no recorded layout digest, nothing to compare its layout with
+    plain = tmp_path / "plain.psk.d"
+    digests = ck.save(plain, {"w": np.arange(8, dtype=np.float32).reshape(2, 4)},
+                      SaveOptions(digest="xxh3_128")).digests
+    edited_layout(tmp_path, None, edit, path=tmp_path / "plain.layout.json")
+    assert ck.verify_file(plain, digests) == "xxh3_128"
 
 
 def test_an_adopted_step_records_its_layouts_digest_too(tmp_path):
