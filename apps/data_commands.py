@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import itertools
-import time
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 from pskd_jax import checkpoint, corpus, data
 from pskd_jax._os.checks import integer
 from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
-from pskd_jax.format.layout_file import OtherVersion
-from pskd_jax.format.one_save import ATTEMPTS, RESAVED_PAUSE
 from pskd_jax.format.placement import encoding_labels
 
 
@@ -99,36 +94,11 @@ def _layout(args, path: str):
     return checkpoint.find_layout_file(path)
 
 
-_Result = TypeVar("_Result")
-
-
-def _of_one_save(run: Callable[[], _Result]) -> _Result:
-    """``run()`` (which looks the layouts up, then reads), again when a save of the checkpoint
-    landed between its look-up and its reads (OtherVersion, E9005): the new pair, whole. As many
-    attempts as a restore makes, the last one's error raised."""
-    for tries in range(ATTEMPTS):
-        try:
-            return run()
-        except OtherVersion:
-            if tries == ATTEMPTS - 1:
-                raise
-            time.sleep(RESAVED_PAUSE * 2**tries)
-    raise AssertionError("unreachable")  # (the loop returns or raises)
-
-
 def _info(args) -> Iterator[str]:
-    # Streamed: the header's lines show before a bad sample's error. A save found to have landed
-    # since the layout's look-up (found before the first line) has the pair looked up again.
-    return _of_one_save(lambda: _started(iter_info_lines(args.file, samples=args.samples,
-                                                         layout=_layout(args, args.file),
-                                                         values=True if args.values else None)))
-
-
-def _started(lines: Iterator[str]) -> Iterator[str]:
-    """``lines`` with its first line made now (where a layout is proven against its data), the rest
-    as they come."""
-    first = next(lines, None)
-    return lines if first is None else itertools.chain([first], lines)
+    # Streamed: the header's lines show before a bad sample's error. (A save that lands between the
+    # layout's look-up and the reads has the pair looked up again by the library: open_with_layout.)
+    return iter_info_lines(args.file, samples=args.samples, layout=_layout(args, args.file),
+                           values=True if args.values else None)
 
 
 SHOWN_PATHS = 20  # key paths listed per file when leaves are found in one file only
@@ -139,7 +109,7 @@ def _diff(args) -> Iterator[str]:
     # it): two checkpoints pair their leaves by key path. A layout named with --layout also reads
     # a B that has none of its own (when it belongs to B too: the same type and size); one found
     # beside A never does (B's order may differ).
-    distance = _of_one_save(lambda: _distance(args))
+    distance = _distance(args)
     how = " (flat, without the layout)" if distance.without_layout else ""
     yield (f"‖a − b‖₂ = {distance.diff_norm!r}  ‖a‖₂ = {distance.a_norm!r}  "
            f"relative {distance.relative!r}  over {distance.elements} real elements{how}")
@@ -181,7 +151,7 @@ def _exact_lines(exact: data.Exact) -> Iterator[str]:
 
 
 def _export(args) -> Iterator[str]:
-    count = _of_one_save(lambda: data.export_json(args.file, args.output, layout=_layout(args, args.file)))
+    count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
     yield from _wrote(args, f"pskd: wrote {args.output} ({count} sample{'' if count == 1 else 's'} as JSON)")
 
 

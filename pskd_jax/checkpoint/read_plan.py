@@ -22,7 +22,7 @@ from pskd_jax.format import tree as tree_lib
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.layout_file import (
     LayoutFile,
-    find_layout_file,
+    layout_beside,
     layout_from_bytes,
     read_layout_file,
 )
@@ -123,7 +123,7 @@ def _beside(reader: Reader | StoredFile) -> LayoutFile | None:
     an object) the reader reads, or None when there is none."""
     if isinstance(reader, StoredFile):
         return reader.beside()
-    found = find_layout_file(reader.path)
+    found = layout_beside(reader.path)  # (the restore reads the pair again when a save overtakes it)
     if found is not None:  # (find_layout_file looked at the file, or object, at the path: perhaps since replaced)
         reader.check_layout(found)
     return found

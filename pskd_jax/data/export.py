@@ -17,7 +17,8 @@ from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import is_bfloat16
 from pskd_jax.format.keypaths import check_json_keys
-from pskd_jax.format.layout_file import LayoutFile
+from pskd_jax.format.layout_file import LayoutFile, OtherVersion, looked_up_again
+from pskd_jax.format.one_save import until_one_save
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.stored_dtypes import shown_values
 from pskd_jax.storage import whole_output
@@ -106,9 +107,36 @@ def open_with_layout(path: str, layout: Any) -> tuple[Reader, list[sd.Form | Non
     """A reader of ``path`` (positional reads) through ``layout``, and each leaf's form when
     ``layout`` is a layout file; None for other layouts. A layout file is proven to belong to the
     file the reader opened — of an object, the very version it reads — not to whatever the path
-    names by then (E9005 naming both otherwise). The caller closes the reader."""
+    names by then (E9005 naming both otherwise). One looked up for the file
+    (``find_layout_file(path)``, ``read_layout_file(…, data=path)``) before a save of it landed
+    (:class:`~pskd_jax.format.layout_file.OtherVersion`) is looked up again and the new pair read
+    whole, as a restore does (E9005 when saves overtake it
+    :data:`~pskd_jax.format.one_save.ATTEMPTS` times running); one not looked up is refused. The
+    caller closes the reader."""
     if not isinstance(layout, LayoutFile):
         return Reader(path, layout=layout, access="pread"), None
+    current: list[LayoutFile | None] = [layout]
+
+    def attempt() -> tuple[bool, tuple[Reader, list[sd.Form | None] | None] | None]:
+        found = current[0]
+        if found is None:  # (looked up again: none stands beside the data now)
+            return True, (Reader(path, access="pread"), None)
+        try:
+            return True, _opened_through(path, found)
+        except OtherVersion:
+            if found.looked_up is None:  # (a layout given as it is: never replaced)
+                raise
+            current[0] = looked_up_again(found)
+            return False, None
+
+    opened = until_one_save(path, attempt, reading="its layout file was looked up and its data read",
+                            again="read it again")
+    assert opened is not None  # (an attempt that is done has its reader)
+    return opened
+
+
+def _opened_through(path: str, layout: LayoutFile) -> tuple[Reader, list[sd.Form | None]]:
+    """A reader of ``path`` through the layout file ``layout``, proven against the file it opened."""
     reader = Reader(path, access="pread")
     try:
         reader.check_layout(layout)

@@ -67,6 +67,12 @@ class LayoutFile:
     #: reader of that path takes it only for that very file (:meth:`Reader.check_layout`), never
     #: for the next save's data, whose header and size can be the same.
     paired: tuple[str, FileIdentity] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: How this layout file was looked up for a data file: ``(data, None)`` by
+    #: ``find_layout_file(data)``, ``(data, path)`` by ``read_layout_file(path, data=data)``; None
+    #: when it was not (read without its data, made from bytes). A reader that finds the data saved
+    #: again since (:class:`OtherVersion`) looks the pair up again so (:func:`looked_up_again`);
+    #: one never looked up is refused, as given.
+    looked_up: tuple[str, str | None] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 class OtherVersion(MismatchError):
@@ -88,10 +94,48 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     proves that it belongs to that data file (:func:`check_belongs`, given ``xxh3_128``: the data
     file's whole digest, when the caller has it)."""
     path = os.fspath(path)
-    if data is None or not locate(data).is_local:
+    if data is None:
         return _read_checked(path, data, xxh3_128)
+    found = _read_for(path, data, xxh3_128, again=True)
+    # (a caller's whole-file digest is of one version: a later save's data is not looked up for it)
+    return found if xxh3_128 is not None else dataclasses.replace(found, looked_up=(os.fspath(data), path))
+
+
+def _read_for(path: str, data: str | os.PathLike, xxh3_128: str | None, *, again: bool) -> LayoutFile:
+    """:func:`read_layout_file` of ``path`` for ``data``: of a local data file, within one save of
+    it; of an object, read again while a save of it overtakes the read (``again``: the caller does
+    not read the pair again itself, as a restore does)."""
+    if not locate(data).is_local:
+        read = functools.partial(_read_checked, path, data, xxh3_128)
+        return _of_one_version(os.fspath(data), read) if again else read()
     found = _of_one_save(locate(data).path, lambda: _read_checked(path, data, xxh3_128))
     assert found is not None  # (a layout file read, or its error)
+    return found
+
+
+def looked_up_again(layout_file: LayoutFile) -> LayoutFile | None:
+    """The layout file looked up again as ``layout_file`` was (:attr:`LayoutFile.looked_up`: by
+    :func:`find_layout_file` of its data, or :func:`read_layout_file` of its path for its data),
+    now: what a reader that found the data saved again since uses instead (None: none stands
+    beside the data now). Its errors are the look-up's."""
+    assert layout_file.looked_up is not None  # (the caller asks only of one looked up)
+    data, path = layout_file.looked_up
+    return find_layout_file(data) if path is None else read_layout_file(path, data=data)
+
+
+def _of_one_version(data: str, read: Callable[[], LayoutFile]) -> LayoutFile:
+    """``read()``'s layout object of the data object ``data``, read again while it records another
+    version of the object than the one its proof read (:class:`OtherVersion`: a save of the key
+    between the two reads, or between its data's put and its layout's): E9005 after
+    :data:`~pskd_jax.format.one_save.ATTEMPTS`."""
+    def attempt() -> tuple[bool, LayoutFile | None]:
+        try:
+            return True, read()
+        except OtherVersion:
+            return False, None
+
+    found = until_one_save(data, attempt, reading="its layout file was read", again="read it again")
+    assert found is not None  # (an attempt that is done has its layout file)
     return found
 
 
@@ -488,7 +532,23 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     place (:func:`pskd_jax._os.locks.commit_cut_short`), the pair of the save whose data stands
     there is read: the layout file in place when the data is the new one, else the old layout
     file the save kept (:func:`~pskd_jax._os.names.layout_before`), or none where the old save had
-    none. Nothing is written."""
+    none. A look-up of an object that a save of it overtakes (the layout object read, then another
+version of the data: :class:`OtherVersion`) is made again, as a local file's is (E9005 after
+:data:`~pskd_jax.format.one_save.ATTEMPTS`). The layout file returned remembers the look-up
+(:attr:`LayoutFile.looked_up`): a reader that finds the checkpoint saved again since looks the
+pair up again. Nothing is written."""
+    return _find_layout_file(checkpoint, again=True)
+
+
+def layout_beside(checkpoint: str | os.PathLike) -> LayoutFile | None:
+    """:func:`find_layout_file` for a caller that reads the pair again itself when a save of an
+    object overtakes the look-up (a restore, a reader's template check): one look-up, its
+    :class:`OtherVersion` raised at once."""
+    return _find_layout_file(checkpoint, again=False)
+
+
+def _find_layout_file(checkpoint: str | os.PathLike, *, again: bool) -> LayoutFile | None:
+    """:func:`find_layout_file`, an object's look-up read again while saves overtake it (``again``)."""
     # E9018 naming the data's own URL when the toolkit cannot serve it, or without the client
     resolve(checkpoint)
     candidate = layout_path_for(checkpoint)
@@ -496,9 +556,11 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
         store, where = resolve(candidate)
         if store.info(where.key) is None:
             return None
-        return read_layout_file(candidate, data=checkpoint)
-    data = locate(checkpoint).path
-    return _of_one_save(data, lambda: _found_beside(checkpoint, data, candidate))
+        found: LayoutFile | None = _read_for(candidate, checkpoint, None, again=again)
+    else:
+        data = locate(checkpoint).path
+        found = _of_one_save(data, lambda: _found_beside(checkpoint, data, candidate))
+    return None if found is None else dataclasses.replace(found, looked_up=(os.fspath(checkpoint), None))
 
 
 def _found_beside(checkpoint: str | os.PathLike, data: str, candidate: str) -> LayoutFile | None:
@@ -624,7 +686,9 @@ __all__ = [
     "find_layout_file",
     "header_digest",
     "is_own_layout",
+    "layout_beside",
     "layout_from_bytes",
+    "looked_up_again",
     "read_layout_and_bytes",
     "read_layout_file",
     "version_of",

@@ -47,7 +47,7 @@ from pskd_jax.format.layout_file import (
     LayoutFile,
     OtherVersion,
     check_header_belongs,
-    find_layout_file,
+    layout_beside,
     version_of,
 )
 from pskd_jax.format.one_save import identity_of
@@ -222,7 +222,7 @@ class Reader(RandomAccessSource):
         """A template's layout checked against the layout file beside the file (one that proves it
         belongs to this file; any other is not used): the file's leaves, the template's tree."""
         try:
-            beside = find_layout_file(self.path)
+            beside = layout_beside(self.path)
             if beside is not None:
                 self.check_layout(beside)  # (of the very file read: one there since is another save's)
         except PskdError:

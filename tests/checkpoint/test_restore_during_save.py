@@ -44,7 +44,7 @@ def test_a_save_between_the_layout_read_and_the_data_read_is_never_mixed_in(tmp_
     # key paths the new values ({'a': [2, 2, 2], 'b': [3, 3, 3]}).
     path = tmp_path / "c.psk.d"
     ck.save(path, OLD)
-    real = read_plan.find_layout_file
+    real = read_plan.layout_beside
     saved = []
 
     def then_saved_again(*args, **kwargs):
@@ -53,7 +53,7 @@ def test_a_save_between_the_layout_read_and_the_data_read_is_never_mixed_in(tmp_
             saved.append(ck.save(path, NEW))
         return found
 
-    monkeypatch.setattr(read_plan, "find_layout_file", then_saved_again)
+    monkeypatch.setattr(read_plan, "layout_beside", then_saved_again)
     back = RESTORES[how](path)
     assert saved  # (the hook ran: the save did land inside the restore)
     assert_one_save(back)
@@ -83,7 +83,7 @@ def test_a_checkpoint_saved_again_at_every_attempt_is_e9005_never_a_mix(tmp_path
     # A writer that lands a save inside every attempt: the restore gives up, saying so.
     path = tmp_path / "c.psk.d"
     ck.save(path, OLD)
-    real = read_plan.find_layout_file
+    real = read_plan.layout_beside
     trees = [OLD, NEW]
 
     def saved_again_every_time(*args, **kwargs):
@@ -92,7 +92,7 @@ def test_a_checkpoint_saved_again_at_every_attempt_is_e9005_never_a_mix(tmp_path
         ck.save(path, trees[0])
         return found
 
-    monkeypatch.setattr(read_plan, "find_layout_file", saved_again_every_time)
+    monkeypatch.setattr(read_plan, "layout_beside", saved_again_every_time)
     with pytest.raises(MismatchError) as e:
         ck.restore(path, as_numpy=True)
     assert e.value.code == "E9005" and str(path) in e.value.message and "saved again" in e.value.message
