@@ -32,7 +32,8 @@ The manifest
 While a build runs, ``shards.json`` also holds ``"in_progress": {"planned_shards": N}``: the
 shards listed are finished (every entry matches its file) and are the first of the N the build
 will list; the key is gone once the build has finished. ``path`` is relative to the manifest's
-directory, with ``/`` separators; a path that is absolute,
+directory (:func:`manifest_directory`: the one holding the manifest's file, links followed), with
+``/`` separators; a path that is absolute,
 holds ``..``, or resolves (through symlinks) outside that directory is refused (E9016). ``build``,
 ``skipped`` and ``source`` say how a shard was made (a rerun of a build uses them to keep the
 shards that are up to date); readers need only the other fields. The global token stream is the
@@ -52,6 +53,7 @@ bytes or count differ from the manifest E9017, naming the shard.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -188,9 +190,11 @@ class Manifest:
         """Whether no build is in progress: the manifest lists every shard its build planned."""
         return self.planned_shards is None
 
-    @property
+    @functools.cached_property
     def directory(self) -> str:
-        return os.path.dirname(os.path.abspath(self.path))
+        """The directory its shard paths are relative to (:func:`manifest_directory`), decided
+        once: every shard of one manifest read is found in the same place."""
+        return manifest_directory(self.path)
 
     @property
     def vocab_size(self) -> int:
@@ -215,6 +219,27 @@ class Manifest:
     def to_bytes(self) -> bytes:
         return manifest_bytes(self.tokenizer, self.shards, self.build, planned_shards=self.planned_shards,
                               writer=self.writer)
+
+
+def manifest_directory(path: str, *, links: str = "follow") -> str:
+    """The directory a manifest's shard paths are relative to: the real directory holding the
+    manifest's file. A ``shards.json`` reached through symbolic links (the file itself linked
+    elsewhere, or a linked directory on the way) names the shards beside its target, where its
+    build wrote them, not beside the link. With ``links="replace"`` (a manifest about to be
+    written over a link at ``path``, the link replaced) the file will stand at ``path`` itself.
+    Every reader and writer of local shard paths goes through here (``docs/corpus.md``).
+
+    >>> import os, tempfile
+    >>> d = os.path.realpath(tempfile.mkdtemp())
+    >>> os.mkdir(os.path.join(d, "real")); os.symlink("real/shards.json", os.path.join(d, "shards.json"))
+    >>> manifest_directory(os.path.join(d, "shards.json")) == os.path.join(d, "real")
+    True
+    >>> manifest_directory(os.path.join(d, "shards.json"), links="replace") == d
+    True
+    """
+    if links == "replace":
+        return os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    return os.path.dirname(os.path.realpath(path))
 
 
 def safe_path(directory: str, relative: str, where: str) -> str:
@@ -293,8 +318,9 @@ def write_manifest(path: str | os.PathLike, tokenizer: Tokenizer, shards: Sequen
     path = os.fspath(path)
     data = manifest_bytes(tokenizer, shards, build, planned_shards=planned_shards)
     manifest = parse_manifest(decode_manifest(data, path), path)
-    for i in range(len(manifest.shards)):
-        manifest.shard_path(i)
+    directory = manifest_directory(path, links=links)  # where the file written will stand
+    for i, shard in enumerate(manifest.shards):
+        safe_path(directory, shard.path, f"{path}: shard {i}")
     with atomic_output(path, durable=durable, links=links) as f:
         f.write(data)
     return manifest
@@ -445,6 +471,7 @@ __all__ = [
     "decode_manifest",
     "is_manifest",
     "manifest_bytes",
+    "manifest_directory",
     "manifest_json",
     "manifest_object",
     "object_shard",

@@ -18,6 +18,7 @@ from pskd_jax.corpus.lock import directory_lock
 from pskd_jax.corpus.manifest import (
     Manifest,
     Shard,
+    manifest_directory,
     manifest_object,
     object_shard,
     put_manifest,
@@ -51,11 +52,14 @@ def merge_manifests(manifests: Sequence[str | os.PathLike[str]], output: str | o
     first = read[0][0]
     for m, _ in read:
         _check_alike(m, first)
-    shards = _rebased(read, where)
     if not where.is_local:
         store, _ = resolve(where)
-        return put_manifest(store, where.key, first.tokenizer, shards, first.build)[0]
-    root = os.path.dirname(os.path.abspath(where.path))
+        return put_manifest(store, where.key, first.tokenizer, shards=_rebased(read, where.parent(), where),
+                            build=first.build)[0]
+    # The merged file is written through a link at ``output``: its shards are relative to, and
+    # its lock is, the directory the file lands in, as every reader will find them.
+    root = manifest_directory(where.path)
+    shards = _rebased(read, Location("file", "", root), where)
     with directory_lock(root):
         return write_manifest(where.path, first.tokenizer, shards, first.build)
 
@@ -86,9 +90,9 @@ def _check_alike(m: Manifest, first: Manifest) -> None:
                                    + "); only corpora built alike merge")
 
 
-def _rebased(read: list[tuple[Manifest, list[Location]]], output: Location) -> list[Shard]:
-    """Every shard, its path made relative to the output's place; a shard listed twice refused."""
-    base = output.parent()
+def _rebased(read: list[tuple[Manifest, list[Location]]], base: Location, output: Location) -> list[Shard]:
+    """Every shard, its path made relative to ``base``, the output's directory or prefix; a shard
+    listed twice refused."""
     seen: dict[tuple[object, ...], str] = {}  # a shard's identity → the manifest that listed it first
     shards: list[Shard] = []
     for m, places in read:
@@ -105,7 +109,7 @@ def _rebased(read: list[tuple[Manifest, list[Location]]], output: Location) -> l
 
 def _relative(where: Location, base: Location, m: Manifest, shard: Shard, output: Location) -> str:
     if where.is_local:
-        root = os.path.abspath(base.path)
+        root = base.path
         relative = os.path.relpath(where.path, root)
         if relative.split(os.sep)[0] == "..":
             raise CorpusDirectoryError(f"{m.path}: shard {shard.path} lies outside {root}, the directory of "

@@ -141,3 +141,19 @@ def test_verify_flag_and_mask_boundary(built, tmp_path):
         env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
     assert result.returncode == 1 and "E9012: --mask_boundary needs a corpus" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_linked_manifest_trains_on_the_shards_beside_its_target(built, tmp_path):
+    """``shards.json`` linked from another directory, beside shards of the same names that are not
+    its own: verified and trained on the target's shards (docs/corpus.md, the manifest's directory)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("shard-00000.psk.d", "shard-00001.psk.d"):
+        (elsewhere / name).write_bytes(b"not this corpus's shard")
+    (elsewhere / "shards.json").symlink_to(built)
+    result = train(elsewhere / "shards.json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"train: verified 2 shards, {corpus.read_manifest(built).tokens} tokens, in " in result.stdout
+    assert len(losses(result.stdout)) == 2

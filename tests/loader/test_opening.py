@@ -117,6 +117,17 @@ def test_the_loader_opens_what_a_url_streams_by_what_it_holds(data, object_place
     assert local.manifest.shards[0].sha256 == build.manifest.shards[0].sha256
 
 
+def test_a_linked_manifest_streams_the_shards_beside_its_target(data):
+    """A stream of a ``shards.json`` linked from another corpus's directory reads the shards beside
+    the link's target, not those of the same names beside the link (docs/corpus.md)."""
+    (data / "b" / "a.json").symlink_to(os.path.join("..", "a", "shards.json"))
+    text = 'stream "{}" |> batch(B = 4) |> take(n = 5)'
+    with Loader(text.format("a/shards.json"), seq=8, base_dir=data, epochs=1) as loader:
+        want = [host(b) for b in loader]
+    with Loader(text.format("b/a.json"), seq=8, base_dir=data, epochs=1) as loader:
+        assert all(same(host(g), w) for g, w in zip(loader, want)) and len(want) == 5
+
+
 def test_a_wrong_path_or_missing_seq_is_an_error_naming_it(data):
     with pytest.raises(PskdError, match="E9010: the stream '.*nowhere.psk.d' does not exist") as e:
         Loader('stream "nowhere.psk.d" |> batch(B = 2)', base_dir=data)
