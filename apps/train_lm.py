@@ -13,8 +13,8 @@
 A pipeline that streams a corpus manifest trains on windows of ``--seq`` tokens cut on the fly
 from the corpus's global token stream (:class:`pskd_jax.corpus.CorpusWindows`). Before training,
 every shard is checked against the manifest (sha256, every token below the vocabulary size, its
-documents), on one thread per CPU, reading each shard once through the descriptor training then
-reads it from: a damaged corpus fails at start, naming the shard (E9017). ``--noverify_corpus``
+documents), on one thread per CPU, reading each shard once, the very file training then reads
+from: a damaged corpus fails at start, naming the shard (E9017). ``--noverify_corpus``
 skips that. ``--mask_boundary`` leaves targets that are the corpus's boundary token out of the
 loss (predicting where a document ends is then not learnt). ``--segments`` packs documents: a token
 attends only to its own document's earlier tokens and its position counts from its document's

@@ -50,8 +50,8 @@ def out_of_descriptors(e: BaseException) -> str:
         limit = f" ({resource.getrlimit(resource.RLIMIT_NOFILE)[0]} here)"
     except (ImportError, OSError, ValueError):  # (no resource module off Unix)
         limit = ""
-    return (f": the process has no file descriptor left, its limit{limit} reached (a corpus holds one open a "
-            "shard, two mapped): raise the limit (ulimit -n)")
+    return (f": the process has no file descriptor left, its limit{limit} reached (a corpus read with "
+            "access='pread' holds one open a shard): raise the limit (ulimit -n)")
 
 
 def fsync_directory(directory: str) -> None:

@@ -47,6 +47,7 @@ from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, Shar
 from pskd_jax.format.byte_sources import (
     ByteSource,
     FileBytes,
+    MappedFile,
     Runs,
     StoreBytes,
     cut_short,
@@ -72,8 +73,10 @@ def _check_verify(verify: Any, path: str) -> None:
 
 @dataclasses.dataclass(eq=False)
 class _OpenShard:
-    """One shard as the windows hold it: the file (positional reads and verification) and, with
-    ``access="mmap"``, a map of that same file, so what is verified is what is served."""
+    """One shard as the windows hold it: with ``access="pread"`` the open file (its positional
+    reads and verification), with ``access="mmap"`` a map of the file and no descriptor
+    (:class:`MappedFile`: verified by reads of that same file), so what is verified is what is
+    served."""
 
     entry: Shard
     path: str  # a local path, or the shard object's URL
@@ -304,14 +307,17 @@ class CorpusWindows(RandomAccessSource):
             fd = open_shard(path)
         except ShardProblem as e:
             raise ShardMismatchError(f"{self.path}: shard {i} {manifest.shards[i].path}: {e}") from None
-        source, header, tokens = self._open_file(manifest, i, path, fd)
+        source, header, tokens = self._open_file(manifest, i, path, fd, descriptor=False)
         return _OpenShard(manifest.shards[i], path, source, header, tokens)
 
-    def _open_file(self, manifest: Manifest, i: int, local: str, fd: int) -> tuple[FileBytes, Any, np.ndarray]:
+    def _open_file(self, manifest: Manifest, i: int, local: str, fd: int, *, descriptor: bool = True
+                   ) -> tuple[FileBytes | MappedFile, Any, np.ndarray]:
         """Shard i's file open at ``fd`` (taken over): its header checked, and with mmap access its
-        tokens as a view of its map."""
+        tokens as a view of its map. With mmap access and not ``descriptor`` (a corpus's own
+        shard, not a cache's copy) the descriptor is closed once the map is made: a corpus of
+        any number of shards holds none (see :class:`MappedFile`)."""
         entry, tokenizer = manifest.shards[i], manifest.tokenizer
-        source = FileBytes(local, fd=fd)
+        source: FileBytes | MappedFile = FileBytes(local, fd=fd)
         try:
             size = os.fstat(fd).st_size
             header = shard_header(fd, size, local)
@@ -319,6 +325,9 @@ class CorpusWindows(RandomAccessSource):
             if problem is not None:
                 raise ShardProblem(problem)
             tokens = np.zeros(0, tokenizer.dtype)
+            if self.access == "mmap" and not descriptor:
+                opened, source = source, MappedFile(local, fd, size)
+                opened.close()
             if self.access == "mmap" and entry.tokens:
                 mapped = source.mapped(size)
                 assert mapped is not None  # (a shard of tokens is no empty file: its header said so)
@@ -410,6 +419,7 @@ class CorpusWindows(RandomAccessSource):
         fd = cache.open(self._store, shard.bytes.key, entry.sha256, shard.bytes.size(),
                         f"{self.path}: shard {k} {entry.path}")
         source, _, tokens = self._open_file(state.manifest, k, cache.path(entry.sha256), fd)
+        assert isinstance(source, FileBytes)  # (a copy keeps its descriptor: the cache renews it by it)
         return Copy(entry.sha256, shard.bytes.size(), source, tokens)
 
     def _address_views(self, tokens: list[np.ndarray], offsets: np.ndarray
@@ -534,10 +544,11 @@ class CorpusWindows(RandomAccessSource):
     def _check_still_whole(self, state: _Snapshot, shards: Sequence[int]) -> None:
         """Refuses to copy out of the maps of ``shards`` (indices) when one was cut short since it
         was opened (E9003 naming it): touching a page past the end of a mapped file kills the
-        process with SIGBUS. One ``fstat`` a shard; a shard cut short between this check and the
-        copy still kills the process, as for a mapped Reader (see ``docs/corpus.md``)."""
+        process with SIGBUS. One ``stat`` a shard (:class:`MappedFile`'s size); a shard cut short
+        between this check and the copy still kills the process, as for a mapped Reader (see
+        ``docs/corpus.md``)."""
         files = [state.sources[k] for k in shards]  # (mapped shards: local files)
-        short = first_cut_short(files, [state.needed_list[k] for k in shards])  # type: ignore[arg-type]
+        short = first_cut_short(files, [state.needed_list[k] for k in shards])
         if short is not None:
             k = shards[short[0]]
             shard = state.shards[k]

@@ -36,6 +36,7 @@ import numpy as np
 
 from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import open_fd, read_whole
+from pskd_jax._os.maps import map_read_only
 from pskd_jax._os.positional import pread_runs, pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
@@ -306,6 +307,81 @@ class FileBytes(ByteSource):
         self.fd = None
 
 
+class MappedFile(ByteSource):
+    """A local regular file mapped whole, holding no file descriptor (a corpus of any number of
+    shards stays under the process's limit): made from a descriptor the caller then closes
+    (:func:`pskd_jax._os.maps.map_read_only`), read through its map, ``mapped(size)`` that map.
+
+    What a descriptor guarded is kept by the file's identity (device and inode, taken from that
+    descriptor): :meth:`size` is the size of the file its path names while that is still this
+    file (one ``stat``), so a file cut short in place shows. A file renamed over or removed at its
+    path is no longer reachable by its name to be cut short: its mapped bytes stay whole, and its
+    size is the mapped size. Reads (a verification) open the path for the moment of the read and
+    use ``preadv`` when it still names this file, a file cut short meanwhile being E9003 and never
+    a fault of the map; otherwise they copy from the map."""
+
+    can_map = True
+
+    def __init__(self, path: str, fd: int, size: int) -> None:
+        status = os.fstat(fd)
+        self.name, self.identity, self.length = path, (status.st_dev, status.st_ino), size
+        self.map: np.ndarray | None = map_read_only(fd, size) if size else np.zeros(0, np.uint8)
+
+    def _open_same(self) -> int | None:
+        """A descriptor of the file at the path when it is still this file, else None."""
+        try:
+            fd = os.open(self.name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        status = os.fstat(fd)
+        if (status.st_dev, status.st_ino) == self.identity:
+            return fd
+        os.close(fd)
+        return None
+
+    def size(self) -> int:
+        if self.map is None:
+            raise TruncatedError(f"{self.name}: the file was closed")
+        try:
+            status = os.stat(self.name)
+        except OSError:
+            return self.length  # (removed at its name, or out of reach: the mapped file stays whole)
+        return status.st_size if (status.st_dev, status.st_ino) == self.identity else self.length
+
+    def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        mapped = self.mapped(self.length)
+        fd = self._open_same()
+        if fd is not None:
+            try:
+                pread_spans(fd, spans, offsets, self.name)
+            finally:
+                os.close(fd)
+            return
+        for span, offset in zip(spans, offsets):
+            if offset + len(span) > self.length:
+                raise TruncatedError(f"{self.name}: {len(span)} bytes at {offset} asked of a file of {self.length}")
+            assert mapped is not None
+            np.frombuffer(span, np.uint8)[:] = mapped[offset : offset + len(span)]
+
+    @property
+    def closed(self) -> bool:
+        return self.map is None
+
+    def header_stream(self) -> BinaryIO:
+        return io.BufferedReader(_RangedStream(self))
+
+    def mapped(self, size: int) -> np.ndarray | None:  # type: ignore[override]
+        """The map as bytes (None for an empty file); E9003 once closed or for another size."""
+        if self.map is None:
+            raise TruncatedError(f"{self.name}: the file was closed")
+        if size != self.length:
+            raise TruncatedError(f"{self.name}: mapped at {self.length} bytes, not {size}")
+        return self.map if size else None
+
+    def close(self) -> None:
+        self.map = None  # (unmapped with the last view of it)
+
+
 LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buffer (Store.read_into)
 # Runs at most this many bytes apart are read in one request. 0: one request a contiguous run, so
 # that only the bytes a read needs cross the network (the client's own default, 1 MiB, reads most
@@ -510,13 +586,11 @@ def read_small(place: str | os.PathLike | Location, error: type[PskdError], *, w
     return data
 
 
-def first_cut_short(sources: Sequence[FileBytes], needed: Sequence[int]) -> tuple[int, int] | None:
+def first_cut_short(sources: Sequence[ByteSource], needed: Sequence[int]) -> tuple[int, int] | None:
     """``(j, size now)`` of the first file shorter than ``needed[j]``, None when none is: one
-    ``fstat`` a file, what a copy out of their maps checks first."""
-    try:
-        sizes = [status.st_size for status in map(os.fstat, [source.fileno() for source in sources])]
-    except OSError as e:
-        raise TruncatedError(f"{sources[0].name}: cannot read: {e.strerror or e}") from e
+    ``fstat`` (or for a :class:`MappedFile` one ``stat``) a file, what a copy out of their maps
+    checks first."""
+    sizes = [source.size() for source in sources]
     for j, (size, want) in enumerate(zip(sizes, needed)):
         if size < want:
             return j, size
@@ -530,6 +604,6 @@ def release_map(mapped: mmap.mmap | None) -> None:
             mapped.close()
 
 
-__all__ = ["BATCH_ALIGNMENT", "COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "Runs", "StoreBytes",
-           "aligned_empty", "all_done", "cut_short", "first_cut_short", "merged_ranges", "open_bytes", "read_object",
-           "read_runs", "read_small", "release_map"]
+__all__ = ["BATCH_ALIGNMENT", "COALESCE", "HEADER_READ", "LARGE_SPAN", "ByteSource", "FileBytes", "MappedFile", "Runs",
+           "StoreBytes", "aligned_empty", "all_done", "cut_short", "first_cut_short", "merged_ranges", "open_bytes",
+           "read_object", "read_runs", "read_small", "release_map"]

@@ -3,6 +3,7 @@ concatenated shards, bounds, pickling, and through the pipeline and loader."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -186,11 +187,40 @@ def test_windows_through_the_pipeline_and_loader(tmp_path):
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("access", ["mmap", "pread"])
+def test_mapped_shards_hold_no_descriptor_so_any_number_opens(tmp_path):
+    """With access="mmap" (the default) a shard holds its map only, no descriptor: a corpus of more
+    shards than the process may open files opens, verifies, serves every window and refreshes
+    in a process whose limit is set low; the descriptors open afterwards are those before."""
+    from tests.helpers import run_python
+
+    pieces = [(np.arange(10 + i % 7, dtype=np.uint16) + i) % 200 for i in range(150)]
+    manifest = write_corpus(tmp_path / "c", pieces)
+    result = run_python("""
+        import os, resource, sys
+        import numpy as np
+        from pskd_jax.corpus import CorpusWindows
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        before = len(os.listdir("/proc/self/fd"))
+        windows = CorpusWindows(sys.argv[1], seq=4, verify=True, workers=4)
+        inputs, targets = windows.gather(np.arange(len(windows)))
+        assert windows.refresh(verify=True) is False
+        print(len(os.listdir("/proc/self/fd")) - before, len(windows))
+        np.save(sys.argv[2], np.concatenate([inputs, targets[:, -1:]], axis=1))
+    """, manifest, tmp_path / "got.npy")
+    assert result.returncode == 0, result.stderr[-2000:]
+    stream = np.concatenate(pieces)
+    count = (len(stream) - 1) // 4
+    assert result.stdout.split() == ["0", str(count)]
+    want = np.stack([stream[4 * w : 4 * w + 5] for w in range(count)])
+    np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), want)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("access", ["pread"])
 def test_a_corpus_of_more_shards_than_descriptors_left_says_to_raise_the_limit(tmp_path, access):
-    """A process that runs out of file descriptors opening a corpus's shards is told so (EMFILE is
-    the process's limit, not a shard's fault), with the limit and what to do, in a process whose
-    limit is set low."""
+    """A process that runs out of file descriptors opening a corpus's shards (with access="pread"
+    each holds one) is told so (EMFILE is the process's limit, not a shard's fault), with the
+    limit and what to do, in a process whose limit is set low."""
     from tests.helpers import run_python
 
     manifest = write_corpus(tmp_path / "c", [np.arange(10, dtype=np.uint16) % 200 for _ in range(150)])
@@ -208,3 +238,19 @@ def test_a_corpus_of_more_shards_than_descriptors_left_says_to_raise_the_limit(t
     assert result.stdout.startswith("E9017 "), result.stdout
     assert "the process has no file descriptor left, its limit (64 here) reached" in result.stdout
     assert "raise the limit (ulimit -n)" in result.stdout
+
+
+def test_a_mapped_shard_renamed_over_keeps_serving_its_mapped_bytes(tmp_path):
+    """A mapped shard holds no descriptor; its path renamed over by a shorter file (no longer the
+    file mapped: another inode) is not taken for the mapped file cut short: the windows serve the
+    bytes they mapped, and a refresh-free gather and stream see the corpus they opened."""
+    pieces = [np.arange(40, dtype=np.uint16) % 200, np.arange(30, dtype=np.uint16) % 100]
+    manifest = write_corpus(tmp_path / "c", pieces)
+    with CorpusWindows(manifest, seq=4) as windows:
+        before = windows.gather(np.arange(len(windows)))
+        other = tmp_path / "c" / "other.psk.d"
+        other.write_bytes((tmp_path / "c" / "s0.psk.d").read_bytes()[:20])
+        os.replace(other, tmp_path / "c" / "s0.psk.d")
+        after = windows.gather(np.arange(len(windows)))
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+        np.testing.assert_array_equal(windows.stream(0, 70), np.concatenate(pieces))
