@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 
 from pskd_jax import checkpoint, storage
-from pskd_jax._os.checks import integer
+from pskd_jax._os.checks import counted, integer
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax.checkpoint import integrity
 from pskd_jax.errors import UsageError
@@ -26,7 +26,7 @@ def _verify(args) -> Iterator[str]:
         entries = checkpoint.verify_directory(path, step=args.step)
         for entry in entries:
             yield f"pskd: ok step {entry.step} {entry.file} {_described(entry.checkable_digests())}{_written(entry)}"
-        yield f"pskd: {len(entries)} checkpoint{'s' if len(entries) != 1 else ''} verified in {path}"
+        yield f"pskd: {counted(len(entries), 'checkpoint')} verified in {path}"
         return
     if args.step is not None:
         raise UsageError("--step selects a step of a checkpoint directory")

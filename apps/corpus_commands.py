@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 from pskd_jax import corpus, data
-from pskd_jax._os.checks import integer
+from pskd_jax._os.checks import counted, integer
 from pskd_jax.errors import PskdError, UsageError
 from pskd_jax.storage import is_url, locate
 
@@ -131,19 +131,20 @@ def _built(options: corpus.BuildOptions, result: corpus.BuildResult, where: str,
            count_workers: bool = True) -> Iterator[str]:
     m = result.manifest
     kept = f"; {result.kept} kept from an earlier build" if result.kept else ""
-    yield (f"pskd: wrote {m.path} ({len(m.shards)} shards, {m.tokens} tokens, {m.documents} documents, "
-           f"a vocabulary of {m.vocab_size} tokens with boundary {m.boundary}{kept})")
+    yield (f"pskd: wrote {m.path} ({counted(len(m.shards), 'shard')}, {counted(m.tokens, 'token')}, "
+           f"{counted(m.documents, 'document')}, a vocabulary of {m.vocab_size} tokens with boundary "
+           f"{m.boundary}{kept})")
     if result.skipped:
         first = "; the first:" if result.examples else ""
-        yield f"pskd: left out {result.skipped} bad documents (--skip-bad){first}"
+        yield f"pskd: left out {counted(result.skipped, 'bad document')} (--skip-bad){first}"
         for example in result.examples:
             yield f"pskd:   {example}"
     mb = result.input_bytes / 1e6
     if result.built:
         used = min(options.workers, result.built)  # (the pool, and Beam's, start no more than the shards built)
-        workers = f"with {used} worker{'s' if used > 1 else ''}" if count_workers else ""
+        workers = f"with {counted(used, 'worker')}" if count_workers else ""
         place = " ".join(part for part in (workers, where) if part)
-        yield (f"pskd: {result.built} shards from {mb:.1f} MB of input in {result.seconds:.2f} s "
+        yield (f"pskd: {counted(result.built, 'shard')} from {mb:.1f} MB of input in {result.seconds:.2f} s "
                f"({mb / max(result.seconds, 1e-9):.1f} MB/s {place})")
 
 
@@ -166,7 +167,8 @@ def _verify(args) -> Iterator[str]:
     args.manifest = _manifest_path(args.manifest)
     result = corpus.verify_corpus(args.manifest, workers=args.workers, tokenizer=args.tokenizer)
     seconds = time.perf_counter() - started
-    yield (f"pskd: ok {args.manifest}: {result.shards} shards, {result.tokens} tokens; every sha256, count, size, "
+    yield (f"pskd: ok {args.manifest}: {counted(result.shards, 'shard')}, {counted(result.tokens, 'token')}; "
+           "every sha256, count, size, "
            f"token and document count matches ({result.bytes / 1e6:.1f} MB in {seconds:.2f} s)")
     m = result.manifest
     if not m.complete:
@@ -183,8 +185,9 @@ def _merge(args) -> Iterator[str]:
     if os.path.isdir(output) or is_url(output):  # a directory (or a store's prefix): its shards.json
         output = _manifest_path(output) if is_url(output) else os.path.join(output, corpus.MANIFEST)
     m = corpus.merge_manifests(args.manifests, output)
-    yield (f"pskd: wrote {output} ({len(m.shards)} shards from {len(args.manifests)} manifests, {m.tokens} tokens, "
-           f"{m.documents} documents, a vocabulary of {m.vocab_size} tokens with boundary {m.boundary})")
+    yield (f"pskd: wrote {output} ({counted(len(m.shards), 'shard')} from "
+           f"{counted(len(args.manifests), 'manifest')}, {counted(m.tokens, 'token')}, "
+           f"{counted(m.documents, 'document')}, a vocabulary of {m.vocab_size} tokens with boundary {m.boundary})")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Iterator
 
 from pskd_jax import checkpoint, corpus, data
-from pskd_jax._os.checks import integer
+from pskd_jax._os.checks import counted, integer
 from pskd_jax.data.info import iter_info_lines
 from pskd_jax.errors import UsageError
 from pskd_jax.format import Layout
@@ -64,7 +64,7 @@ def _pack(args) -> Iterator[str]:
     result = data.pack_file(args.input, args.type, args.output, encodings=encodings,
                             round_to_encoding=args.round)
     labels = "" if result.version == 1 else ", encodings " + " ".join(encoding_labels(layout.leaves, result.encodings))
-    yield f"pskd: wrote {args.output} ({result.count} samples of type {result.type_text}{labels})"
+    yield f"pskd: wrote {args.output} ({counted(result.count, 'sample')} of type {result.type_text}{labels})"
     for report in result.rounding:
         yield f"pskd: {report.describe()}"
 
@@ -82,8 +82,8 @@ def _lm_windows(args) -> Iterator[str]:
     _binary_output(args)
     result = data.lm_windows_file(args.input, args.output, vocab=_vocab_size(args.vocab), seq=args.seq,
                                      stride=args.stride)
-    yield (f"pskd: wrote {args.output} ({result.windows} windows of type {result.type_text} "
-           f"from {result.tokens} tokens)")
+    yield (f"pskd: wrote {args.output} ({counted(result.windows, 'window')} of type {result.type_text} "
+           f"from {counted(result.tokens, 'token')})")
 
 
 def _layout(args, path: str):
@@ -116,7 +116,7 @@ def _diff(args) -> Iterator[str]:
     yield from _exact_lines(distance.exact)
     for name, paths in (("a", distance.only_a), ("b", distance.only_b)):
         if paths:
-            yield f"only in {name} ({len(paths)} leaves, not compared): {_abridged(paths)}"
+            yield f"only in {name} ({counted(len(paths), 'leaf', 'leaves')}, not compared): {_abridged(paths)}"
     for note in distance.notes:
         yield f"note: {note}"
 

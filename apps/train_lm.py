@@ -224,6 +224,7 @@ def check_batches(data: TrainingData) -> None:
 def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
     """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to."""
     from pskd_jax import corpus
+    from pskd_jax._os.checks import counted
     from pskd_jax.errors import UsageError
 
     if config.seq is None:
@@ -234,7 +235,7 @@ def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
     notes = []
     m = windows.manifest
     if config.verify_corpus:
-        notes.append(f"train: verified {len(m.shards)} shards, {m.tokens} tokens, in "
+        notes.append(f"train: verified {counted(len(m.shards), 'shard')}, {counted(m.tokens, 'token')}, in "
                      f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)")
     if not windows.complete:
         notes.append(f"train: {path} is the manifest of a build in progress or interrupted: "

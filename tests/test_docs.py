@@ -172,6 +172,6 @@ def test_the_readmes_bucket_session_runs_as_written(tmp_path):
     out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
     assert session_process.returncode == 0, f"{out}\n{err[-6000:]}"
     lines = out.splitlines()
-    assert any(line.startswith("pskd: ok s3://demo/corpus/shards.json: 1 shards") for line in lines), out
+    assert any(line.startswith("pskd: ok s3://demo/corpus/shards.json: 1 shard,") for line in lines), out
     assert "{'w': Array([0., 1., 2., 3.], dtype=float32)}" in lines, out
     assert lines[-1] == "pskd: 1 checkpoint verified in s3://demo/run", out

@@ -144,5 +144,15 @@ def not_below(value: Any, bound: int) -> str:
     return f"{value} is not below its bound idx[{bound}]"
 
 
-__all__ = ["abridged", "abridged_list", "checked_integer", "first_true", "integer", "is_integer", "mode_words",
-           "not_below", "range_words"]
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, singular for exactly one, else ``plural`` (default ``noun + "s"``):
+    the one way a message counts things.
+
+    >>> counted(1, "shard"), counted(0, "shard"), counted(2, "leaf", "leaves"), counted(1, "bad document")
+    ('1 shard', '0 shards', '2 leaves', '1 bad document')
+    """
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+__all__ = ["abridged", "abridged_list", "checked_integer", "counted", "first_true", "integer", "is_integer",
+           "mode_words", "not_below", "range_words"]

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 
 from pskd_jax._os import names
+from pskd_jax._os.checks import counted
 from pskd_jax.checkpoint.directory import CheckpointDirectory
 from pskd_jax.checkpoint.index import INDEX, CheckpointEntry, check_step, load_index
 from pskd_jax.checkpoint.integrity import checked_digests, layout_xxh3, verify_data
@@ -30,8 +31,8 @@ def verify_directory(directory: str | os.PathLike, *, step: int | None = None) -
         found = sorted(name for name in place.names(missing_ok=True) if names.step_of(name) is not None)
         if found:
             raise CheckpointDirectoryError(
-                f"{place.path}: no checkpoint index ({INDEX}), but {len(found)} step file"
-                f"{'s' if len(found) != 1 else ''} ({', '.join(found[:4])}{', …' if len(found) > 4 else ''}): "
+                f"{place.path}: no checkpoint index ({INDEX}), but {counted(len(found), 'step file')} "
+                f"({', '.join(found[:4])}{', …' if len(found) > 4 else ''}): "
                 "no recorded digest to check them against (a CheckpointManager opened on the directory adopts "
                 "the complete ones)")
     entries = list(index.entries)

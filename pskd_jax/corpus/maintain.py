@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pskd_jax._os.checks import abridged, checked_integer
+from pskd_jax._os.checks import abridged, checked_integer, counted
 from pskd_jax._os.files import _kind as file_kind
 from pskd_jax._os.files import out_of_descriptors
 from pskd_jax.corpus.manifest import Manifest, Shard, manifest_object, object_shard, read_manifest
@@ -138,7 +138,8 @@ def content_problem(source: ByteSource, path: str, header: Header, shard: Shard,
         return (f"token {first_bad[0]} is {first_bad[1]}, not below the vocabulary size {bound} (its sha256 matches "
                 "the manifest: the damage predates the manifest)")
     if boundaries != shard.documents:
-        return (f"{boundaries} boundary tokens ({boundary}), but the manifest records {shard.documents} documents, "
+        return (f"{counted(boundaries, 'boundary token')} ({boundary}), but the manifest records "
+                f"{counted(shard.documents, 'document')}, "
                 "and every document ends with one")
     return None
 
@@ -210,7 +211,7 @@ def check_shards(manifest: Manifest, check: Callable[[int], str | None], workers
     bad = [i for i, p in enumerate(problems) if p is not None]
     if bad:
         i = bad[0]
-        others = f" (and {len(bad) - 1} more failing shard{'s' if len(bad) > 2 else ''}: " + ", ".join(
+        others = f" (and {counted(len(bad) - 1, 'more failing shard')}: " + ", ".join(
             manifest.shards[j].path for j in bad[1:6]) + (", …" if len(bad) > 6 else "") + ")" if len(bad) > 1 else ""
         raise ShardMismatchError(f"{manifest.path}: shard {i} {manifest.shards[i].path}: {problems[i]}{others}")
 
@@ -307,13 +308,13 @@ def info_lines(manifest_path: str | os.PathLike, *, shards: bool = False,
     ]
     skipped = sum(s.skipped for s in m.shards)
     if skipped:
-        lines.append(f"skipped    {skipped} bad documents (built with --skip-bad)")
+        lines.append(f"skipped    {counted(skipped, 'bad document')} (built with --skip-bad)")
     if not m.complete:
         lines.append(f"building   {len(m.shards)} of {m.planned_shards} shards listed: a build is in progress (or "
                      "was interrupted; run it again to finish it)")
     if shards:
-        lines += [f"[{i}] {s.path}  {s.tokens} tokens  {s.documents} documents  sha256 {s.sha256[:16]}…"
-                  for i, s in enumerate(m.shards)]
+        lines += [f"[{i}] {s.path}  {counted(s.tokens, 'token')}  {counted(s.documents, 'document')}  "
+                  f"sha256 {s.sha256[:16]}…" for i, s in enumerate(m.shards)]
     return lines
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pskd_jax._os.checks import checked_integer
+from pskd_jax._os.checks import checked_integer, counted
 from pskd_jax.data.export import ShownLeaves, open_with_layout, plain
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import Encoding
@@ -121,7 +121,7 @@ def iter_info_lines(path: str, *, samples: int | None = None, layout: Any = None
         leaves = placement.layout.leaves
         checkpoint = header.is_params or forms is not None
         show = values if values is not None else (samples is not None or not checkpoint)
-        yield f"sample  {placement.sample_bytes} bytes, {len(leaves)} leaves"
+        yield f"sample  {counted(placement.sample_bytes, 'byte')}, {counted(len(leaves), 'leaf', 'leaves')}"
         if checkpoint:
             if source:
                 yield f"layout  {source}"

@@ -74,7 +74,7 @@ def test_chars_vocabulary_and_usage(tmp_path):
     ok("chars", tmp_path / "t.txt", "-o", tmp_path / "v.json")
     lines = in_process("corpus", "build", tmp_path / "t.txt", "--vocab", tmp_path / "v.json", "-o", tmp_path / "c",
                        "--max-document-tokens", "3")
-    assert lines[0] == f"pskd: wrote {tmp_path / 'c' / 'shards.json'} (1 shards, 4 tokens, 1 documents, " \
+    assert lines[0] == f"pskd: wrote {tmp_path / 'c' / 'shards.json'} (1 shard, 4 tokens, 1 document, " \
                        "a vocabulary of 4 tokens " \
                        "with boundary 3)"
     m = corpus.read_manifest(tmp_path / "c" / "shards.json")
@@ -255,7 +255,7 @@ def test_build_and_merge_in_a_bucket(tmp_path, s3_bucket):
         store.put(f"raw/{name}.jsonl", (tmp_path / f"{name}.jsonl").read_bytes())
     url = s3_bucket.url
     lines = ok("corpus", "build", f"{url}/raw/a.jsonl", "-o", f"{url}/all/one", env=s3_bucket.env, cwd=tmp_path)
-    assert lines[0].startswith(f"pskd: wrote {url}/all/one/shards.json (1 shards, ")
+    assert lines[0].startswith(f"pskd: wrote {url}/all/one/shards.json (1 shard, ")
     ok("corpus", "build", f"{url}/raw/b.*", "-o", f"{url}/all/two", env=s3_bucket.env, cwd=tmp_path)
     lines = ok("corpus", "merge", f"{url}/all/one", f"{url}/all/two/shards.json", "-o", f"{url}/all",
                env=s3_bucket.env, cwd=tmp_path)
@@ -268,3 +268,25 @@ def test_build_and_merge_in_a_bucket(tmp_path, s3_bucket):
     fails("E9018", "corpus", "build", str(tmp_path / "a.jsonl"), "-o", "s3://Bad_Bucket/c", env=s3_bucket.env,
           cwd=tmp_path)
     assert "s3:" not in os.listdir(tmp_path)
+
+
+def test_messages_count_one_thing_in_the_singular(tmp_path):
+    """A corpus of one shard, one document and one token a document says so: "1 shard", "1
+    document", "1 worker", not "1 shards"; as do pskd info of one leaf and a skipped document."""
+    import numpy as np
+
+    import pskd_jax
+
+    (tmp_path / "t.jsonl").write_text('{"text": "a"}\n{"text": 3}\n', encoding="utf-8")
+    manifest = tmp_path / "c" / "shards.json"
+    built = in_process("corpus", "build", tmp_path / "t.jsonl", "-o", tmp_path / "c", "--skip-bad")
+    assert built[0].startswith(f"pskd: wrote {manifest} (1 shard, 2 tokens, 1 document, a vocabulary"), built
+    assert built[1].startswith("pskd: left out 1 bad document (--skip-bad)"), built
+    assert re.fullmatch(r"pskd: 1 shard from 0\.0 MB of input in .* with 1 worker\)", built[-1]), built
+    (verified,) = in_process("corpus", "verify", manifest)
+    assert verified.startswith(f"pskd: ok {manifest}: 1 shard, 2 tokens; every sha256"), verified
+    info = in_process("corpus", "info", manifest, "--shards")
+    assert "skipped    1 bad document (built with --skip-bad)" in info, info
+    assert info[-1].startswith("[0] shard-00000.psk.d  2 tokens  1 document  sha256 "), info
+    pskd_jax.write(tmp_path / "one.psk.d", "idx[4][]", np.arange(1, dtype=np.uint8))
+    assert "sample  1 byte, 1 leaf" in in_process("info", tmp_path / "one.psk.d")

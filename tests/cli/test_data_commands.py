@@ -117,7 +117,7 @@ def test_pack_narrowing_is_refused_then_rounded_and_reported(tmp_path):
     assert f"{values}:1" in message and "0.1" in message
     assert not out.exists()
     lines = ok("pack", "--type", "R[2]", "--encoding", "bf16", "--round", values, "-o", out)
-    assert lines[0] == f"pskd: wrote {out} (1 samples of type ℝ[2], encodings bf16)"
+    assert lines[0] == f"pskd: wrote {out} (1 sample of type ℝ[2], encodings bf16)"
     assert "largest error" in lines[1] and "0.1 → 0.10009765625" in lines[1]
     info = ok("info", out)
     assert "version 2" in info and "encodings (root)=bf16" in info
@@ -201,7 +201,7 @@ def test_summaries_name_an_idx_leaf_idx_never_f64(tmp_path):
     values.write_text("1 2 0.5\n")
     out = tmp_path / "o.psk.d"
     assert ok("pack", "--type", "(idx[10][2], ℝ[])", "--encoding", "-,f32", values, "-o", out) == [
-        f"pskd: wrote {out} (1 samples of type (idx[10][2], ℝ[]), encodings idx f32)"
+        f"pskd: wrote {out} (1 sample of type (idx[10][2], ℝ[]), encodings idx f32)"
     ]
     assert "encodings [0]=idx [1]=f32" in ok("info", out)
     # A params file read without its layout: byte 0 may be either, and info says so.

@@ -74,7 +74,7 @@ def test_a_token_at_or_above_the_vocabulary_with_its_sha256_recorded_after_the_d
 def test_documents_that_disagree_with_the_boundary_tokens(tmp_path):
     m = corpus_of(tmp_path / "c", [[1, 2, B], [3, B, 4, 5, B]])
     rewrite(m, 1, documents=1)
-    expect_verify(m, r"E9017: .*shard 1 s1.psk.d: 2 boundary tokens \(256\), but the manifest records 1 documents")
+    expect_verify(m, r"E9017: .*shard 1 s1.psk.d: 2 boundary tokens \(256\), but the manifest records 1 document,")
     rewrite(m, 1, documents=2)
     corpus.verify_corpus(m)
     # A token turned into a boundary (or a boundary into a token), the hash recorded after it.
@@ -83,7 +83,7 @@ def test_documents_that_disagree_with_the_boundary_tokens(tmp_path):
     data[-6:-4] = struct.pack("<H", B)
     shard.write_bytes(bytes(data))
     rewrite(m, 0)
-    expect_verify(m, r"E9017: .*shard 0 s0.psk.d: 2 boundary tokens \(256\), but the manifest records 1 documents")
+    expect_verify(m, r"E9017: .*shard 0 s0.psk.d: 2 boundary tokens \(256\), but the manifest records 1 document,")
 
 
 def test_a_small_vocabulary_in_u8(tmp_path):

@@ -367,7 +367,7 @@ def test_the_command_pairs_checkpoints_through_their_own_layouts(tmp_path):
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.splitlines() == [
         f"‖a − b‖₂ = {2 ** 0.5!r}  ‖a‖₂ = 2.0  relative {2 ** 0.5 / 2!r}  over 6 real elements",
-        "only in a (1 leaves, not compared): ['extra']",
+        "only in a (1 leaf, not compared): ['extra']",
     ]
 
 
