@@ -6,6 +6,10 @@ map with its own, and a corpus of ~500 shards reaches the usual limit of 1024. A
 after the descriptor it was made from is closed (POSIX ``mmap``), so here the map is made with the
 C library's ``mmap`` and the caller closes its descriptor at once. The map is let go (``munmap``)
 when the last buffer or array view of it is collected, never under a live view.
+
+A map's owner may still keep its descriptor for a cheaper guard (``fstat`` of it, against
+``stat`` of a path): :data:`KEPT_DESCRIPTORS` hands out up to half the process's soft limit of
+open files to owners that ask, and none beyond, so a corpus of any number of shards opens.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 
 import numpy as np
 
@@ -49,9 +54,43 @@ def map_read_only(fd: int, size: int) -> np.ndarray:
     owner = _Mapping(address, size)
     buffer = (ctypes.c_ubyte * size).from_address(address)
     buffer._owner = owner  # type: ignore[attr-defined]  # (the map lives as long as the buffer and its views)
-    array = np.frombuffer(memoryview(buffer), np.uint8)
-    array.flags.writeable = False  # (PROT_READ: a write would fault)
+    # Read-only as a buffer too, so that no array of it can be made writable again (PROT_READ:
+    # a write would kill the process).
+    array = np.frombuffer(memoryview(buffer).toreadonly(), np.uint8)
     return array
 
 
-__all__ = ["map_read_only"]
+class DescriptorBudget:
+    """How many descriptors the owners of maps may keep open: half the soft limit of open files
+    (looked at on every ask, so a limit raised meanwhile counts), shared by all owners."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = 0
+
+    def take(self) -> bool:
+        """Whether one more descriptor may be kept (counted as kept when it may)."""
+        with self._lock:
+            if self.held >= self._limit():
+                return False
+            self.held += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.held = max(0, self.held - 1)
+
+    @staticmethod
+    def _limit() -> int:
+        try:
+            import resource
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (ImportError, OSError, ValueError):  # (no such limit here)
+            return 256
+        return (1 << 16) if soft == resource.RLIM_INFINITY else max(0, soft // 2)
+
+
+KEPT_DESCRIPTORS = DescriptorBudget()
+
+
+__all__ = ["KEPT_DESCRIPTORS", "DescriptorBudget", "map_read_only"]

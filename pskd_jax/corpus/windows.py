@@ -314,8 +314,8 @@ class CorpusWindows(RandomAccessSource):
                    ) -> tuple[FileBytes | MappedFile, Any, np.ndarray]:
         """Shard i's file open at ``fd`` (taken over): its header checked, and with mmap access its
         tokens as a view of its map. With mmap access and not ``descriptor`` (a corpus's own
-        shard, not a cache's copy) the descriptor is closed once the map is made: a corpus of
-        any number of shards holds none (see :class:`MappedFile`)."""
+        shard, not a cache's copy) the descriptor is kept only within the process's budget (see
+        :class:`MappedFile`): a corpus of any number of shards opens."""
         entry, tokenizer = manifest.shards[i], manifest.tokenizer
         source: FileBytes | MappedFile = FileBytes(local, fd=fd)
         try:
@@ -326,7 +326,7 @@ class CorpusWindows(RandomAccessSource):
                 raise ShardProblem(problem)
             tokens = np.zeros(0, tokenizer.dtype)
             if self.access == "mmap" and not descriptor:
-                opened, source = source, MappedFile(local, fd, size)
+                opened, source = source, MappedFile(local, os.dup(fd), size)  # (the copy: its own to keep or close)
                 opened.close()
             if self.access == "mmap" and entry.tokens:
                 mapped = source.mapped(size)
@@ -544,9 +544,9 @@ class CorpusWindows(RandomAccessSource):
     def _check_still_whole(self, state: _Snapshot, shards: Sequence[int]) -> None:
         """Refuses to copy out of the maps of ``shards`` (indices) when one was cut short since it
         was opened (E9003 naming it): touching a page past the end of a mapped file kills the
-        process with SIGBUS. One ``stat`` a shard (:class:`MappedFile`'s size); a shard cut short
-        between this check and the copy still kills the process, as for a mapped Reader (see
-        ``docs/corpus.md``)."""
+        process with SIGBUS. One ``fstat``, or ``stat`` of its path, a shard (:class:`MappedFile`'s
+        size); a shard cut short between this check and the copy still kills the process, as for
+        a mapped Reader (see ``docs/corpus.md``)."""
         files = [state.sources[k] for k in shards]  # (mapped shards: local files)
         short = first_cut_short(files, [state.needed_list[k] for k in shards])
         if short is not None:

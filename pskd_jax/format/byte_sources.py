@@ -36,7 +36,7 @@ import numpy as np
 
 from pskd_jax._os.digests import BLOCK
 from pskd_jax._os.files import open_fd, read_whole
-from pskd_jax._os.maps import map_read_only
+from pskd_jax._os.maps import KEPT_DESCRIPTORS, map_read_only
 from pskd_jax._os.positional import pread_runs, pread_spans, read_into
 from pskd_jax.errors import NotPskdError, PskdError, TruncatedError, UsageError
 from pskd_jax.format.parts_index import PREFIX, PartsIndex, index_of
@@ -308,24 +308,32 @@ class FileBytes(ByteSource):
 
 
 class MappedFile(ByteSource):
-    """A local regular file mapped whole, holding no file descriptor (a corpus of any number of
-    shards stays under the process's limit): made from a descriptor the caller then closes
-    (:func:`pskd_jax._os.maps.map_read_only`), read through its map, ``mapped(size)`` that map.
+    """A local regular file mapped whole, read through its map, ``mapped(size)`` that map; it
+    takes over the descriptor it is made from, and keeps it only while the process's budget of
+    kept descriptors allows (:data:`pskd_jax._os.maps.KEPT_DESCRIPTORS`: half the soft limit), so
+    that a corpus of any number of shards opens.
 
-    What a descriptor guarded is kept by the file's identity (device and inode, taken from that
-    descriptor): :meth:`size` is the size of the file its path names while that is still this
-    file (one ``stat``), so a file cut short in place shows. A file renamed over or removed at its
-    path is no longer reachable by its name to be cut short: its mapped bytes stay whole, and its
-    size is the mapped size. Reads (a verification) open the path for the moment of the read and
-    use ``preadv`` when it still names this file, a file cut short meanwhile being E9003 and never
-    a fault of the map; otherwise they copy from the map."""
+    :meth:`size` guards a copy out of the map against a file cut short in place: ``fstat`` of the
+    kept descriptor, or without one the size of the file its path names while that is still this
+    file (device and inode, one ``stat``). A file renamed over or removed at its path is then no
+    longer reachable by its name to be cut short: its mapped bytes stay whole, and its size is the
+    mapped size. Reads (a verification) use ``preadv`` of the kept descriptor, or of the path
+    opened for the moment of the read while it still names this file, a file cut short meanwhile
+    being E9003 and never a fault of the map; otherwise they copy from the map."""
 
     can_map = True
 
     def __init__(self, path: str, fd: int, size: int) -> None:
-        status = os.fstat(fd)
-        self.name, self.identity, self.length = path, (status.st_dev, status.st_ino), size
-        self.map: np.ndarray | None = map_read_only(fd, size) if size else np.zeros(0, np.uint8)
+        try:
+            status = os.fstat(fd)
+            self.name, self.identity, self.length = path, (status.st_dev, status.st_ino), size
+            self.map: np.ndarray | None = map_read_only(fd, size) if size else np.zeros(0, np.uint8)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd: int | None = fd if KEPT_DESCRIPTORS.take() else None
+        if self.fd is None:
+            os.close(fd)
 
     def _open_same(self) -> int | None:
         """A descriptor of the file at the path when it is still this file, else None."""
@@ -342,6 +350,11 @@ class MappedFile(ByteSource):
     def size(self) -> int:
         if self.map is None:
             raise TruncatedError(f"{self.name}: the file was closed")
+        if self.fd is not None:
+            try:
+                return os.fstat(self.fd).st_size
+            except OSError as e:
+                raise TruncatedError(f"{self.name}: cannot read: {e.strerror or e}") from e
         try:
             status = os.stat(self.name)
         except OSError:
@@ -350,6 +363,9 @@ class MappedFile(ByteSource):
 
     def read_spans(self, spans: Sequence[memoryview], offsets: Sequence[int]) -> None:
         mapped = self.mapped(self.length)
+        if self.fd is not None:
+            pread_spans(self.fd, spans, offsets, self.name)
+            return
         fd = self._open_same()
         if fd is not None:
             try:
@@ -380,6 +396,10 @@ class MappedFile(ByteSource):
 
     def close(self) -> None:
         self.map = None  # (unmapped with the last view of it)
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+            KEPT_DESCRIPTORS.give_back()
 
 
 LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buffer (Store.read_into)

@@ -187,10 +187,12 @@ def test_windows_through_the_pipeline_and_loader(tmp_path):
 
 
 @pytest.mark.subprocess
-def test_mapped_shards_hold_no_descriptor_so_any_number_opens(tmp_path):
-    """With access="mmap" (the default) a shard holds its map only, no descriptor: a corpus of more
-    shards than the process may open files opens, verifies, serves every window and refreshes
-    in a process whose limit is set low; the descriptors open afterwards are those before."""
+def test_mapped_shards_keep_descriptors_within_half_the_limit_so_any_number_opens(tmp_path):
+    """With access="mmap" (the default) a shard keeps its descriptor only while the process keeps
+    fewer than half its limit for maps (the rest hold their map alone): a corpus of more shards
+    than the process may open files opens, verifies, serves every window and refreshes in a
+    process whose limit is set low, holding 32 more descriptors (half of 64) while open and none
+    once closed."""
     from tests.helpers import run_python
 
     pieces = [(np.arange(10 + i % 7, dtype=np.uint16) + i) % 200 for i in range(150)]
@@ -204,13 +206,15 @@ def test_mapped_shards_hold_no_descriptor_so_any_number_opens(tmp_path):
         windows = CorpusWindows(sys.argv[1], seq=4, verify=True, workers=4)
         inputs, targets = windows.gather(np.arange(len(windows)))
         assert windows.refresh(verify=True) is False
-        print(len(os.listdir("/proc/self/fd")) - before, len(windows))
+        held = len(os.listdir("/proc/self/fd")) - before
+        windows.close()
+        print(held, len(os.listdir("/proc/self/fd")) - before, len(windows))
         np.save(sys.argv[2], np.concatenate([inputs, targets[:, -1:]], axis=1))
     """, manifest, tmp_path / "got.npy")
     assert result.returncode == 0, result.stderr[-2000:]
     stream = np.concatenate(pieces)
     count = (len(stream) - 1) // 4
-    assert result.stdout.split() == ["0", str(count)]
+    assert result.stdout.split() == ["32", "0", str(count)]
     want = np.stack([stream[4 * w : 4 * w + 5] for w in range(count)])
     np.testing.assert_array_equal(np.load(tmp_path / "got.npy"), want)
 
@@ -240,10 +244,15 @@ def test_a_corpus_of_more_shards_than_descriptors_left_says_to_raise_the_limit(t
     assert "raise the limit (ulimit -n)" in result.stdout
 
 
-def test_a_mapped_shard_renamed_over_keeps_serving_its_mapped_bytes(tmp_path):
-    """A mapped shard holds no descriptor; its path renamed over by a shorter file (no longer the
-    file mapped: another inode) is not taken for the mapped file cut short: the windows serve the
-    bytes they mapped, and a refresh-free gather and stream see the corpus they opened."""
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_mapped_shard_renamed_over_keeps_serving_its_mapped_bytes(tmp_path, monkeypatch, kept):
+    """A mapped shard, with its descriptor or without one (beyond the process's budget): its path
+    renamed over by a shorter file (no longer the file mapped: another inode) is not taken for
+    the mapped file cut short: the windows serve the bytes they mapped, and a refresh-free gather
+    and stream see the corpus they opened."""
+    from pskd_jax._os import maps
+    if not kept:
+        monkeypatch.setattr(maps.KEPT_DESCRIPTORS, "_limit", lambda: 0)
     pieces = [np.arange(40, dtype=np.uint16) % 200, np.arange(30, dtype=np.uint16) % 100]
     manifest = write_corpus(tmp_path / "c", pieces)
     with CorpusWindows(manifest, seq=4) as windows:

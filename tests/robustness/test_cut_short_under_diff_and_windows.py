@@ -94,7 +94,10 @@ WINDOWS_CUT = """
     import numpy as np
     from pskd_jax.corpus import CorpusWindows
     from pskd_jax.errors import PskdError
-    manifest, victim, how = sys.argv[1], sys.argv[2], sys.argv[3]
+    manifest, victim, how, kept = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    if kept == "none":  # (no descriptor kept: the guard is a stat of the shard's path)
+        from pskd_jax._os import maps
+        maps.KEPT_DESCRIPTORS._limit = lambda: 0
     with CorpusWindows(manifest, seq=8, access="mmap") as windows:
         windows.gather(np.arange(len(windows)))
         os.truncate(victim, 100)
@@ -123,16 +126,19 @@ def corpus_of_two_shards(tmp_path):
     return built.manifest.path, [built.manifest.shard_path(i) for i in range(2)]
 
 
+@pytest.mark.parametrize("kept", ["descriptor", "none"])
 @pytest.mark.parametrize("shard", [0, 1])
 @pytest.mark.parametrize("how", ["gather", "getitem", "stream"])
-def test_mapped_windows_over_a_shard_cut_short_answer_E9003_naming_it(tmp_path, shard, how):
+def test_mapped_windows_over_a_shard_cut_short_answer_E9003_naming_it(tmp_path, shard, how, kept):
+    # A mapped shard keeps its descriptor within the process's budget (an fstat guards a copy) and
+    # none beyond it (a stat of its path, while that names the mapped file): both catch the cut.
     manifest, shards = corpus_of_two_shards(tmp_path)
-    run = run_child(WINDOWS_CUT, manifest, shards[shard], how, cwd=tmp_path)
+    run = run_child(WINDOWS_CUT, manifest, shards[shard], how, kept, cwd=tmp_path)
     assert run.returncode == 0 and run.stdout.split() == ["E9003", "True"], run.stdout + run.stderr
 
 
 def test_windows_still_whole_are_served_after_the_check(tmp_path):
-    """The check costs one fstat a shard a batch touches, and a whole corpus reads as before."""
+    """The check costs one fstat (or stat) a shard a batch touches, and a whole corpus reads as before."""
     from pskd_jax.corpus import CorpusWindows
     manifest, shards = corpus_of_two_shards(tmp_path)
     stream = []
