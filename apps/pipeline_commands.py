@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pskd_jax._os.checks import integer
 from pskd_jax.errors import UsageError
 from pskd_jax.pipeline import Mixture, Pipeline, StreamFacts, load_pipeline, parse_pipeline, stream_facts
-from pskd_jax.pipeline.streams import check_stream_path
+from pskd_jax.pipeline.streams import check_stream_path, stream_places
 
 
 def _pipeline(args: argparse.Namespace) -> Iterator[str]:
@@ -74,8 +74,7 @@ def _mixture_lines(mixture: Mixture, args: argparse.Namespace) -> Iterator[str]:
     if args.epoch not in (None, 1):
         raise UsageError(f"--epoch {args.epoch}: a mixture has no epochs of its own (each source starts its next "
                          "epoch when it runs out); print a later part of its stream with --start J")
-    facts = [_facts(source.path, args, f"{source.where + ': ' if source.where else ''}source {i}: ")
-             for i, source in enumerate(mixture.sources)]
+    facts = [_facts(path, args, where) for path, where in stream_places(mixture)]
     _check_cut_flags(facts, args)
     counts = mixture.check_counts([f.count for f in facts])
     sample_type = mixture.check_sample_types([f.sample_type for f in facts])

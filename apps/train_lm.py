@@ -161,10 +161,12 @@ def open_data(config: RunConfig) -> TrainingData:
     (its manifest), or an lm-windows file; each source of a ``mix(…)``."""
     from pskd_jax.errors import UsageError
     from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
+    from pskd_jax.pipeline.streams import check_streams
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
+    check_streams(pipeline)  # (E9010 at the stream's place for nothing there, or a directory: the Loader's check)
     check_cut_flags(list(pipeline.paths) if isinstance(pipeline, Mixture) else [pipeline.path], config)
     if not isinstance(pipeline, Mixture):
         return _stream_data(pipeline.path, pipeline, config)
@@ -197,10 +199,7 @@ def check_cut_flags(paths: list[str], config: RunConfig) -> None:
     are cut already, and the flag would go unheeded."""
     from pskd_jax import corpus
     from pskd_jax.errors import UsageError
-    from pskd_jax.pipeline.streams import check_stream_path
 
-    for path in paths:
-        check_stream_path(path)  # (E9010 for nothing there, or a directory: the Loader's own check)
     if any(corpus.is_manifest(path) for path in paths):
         return
     for name in ("seq", "stride"):

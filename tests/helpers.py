@@ -118,10 +118,11 @@ def pskd_fails(code: str, *args, status: int | None = None, **options) -> str:
     return result.stderr
 
 
-def train_lm(*args, cwd=None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Runs ``python -m pskd_jax.apps.train_lm ARGS`` on the CPU, text captured."""
+def train_lm(*args, cwd=None, env: dict | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs ``python -m pskd_jax.apps.train_lm ARGS`` on the CPU, text captured (in ``env``, by
+    default :data:`ENV`)."""
     return subprocess.run([sys.executable, "-m", "pskd_jax.apps.train_lm", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd or ROOT, timeout=timeout, env=dict(ENV, JAX_PLATFORMS="cpu"))
+                          text=True, cwd=cwd or ROOT, timeout=timeout, env=dict(env or ENV, JAX_PLATFORMS="cpu"))
 
 
 def python(code: str, *args, **options) -> subprocess.Popen:

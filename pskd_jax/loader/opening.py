@@ -29,7 +29,7 @@ from pskd_jax.loader.mixed import MixedBatches, MixedSource
 from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.pipeline.parse import load_pipeline, parse_pipeline
-from pskd_jax.pipeline.streams import check_stream_path, is_corpus_manifest
+from pskd_jax.pipeline.streams import check_stream_path, check_streams, is_corpus_manifest, stream_places
 from pskd_jax.storage.urls import is_url
 
 __all__ = ["Opened", "WindowOptions", "check_batch_fits", "check_divides", "check_stream_path", "open_pipeline"]
@@ -88,8 +88,8 @@ def _check_no_base_dir(pipeline: Pipeline | Mixture, base_dir: str | os.PathLike
 def _open_stream(path: str, options: WindowOptions, where: str) -> Any:
     """The source a stream's path names: windows of a corpus manifest, or a ``.psk.d`` Reader
     (a URL: a corpus when its object starts like JSON, as a local file; its reader says what else
-    is wrong, and a URL the toolkit cannot serve is E9018)."""
-    check_stream_path(path, where)
+    is wrong, and a URL the toolkit cannot serve is E9018); its path checked already
+    (:func:`~pskd_jax.pipeline.streams.check_streams`)."""
     if is_corpus_manifest(path):
         if options.seq is None:
             raise UsageError(f"{where}{path} is a corpus: give the window length (Loader(…, seq=T))")
@@ -161,6 +161,7 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
     text = as_pipeline(pipeline, base_dir)
     if isinstance(text, Pipeline):
         if source is None:
+            check_streams(text)
             opened = _open_stream(text.path, options, "")
             try:
                 _check_cut_used([opened], options)
@@ -184,16 +185,17 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
                                 "text's order), or none")
         if len(given) != len(text.sources):
             raise PipelineError(f"{text} mixes {len(text.sources)} sources, but {len(given)} were given")
+    else:
+        check_streams(text)  # (every source's path, before any is opened)
     sources: list[Any] = []
     owned: list[Any] = []
     try:
-        for i, mixed in enumerate(text.sources):
-            where = f"{mixed.where + ': ' if mixed.where else ''}source {i}: "
+        for i, (path, where) in enumerate(stream_places(text)):
             if given is None:
-                sources.append(_open_stream(mixed.path, options, where))
+                sources.append(_open_stream(path, options, where))
                 owned.append(sources[-1])
             else:
-                _check_given(given[i], mixed.path, options, where)
+                _check_given(given[i], path, options, where)
                 sources.append(given[i])
         _check_cut_used(sources, options)
         _check_alike(text, sources)

@@ -20,9 +20,12 @@ from pskd_jax._os.jsonfile import json_kind, loads_strict, read_strict
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import CorpusDirectoryError, PipelineError, PskdError, UsageError
 from pskd_jax.format.reader import Reader
+from pskd_jax.pipeline.batches import Pipeline
+from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.storage import Location, locate, store_for
 
-__all__ = ["CORPUS_FORMAT", "StreamFacts", "check_stream_path", "is_corpus_manifest", "stream_facts"]
+__all__ = ["CORPUS_FORMAT", "StreamFacts", "check_stream_path", "check_streams", "is_corpus_manifest", "stream_facts",
+           "stream_places"]
 
 CORPUS_FORMAT = "pskd-corpus"  # the "format" of a corpus manifest
 
@@ -77,6 +80,26 @@ def check_stream_path(path: str, where: str = "") -> None:
     if not os.path.lexists(local):
         raise PipelineError(f"{where}the stream {path!r} does not exist (a relative path is joined to the "
                             "pipeline file's directory, or to the loader's base_dir, default the current directory)")
+
+
+def stream_places(pipeline: Pipeline | Mixture) -> tuple[tuple[str, str], ...]:
+    """Each stream a pipeline (a :class:`~pskd_jax.pipeline.Pipeline` or a
+    :class:`~pskd_jax.pipeline.Mixture`) names, as ``(path, place)``: the place starts every message
+    about that stream, empty for a single stream, ``TEXT:2:5: source 1: `` for a mixture's source
+    (its line and column in the text, and its index). Every reader of a text takes its places from
+    here, so that one stream's messages say the same wherever the text is read."""
+    if not isinstance(pipeline, Mixture):
+        return ((pipeline.path, ""),)
+    return tuple((source.path, f"{source.where + ': ' if source.where else ''}source {i}: ")
+                 for i, source in enumerate(pipeline.sources))
+
+
+def check_streams(pipeline: Pipeline | Mixture) -> None:
+    """:func:`check_stream_path` of every stream of ``pipeline``, each named at its place
+    (:func:`stream_places`): the check the Loader, ``pskd pipeline`` and ``train_lm`` make before
+    opening anything."""
+    for path, where in stream_places(pipeline):
+        check_stream_path(path, where)
 
 
 def _check_stream_object(location: Location, url: str, where: str) -> None:

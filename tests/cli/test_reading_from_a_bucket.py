@@ -16,9 +16,10 @@ import pytest
 from pskd_jax import checkpoint, corpus
 from pskd_jax.checkpoint.parts import PartsIndex
 from pskd_jax.corpus import BuildOptions
+from pskd_jax.errors import PskdError
 from pskd_jax.format import write
 from pskd_jax.storage import resolve
-from tests.helpers import pskd
+from tests.helpers import assert_code, pskd, train_lm
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
 from tests.objectstore import KEYS
@@ -124,6 +125,23 @@ def test_pipeline_of_a_url_streaming_nothing_names_its_place(corpora, s3_bucket,
     message = fails("E9018", "pipeline", text.format("s3://pskd-no-such-bucket-here/c/shards.json"), "--seq", "4",
                     env=s3_bucket.env)
     assert "there is no bucket 'pskd-no-such-bucket-here'" in message, message
+
+
+def test_train_lm_of_a_mix_with_a_url_streaming_nothing_names_its_place_as_the_loader(corpora, s3_bucket):
+    """train_lm's E9010 for a mixture's object that is not there is the Loader's, line, column and
+    index included (it named the URL alone)."""
+    from pskd_jax.loader import Loader
+    from pskd_jax.pipeline import parse_pipeline
+
+    local, remote = corpora
+    missing = f"{remote}/no/shards.json"
+    text = f'mix(stream "{local}/shards.json" : 1,\n    stream "{missing}" : 1) |> batch(B = 2)'
+    result = train_lm(f"--pipeline={text}", "--steps=1", "--seq=4", env=s3_bucket.env)
+    assert (result.returncode, result.stdout) == (1, "")
+    with pytest.raises(PskdError) as refused:
+        Loader(parse_pipeline(text, source="--pipeline"), seq=4)
+    assert result.stderr == f"pskd: {refused.value}\n"
+    assert_code(result, "E9010", f"--pipeline:2:5: source 1: the stream '{missing}' does not exist")
 
 
 def test_a_checkpoint_saved_in_parts_reads_as_the_single_object(s3_bucket, tmp_path):

@@ -150,6 +150,29 @@ def test_an_error_of_the_setup_is_one_line_of_its_code_too(tmp_path):
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+def loader_refusal(text: str, **options) -> str:
+    """What the Loader says of ``text`` read as train_lm reads its --pipeline, as train_lm prints it."""
+    from pskd_jax.loader import Loader
+    from pskd_jax.pipeline import parse_pipeline
+
+    try:
+        Loader(parse_pipeline(text, source="--pipeline"), **options).close()
+    except pskd_jax.PskdError as e:
+        return f"pskd: {e}\n"
+    raise AssertionError(f"the Loader opened {text}")
+
+
+def test_a_missing_stream_of_a_mix_is_named_at_its_place_as_the_loader_names_it(windows, tmp_path):
+    """train_lm's E9010 for a mixture's source that is not there names its line, column and index,
+    in the Loader's words (it named the path alone)."""
+    for missing in (tmp_path / "none.psk.d", tmp_path):  # (nothing there; a directory)
+        text = f'mix(stream "{windows}" : 1,\n    stream "{missing}" : 1) |> batch(B = 2)'
+        result = train_lm(f"--pipeline={text}", "--steps=1")
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr == loader_refusal(text)
+        assert_code(result, "E9010", f"--pipeline:2:5: source 1: the stream '{missing}' ")
+
+
 # --- flags no run can use: refused before anything is done ---------------------------------------------
 
 
