@@ -443,17 +443,23 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 def is_manifest(path: str | os.PathLike) -> bool:
     """Whether ``path`` (a local file, or an object: ``s3://…/shards.json``) is a corpus manifest: a
-    JSON object whose format is ``pskd-corpus``. E9018 for a URL the toolkit cannot serve."""
+    JSON object whose format is ``pskd-corpus``. E9018 for a URL the toolkit cannot serve, and for
+    a store that fails to answer (as :func:`~pskd_jax.pipeline.streams.is_corpus_manifest`): an
+    answer not heard is no "not a manifest"."""
     if not is_corpus_manifest(path):  # not JSON (a .psk.d file starts with PSKD): read no further
         return False
     where = locate(os.fspath(path))
-    try:
-        if where.is_local:
+    if where.is_local:
+        try:
             data = read_strict(where.path, CorpusDirectoryError)
-        else:
-            data = loads_strict(store_for(where).get(where.key)[0], where.url, CorpusDirectoryError)
-    except (PskdError, OSError):
-        return False
+        except (PskdError, OSError):
+            return False
+    else:
+        raw = store_for(where).get(where.key)[0]  # (a store's failure is its own error, never "not a manifest")
+        try:
+            data = loads_strict(raw, where.url, CorpusDirectoryError)
+        except CorpusDirectoryError:
+            return False
     return isinstance(data, dict) and data.get("format") == FORMAT
 
 

@@ -45,16 +45,15 @@ class StreamFacts:
 
 def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` (a local file or an object, ``s3://…/shards.json``) starts like JSON (a
-    ``.psk.d`` file starts with ``PSKD``): it is then read as a corpus manifest. Anything unreadable
-    answers False, and the reader of a ``.psk.d`` file names what is wrong with it; a URL the
-    toolkit cannot serve, or an object URL without the client, is E9018."""
+    ``.psk.d`` file starts with ``PSKD``): it is then read as a corpus manifest. A local file that
+    cannot be read, and an object that is not there, answer False, and the reader of a ``.psk.d``
+    file names what is wrong. A store that fails to answer (a fault that outlasts the retries, a
+    refusal such as 403) is its E9018 naming the URL: the answer to this question was not heard,
+    and a manifest taken for a ``.psk.d`` file would be reported as one ("bad magic"). A URL the
+    toolkit cannot serve, or an object URL without the client, is E9018 too."""
     where = locate(os.fspath(path))
     if not where.is_local:
-        store = store_for(where)
-        try:
-            found = store.head(where.key, 1)
-        except PskdError:
-            return False
+        found = store_for(where).head(where.key, 1)
         return found is not None and found[0][:1] == b"{"
     try:
         with open_regular(where.path, UsageError) as f:

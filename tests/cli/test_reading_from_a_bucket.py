@@ -19,6 +19,7 @@ from pskd_jax.corpus import BuildOptions
 from pskd_jax.errors import PskdError
 from pskd_jax.format import write
 from pskd_jax.storage import resolve
+from tests.faultproxy import Rule, answer
 from tests.helpers import assert_code, pskd, train_lm
 from tests.helpers import pskd_fails as fails
 from tests.helpers import pskd_ok as ok
@@ -142,6 +143,22 @@ def test_train_lm_of_a_mix_with_a_url_streaming_nothing_names_its_place_as_the_l
         Loader(parse_pipeline(text, source="--pipeline"), seq=4)
     assert result.stderr == f"pskd: {refused.value}\n"
     assert_code(result, "E9010", f"--pipeline:2:5: source 1: the stream '{missing}' does not exist")
+
+
+def test_train_lm_whose_store_fails_to_say_what_a_stream_is_reports_the_store(faulty_bucket, fault_proxy, tmp_path):
+    """A refusal (403) of the request that asks whether the stream is a corpus manifest is E9018
+    naming the URL; it was read as "not a corpus", and the run was refused with a word about a
+    .psk.d file (--seq "cuts a corpus's windows; … is a .psk.d file")."""
+    (tmp_path / "in").mkdir()
+    manifest = corpus.build_corpus([str(p) for p in make_inputs(tmp_path / "in")], faulty_bucket.url + "/c",
+                                   BuildOptions(durable=False)).manifest.path
+    # (the first GET is the check that something is there; the second asks whether it is JSON)
+    fault_proxy.plan(Rule(answer(403), method="GET", path=r"c/shards\.json", skip=1, times=1))
+    result = train_lm(f'--pipeline=stream "{manifest}" |> batch(B = 2)', "--steps=1", "--seq=4",
+                      env=faulty_bucket.env)
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr[-3000:]
+    assert_code(result, "E9018", manifest, "403")
+    assert fault_proxy.faults_done() == 1
 
 
 def test_a_checkpoint_saved_in_parts_reads_as_the_single_object(s3_bucket, tmp_path):

@@ -63,3 +63,23 @@ def test_a_corpus_needs_seq_and_a_manifest_must_be_one(tmp_path):
     with pytest.raises(PskdError) as raised:
         stream_facts(tmp_path / "missing.psk.d")
     assert raised.value.code == "E9002"
+
+
+def test_a_store_that_fails_to_answer_is_its_e9018_not_not_a_corpus(faulty_bucket, fault_proxy):
+    """A refusal (403) or a fault that outlasts the retries on the request that asks whether an
+    object is a manifest is the store's E9018 naming the URL: it answered False, and the manifest
+    was then opened as a .psk.d file ("bad magic")."""
+    from pskd_jax.storage import resolve
+    from tests.faultproxy import Rule, answer
+
+    url = f"{faulty_bucket.url}/c/shards.json"
+    store, where = resolve(url)
+    store.put(where.key, json.dumps({"format": "pskd-corpus", "vocab_size": 257, "shards": []}).encode())
+    assert is_corpus_manifest(url) and corpus.is_manifest(url)
+    for skip, ask in ((0, is_corpus_manifest), (0, corpus.is_manifest), (1, corpus.is_manifest)):
+        # (skip 1: is_manifest's first request, which finds JSON, is answered; its read of the whole is refused)
+        fault_proxy.plan(Rule(answer(403), method="GET", path=r"c/shards\.json", skip=skip, times=None))
+        with pytest.raises(PskdError) as failed:
+            ask(url)
+        assert failed.value.code == "E9018" and url in failed.value.message, failed.value
+        assert fault_proxy.faults_done() >= 1
