@@ -32,9 +32,11 @@ loader's, train_lm's extra JSON) is refused, E9014 naming it. Without ``--resume
 another's would mix the two.
 Flags no run can use (a count below 1, a period of 0 steps, ``--heads`` not dividing ``--width``,
 a learning rate that is not a finite number above 0) are refused before anything is opened (E9012
-naming the flag and its value). An error of the toolkit, at set-up or mid-run, prints one line
-``pskd: E9xxx: …`` on stderr, no traceback, and exits 1. ``--help`` (and ``--helpfull``) print the
-usage and exit 0.
+naming the flag and its value). What else costs little to refuse (a stream that is not there, a flag
+its kind of stream cannot take, a ``--checkpoint_dir`` in a bucket that is not there or holding
+another run's checkpoints) is refused before any corpus is verified. An error of the toolkit, at
+set-up or mid-run, prints one line ``pskd: E9xxx: …`` on stderr, no traceback, and exits 1.
+``--help`` (and ``--helpfull``) print the usage and exit 0.
 """
 
 from __future__ import annotations
@@ -156,24 +158,81 @@ class TrainingData:
         return sum(map(len, self.source)) if isinstance(self.source, list) else len(self.source)
 
 
-def open_data(config: RunConfig) -> TrainingData:
-    """The pipeline named by ``--pipeline`` and the source it streams: windows cut from a corpus
-    (its manifest), or an lm-windows file; each source of a ``mix(…)``."""
-    from pskd_jax.errors import UsageError
+@dataclasses.dataclass(frozen=True)
+class Streams:
+    """What ``--pipeline`` names, read before anything is opened: the pipeline, and each of its
+    streams' paths with whether it is a corpus manifest (else an lm-windows file)."""
+
+    pipeline: Any
+    paths: tuple[str, ...]
+    corpora: tuple[bool, ...]
+
+
+def read_streams(config: RunConfig) -> Streams:
+    """The pipeline named by ``--pipeline`` and what each of its streams is, with every refusal that
+    needs no more than that, before anything is opened or verified: a stream that is not there
+    (E9010 at its place, the Loader's own check) and a flag its kind of stream cannot take (E9012)."""
+    from pskd_jax import corpus
     from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
     from pskd_jax.pipeline.streams import check_streams
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
-    check_streams(pipeline)  # (E9010 at the stream's place for nothing there, or a directory: the Loader's check)
-    check_cut_flags(list(pipeline.paths) if isinstance(pipeline, Mixture) else [pipeline.path], config)
+    check_streams(pipeline)
+    paths = tuple(pipeline.paths) if isinstance(pipeline, Mixture) else (pipeline.path,)
+    streams = Streams(pipeline, paths, tuple(corpus.is_manifest(path) for path in paths))
+    check_cut_flags(streams, config)
+    for path, is_corpus in zip(streams.paths, streams.corpora):
+        check_stream_flags(path, is_corpus, config)
+    return streams
+
+
+def check_cut_flags(streams: Streams, config: RunConfig) -> None:
+    """E9012 for ``--seq`` or ``--stride`` when no stream is a corpus: an lm-windows file's windows
+    are cut already, and the flag would go unheeded."""
+    from pskd_jax.errors import UsageError
+
+    if any(streams.corpora):
+        return
+    for name in ("seq", "stride"):
+        if getattr(config, name) is not None:
+            raise UsageError(f"--{name} cuts a corpus's windows; {streams.paths[0]} is a .psk.d file of windows cut "
+                             "already")
+
+
+def check_stream_flags(path: str, is_corpus: bool, config: RunConfig) -> None:
+    """E9012 for a corpus without ``--seq`` (its windows' length), and for a flag that needs a
+    corpus (``--mask_boundary``, ``--segments``, ``--tokenizer``) given with an lm-windows file."""
+    from pskd_jax.errors import UsageError
+
+    if is_corpus:
+        if config.seq is None:
+            raise UsageError(f"{path} is a corpus: give the window length with --seq T")
+        return
+    if config.mask_boundary:
+        raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
+                         f"{path} is a .psk.d file")
+    if config.segments:
+        raise UsageError(f"--segments needs a corpus (its shards.json names the boundary token); {path} is a "
+                         ".psk.d file")
+    if config.tokenizer is not None:
+        raise UsageError(f"--tokenizer checks a corpus's tokenizer; {path} is not a corpus manifest")
+
+
+def open_data(streams: Streams, config: RunConfig) -> TrainingData:
+    """The sources the pipeline streams (each corpus verified unless ``--noverify_corpus``):
+    windows cut from a corpus (its manifest), or an lm-windows file; each source of a ``mix(…)``."""
+    from pskd_jax.errors import UsageError
+    from pskd_jax.pipeline import Mixture
+
+    pipeline = streams.pipeline
     if not isinstance(pipeline, Mixture):
-        return _stream_data(pipeline.path, pipeline, config)
+        return _stream_data(streams.paths[0], streams.corpora[0], pipeline, config)
     parts = []
     try:
-        for source in pipeline.sources:
-            parts.append(_stream_data(source.path, pipeline, config))
+        for path, is_corpus in zip(streams.paths, streams.corpora):
+            parts.append(_stream_data(path, is_corpus, pipeline, config))
         pipeline.check_sample_types([part.sample_type for part in parts])
         masks = {part.mask_token for part in parts}
         if len(masks) > 1:
@@ -194,24 +253,8 @@ def open_data(config: RunConfig) -> TrainingData:
                         first.mask_token, notes, first.segments)
 
 
-def check_cut_flags(paths: list[str], config: RunConfig) -> None:
-    """E9012 for ``--seq`` or ``--stride`` when no stream is a corpus: an lm-windows file's windows
-    are cut already, and the flag would go unheeded."""
-    from pskd_jax import corpus
-    from pskd_jax.errors import UsageError
-
-    if any(corpus.is_manifest(path) for path in paths):
-        return
-    for name in ("seq", "stride"):
-        if getattr(config, name) is not None:
-            raise UsageError(f"--{name} cuts a corpus's windows; {paths[0]} is a .psk.d file of windows cut already")
-
-
-def _stream_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
-    from pskd_jax import corpus
-
-    return _corpus_data(path, pipeline, config) if corpus.is_manifest(path) else \
-        _windows_file_data(path, pipeline, config)
+def _stream_data(path: str, is_corpus: bool, pipeline: Any, config: RunConfig) -> TrainingData:
+    return _corpus_data(path, pipeline, config) if is_corpus else _windows_file_data(path, pipeline, config)
 
 
 def check_batches(data: TrainingData) -> None:
@@ -221,13 +264,12 @@ def check_batches(data: TrainingData) -> None:
 
 
 def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
-    """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to."""
+    """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to
+    (its flags checked already: :func:`check_stream_flags`)."""
     from pskd_jax import corpus
     from pskd_jax._os.checks import counted
-    from pskd_jax.errors import UsageError
 
-    if config.seq is None:
-        raise UsageError(f"{path} is a corpus: give the window length with --seq T")
+    assert config.seq is not None  # (check_stream_flags refused a corpus without it)
     opened = time.perf_counter()
     windows = corpus.CorpusWindows(path, seq=config.seq, stride=config.stride, verify=config.verify_corpus,
                                    access=config.access, tokenizer=config.tokenizer, segments=config.segments)
@@ -245,18 +287,11 @@ def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
 
 
 def _windows_file_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
-    """The windows of an lm-windows file, of type ``(idx[V][seq: T], idx[V][seq: T])``."""
-    from pskd_jax.errors import PipelineError, UsageError
+    """The windows of an lm-windows file, of type ``(idx[V][seq: T], idx[V][seq: T])`` (its flags
+    checked already: :func:`check_stream_flags`)."""
+    from pskd_jax.errors import PipelineError
     from pskd_jax.format import Reader
 
-    if config.mask_boundary:
-        raise UsageError(f"--mask_boundary needs a corpus (its shards.json names the boundary token); "
-                         f"{path} is a .psk.d file")
-    if config.segments:
-        raise UsageError(f"--segments needs a corpus (its shards.json names the boundary token); {path} is a "
-                         ".psk.d file")
-    if config.tokenizer is not None:
-        raise UsageError(f"--tokenizer checks a corpus's tokenizer; {path} is not a corpus manifest")
     reader = Reader(path, access=config.access)
     inputs_leaf = reader.placement.layout.leaves[0] if reader.placement is not None else None  # (None: params)
     if inputs_leaf is None or inputs_leaf.is_real or inputs_leaf.bound is None or len(inputs_leaf.shape) != 1:
@@ -429,13 +464,22 @@ def run_training(config: RunConfig) -> None:
 
     from . import charlm
 
-    data = open_data(config)
+    # Every refusal that costs little comes before a corpus is verified (which reads every shard):
+    # the streams and the flags they take, then the checkpoint directory (a bucket that is not
+    # there, another run's checkpoints without --resume).
+    streams = read_streams(config)
+    manager = checkpoint_manager(config)
+    try:
+        data = open_data(streams, config)
+    except BaseException:
+        if manager is not None:
+            manager.close()
+        raise
     for note in data.notes:
         print(note, flush=True)
     check_batches(data)
     model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
                                heads=config.heads)
-    manager = checkpoint_manager(config)
     begin = fresh_start(config, model)
     if config.resume:
         begin = resume(begin, manager)
@@ -481,6 +525,7 @@ if __name__ == "__main__":
     run()
 
 
-__all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RESUME_EXTRA_KEYS", "RunConfig", "Start", "TrainingData",
-           "check_batches", "check_cut_flags", "check_flags", "checkpoint_manager", "fresh_start", "main", "open_data",
-           "parse_flags", "resume", "run", "run_training", "saved_loader_state", "train"]
+__all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RESUME_EXTRA_KEYS", "RunConfig", "Start", "Streams",
+           "TrainingData", "check_batches", "check_cut_flags", "check_flags", "check_stream_flags",
+           "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags", "read_streams", "resume", "run",
+           "run_training", "saved_loader_state", "train"]

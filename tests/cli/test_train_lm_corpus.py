@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import pskd_jax
 from pskd_jax import corpus
 from pskd_jax.corpus import BuildOptions
 
@@ -85,13 +86,14 @@ def documents(path: pathlib.Path, n: int, seed: int) -> pathlib.Path:
     return path
 
 
-def train(manifest: pathlib.Path, *extra: str) -> subprocess.CompletedProcess:
-    pipeline = f'stream "{manifest}" |> shuffle(seed = 1) |> batch(B = 4)'
+def train(manifest: pathlib.Path, *extra: str, env: dict | None = None, pipeline: str | None = None
+          ) -> subprocess.CompletedProcess:
+    pipeline = pipeline or f'stream "{manifest}" |> shuffle(seed = 1) |> batch(B = 4)'
     return subprocess.run(
         [sys.executable, "-m", "pskd_jax.apps.train_lm", f"--pipeline={pipeline}", "--width=16", "--layers=1",
          "--heads=2", "--steps=2", "--log_every=1", "--seq=16", *extra],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+        env=dict(env or os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
 
 
 @pytest.fixture
@@ -157,3 +159,53 @@ def test_a_linked_manifest_trains_on_the_shards_beside_its_target(built, tmp_pat
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"train: verified 2 shards, {corpus.read_manifest(built).tokens} tokens, in " in result.stdout
     assert len(losses(result.stdout)) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals that cost little come before the corpus is verified (which reads every shard)
+
+
+def damaged(manifest: pathlib.Path) -> pathlib.Path:
+    """``manifest`` with a letter of shard 1 changed in range: verifying the corpus refuses it
+    (E9017, its sha256), so a refusal of anything else shows the corpus was not verified first."""
+    shard = manifest.parent / "shard-00001.psk.d"
+    data = bytearray(shard.read_bytes())
+    data[-4] ^= 1
+    shard.write_bytes(bytes(data))
+    return manifest
+
+
+def refused_unverified(result: subprocess.CompletedProcess, code: str, fragment: str) -> None:
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr[-3000:]
+    assert result.stderr.startswith(f"pskd: {code}: ") and fragment in result.stderr, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_checkpoint_dir_holding_another_run_is_refused_before_the_corpus_is_verified(built, tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    with pskd_jax.CheckpointManager(checkpoints) as manager:
+        manager.save(7, {"w": np.arange(3.0)}, extra={"step": 7, "loader": {"epoch": 1, "batch": 0}})
+    result = train(damaged(built), f"--checkpoint_dir={checkpoints}")
+    refused_unverified(result, "E9012", f"--checkpoint_dir {checkpoints}: holds the checkpoints of an earlier run")
+    assert "E9017" in train(built, f"--checkpoint_dir={checkpoints}", "--resume").stderr  # (what verifying says)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_checkpoint_dir_in_a_bucket_that_is_not_there_is_refused_before_the_corpus_is_verified(built, s3_bucket):
+    result = train(damaged(built), "--checkpoint_dir=s3://pskd-no-such-bucket-here/run", env=s3_bucket.env)
+    refused_unverified(result, "E9018", "there is no bucket 'pskd-no-such-bucket-here'")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_flag_a_later_source_of_a_mix_cannot_take_is_refused_before_the_corpus_is_verified(built, tmp_path):
+    windows = tmp_path / "w.psk.d"
+    pskd_jax.write(windows, "(idx[257][seq: 16], idx[257][seq: 16])",
+                   (np.zeros((8, 16), np.uint16), np.ones((8, 16), np.uint16)))
+    text = f'mix(stream "{damaged(built)}" : 1, stream "{windows}" : 1) |> batch(B = 4)'
+    result = train(built, "--segments", pipeline=text)
+    refused_unverified(result, "E9012", f"--segments needs a corpus (its shards.json names the boundary token); "
+                       f"{windows} is a .psk.d file")
