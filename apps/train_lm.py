@@ -320,6 +320,37 @@ def checkpoint_manager(config: RunConfig) -> Any:
     return manager
 
 
+def missing_directories(checkpoint_dir: str | None) -> list[str]:
+    """The directories a manager of the local ``checkpoint_dir`` would make (those not there yet,
+    outermost first); none for a bucket, which a manager makes nothing in until it saves."""
+    from pskd_jax.storage import locate
+
+    if not checkpoint_dir or not locate(checkpoint_dir).is_local:
+        return []
+    missing, here = [], os.path.abspath(locate(checkpoint_dir).path)
+    while not os.path.lexists(here):
+        missing.append(here)
+        here = os.path.dirname(here)
+    return missing[::-1]
+
+
+def remove_unused(made: list[str]) -> None:
+    """Removes the directories this run made (``made``, outermost first) while they hold nothing
+    but what the manager itself put there (its lock file): a refused run leaves no output."""
+    from pskd_jax._os.names import CHECKPOINT_LOCK
+
+    for directory in reversed(made):
+        try:
+            names = os.listdir(directory)
+            if set(names) - {CHECKPOINT_LOCK}:
+                return  # (something else is there now: it stays, and so do the directories above it)
+            if names:
+                os.unlink(os.path.join(directory, CHECKPOINT_LOCK))
+            os.rmdir(directory)
+        except OSError:
+            return
+
+
 @dataclasses.dataclass(frozen=True)
 class Start:
     """Where training starts: the parameters, the optimizer state, the step and the loader's state."""
@@ -468,21 +499,23 @@ def run_training(config: RunConfig) -> None:
     # the streams and the flags they take, then the checkpoint directory (a bucket that is not
     # there, another run's checkpoints without --resume).
     streams = read_streams(config)
+    made = missing_directories(config.checkpoint_dir)
     manager = checkpoint_manager(config)
     try:
         data = open_data(streams, config)
-    except BaseException:
+        for note in data.notes:
+            print(note, flush=True)
+        check_batches(data)
+        model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
+                                   heads=config.heads)
+        begin = fresh_start(config, model)
+        if config.resume:
+            begin = resume(begin, manager)
+    except BaseException:  # (refused before the first step: no directory of this run's left behind)
         if manager is not None:
             manager.close()
+            remove_unused(made)
         raise
-    for note in data.notes:
-        print(note, flush=True)
-    check_batches(data)
-    model = charlm.ModelConfig(vocab=data.vocab, seq=data.seq, width=config.width, layers=config.layers,
-                               heads=config.heads)
-    begin = fresh_start(config, model)
-    if config.resume:
-        begin = resume(begin, manager)
     if begin.resumed_from is not None:
         print(f"train: resumed at step {begin.step} from {begin.resumed_from} (next batch: epoch "
               f"{begin.loader_state.epoch}, batch {begin.loader_state.batch})", flush=True)
@@ -527,5 +560,5 @@ if __name__ == "__main__":
 
 __all__ = ["FLAGS", "HELP_FLAGS", "INTEGER_FLAG_LEAST", "RESUME_EXTRA_KEYS", "RunConfig", "Start", "Streams",
            "TrainingData", "check_batches", "check_cut_flags", "check_flags", "check_stream_flags",
-           "checkpoint_manager", "fresh_start", "main", "open_data", "parse_flags", "read_streams", "resume", "run",
-           "run_training", "saved_loader_state", "train"]
+           "checkpoint_manager", "fresh_start", "main", "missing_directories", "open_data", "parse_flags",
+           "read_streams", "remove_unused", "resume", "run", "run_training", "saved_loader_state", "train"]

@@ -209,3 +209,20 @@ def test_a_flag_a_later_source_of_a_mix_cannot_take_is_refused_before_the_corpus
     result = train(built, "--segments", pipeline=text)
     refused_unverified(result, "E9012", f"--segments needs a corpus (its shards.json names the boundary token); "
                        f"{windows} is a .psk.d file")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_run_refused_while_its_data_is_opened_leaves_no_checkpoint_directory(built, tmp_path):
+    # The manager opens (making its directories) before the corpus is verified; a run refused
+    # there removes what it made, and leaves a directory that was there before as it was.
+    fresh = tmp_path / "new" / "deeper" / "ckpt"
+    result = train(damaged(built), f"--checkpoint_dir={fresh}")
+    assert result.returncode == 1 and result.stderr.startswith("pskd: E9017: "), result.stderr[-3000:]
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("the user's")
+    result = train(built, f"--checkpoint_dir={kept / 'ckpt'}")
+    assert result.returncode == 1 and "E9017" in result.stderr, result.stderr[-3000:]
+    assert sorted(os.listdir(kept)) == ["notes.txt"]
