@@ -370,9 +370,23 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
         manifest = _run_in_store(beam, sources, place, options, flags)
     else:
         _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)
-        manifest = read_manifest(os.path.join(place.path, MANIFEST))  # named as the local build names it
+        where = os.path.join(place.path, MANIFEST)  # named as the local build names it
+        manifest = read_manifest(where) if os.path.lexists(where) else None
+    manifest = _finished(manifest, place.child(MANIFEST).url if not place.is_local else where, len(sources))
     return BuildResult(manifest, len(manifest.shards), 0, sum(s.skipped for s in manifest.shards), (),
                        sum(s.source["size"] for s in manifest.shards if s.source), time.perf_counter() - started)
+
+
+def _finished(manifest: Manifest | None, where: str, count: int) -> Manifest:
+    """The complete manifest of ``count`` shards the pipeline's last step wrote, or E9003. A runner
+    may report a run that never reached that step as finished (Beam's DaskRunner does when it
+    loses its scheduler): the launcher then finds the manifest in progress it put itself, or none,
+    and must not report that as the corpus."""
+    if manifest is None or not manifest.complete or len(manifest.shards) != count:
+        raise TruncatedError(f"{where}: the pipeline ended without writing the complete manifest (its runner "
+                             "reported the run finished, but the last step never ran: a lost scheduler or worker?); "
+                             "run the build again to finish it")
+    return manifest
 
 
 def _readable_paths(sources: Sequence[str]) -> list[str]:
@@ -403,7 +417,8 @@ def _run_in_directory(beam: Any, sources: list[str], directory: str, options: Bu
              flags)
 
 
-def _run_in_store(beam: Any, sources: list[str], place: Location, options: BuildOptions, flags: Any) -> Manifest:
+def _run_in_store(beam: Any, sources: list[str], place: Location, options: BuildOptions,
+                  flags: Any) -> Manifest | None:
     """The shard names checked, the claim (a manifest in progress, put under the previous
     manifest's version), the journal of the names the build writes, the pipeline, and the
     complete manifest read back."""
@@ -421,7 +436,9 @@ def _run_in_store(beam: Any, sources: list[str], place: Location, options: Build
     _run(beam, build_transform(sources, place.url, options, readable=_readable_paths(sources), claim=claim,
                                claimed=claimed, owned=sorted(owned)), flags)
     store, _ = resolve(place)
-    return manifest_object(store, place.child(MANIFEST).key)[0]
+    key = place.child(MANIFEST).key
+    # (none there: the claim removed meanwhile, which the check of the caller reports)
+    return manifest_object(store, key)[0] if store.info(key) is not None else None
 
 
 def _run(beam: Any, transform: Any, flags: Any) -> None:

@@ -18,7 +18,7 @@ from pskd_jax._os import names
 from pskd_jax.corpus import Tokenizer
 from pskd_jax.corpus import beam as corpus_beam
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.errors import CorpusInputError, StorageError, UsageError
+from pskd_jax.errors import CorpusInputError, StorageError, TruncatedError, UsageError
 from tests.helpers import free_port, python, wait_until
 
 from .bpe import documents, repository_texts, train_bpe, write_jsonl
@@ -441,6 +441,23 @@ def test_on_a_dask_cluster_into_a_directory_and_a_bucket(tmp_path, docs, bpe, s3
     place = s3_bucket.url + "/dask"
     corpus.build_corpus_beam(inputs, place, options, beam_options=flags)
     assert store_listing(place) == without_lock(listing(tmp_path / "local"))
+
+
+@pytest.mark.parametrize("kind", ["empty", "rebuilt", "memory"])
+def test_a_run_the_runner_calls_finished_without_its_last_step_is_e9003_not_a_corpus(tmp_path, docs, monkeypatch,
+                                                                                      kind):
+    """Beam's DaskRunner reports a run finished when it loses its scheduler mid-run: the last step
+    (the complete manifest) never ran. The launcher found the manifest in progress it put itself
+    (or none) and reported it as the corpus, exit 0: "wrote …/shards.json (0 shards …)"."""
+    pytest.importorskip("apache_beam")
+    inputs = make_inputs(tmp_path / "in", docs)[:2]
+    place = "memory://beam-unfinished/c" if kind == "memory" else str(tmp_path / "c")
+    if kind == "rebuilt":
+        corpus.build_corpus(inputs, place)
+    monkeypatch.setattr(corpus_beam, "_run", lambda beam, transform, flags: None)  # "finished", ran nothing
+    with pytest.raises(TruncatedError, match=r"^E9003: .*c/shards\.json: the pipeline ended without writing the "
+                                             r"complete manifest .*run the build again to finish it"):
+        corpus.build_corpus_beam(inputs, place)
 
 
 @pytest.mark.parametrize("given", ["s3:/bkt/a.jsonl", "gs:relative.jsonl", "S3:bkt/a.jsonl"])
