@@ -31,6 +31,7 @@ import re
 import secrets
 import shlex
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -70,6 +71,7 @@ from pskd_jax.storage.urls import SCHEMES, is_url
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_RUNNER = "FnApiRunner"  # Beam's in-process (or multi-process) local runner; it fetches nothing
+DASK_CONNECT_SECONDS = 10  # the check that a Dask scheduler answers, unless --dask_connection_timeout says
 # How a worker's PskdError reads once a runner has turned it into text (a traceback).
 _REPORTED = re.compile(r"pskd_jax\.errors\.[A-Za-z]+Error: (?P<code>E9[0-9]{3}): (?P<message>[^\n]*)")
 
@@ -308,13 +310,19 @@ _LOCAL_RUNNERS = frozenset({"fnapirunner", "directrunner", "bundlebaseddirectrun
                             "direct"})
 
 
+def _runner_name(beam: Any, flags: Any) -> str:
+    """The runner's class name, lower case (``apache_beam.runners.dask.dask_runner.DaskRunner``:
+    ``daskrunner``)."""
+    runner = flags.view_as(beam.options.pipeline_options.StandardOptions).runner
+    return (runner.rsplit(".", 1)[-1] if isinstance(runner, str) else type(runner).__name__).lower()
+
+
 def _in_this_process(beam: Any, flags: Any) -> bool:
     """Whether the runner of ``flags`` runs the pipeline's steps in this process."""
     options = beam.options.pipeline_options
-    runner = flags.view_as(options.StandardOptions).runner
-    name = runner.rsplit(".", 1)[-1] if isinstance(runner, str) else type(runner).__name__
+    name = _runner_name(beam, flags)
     environment = (flags.view_as(options.PortableOptions).environment_type or "").upper()
-    return (name.lower() in _LOCAL_RUNNERS and environment in ("", "EMBEDDED", "LOOPBACK")
+    return (name in _LOCAL_RUNNERS and environment in ("", "EMBEDDED", "LOOPBACK")
             and flags.view_as(options.DirectOptions).direct_running_mode != "multi_processing")
 
 
@@ -330,6 +338,57 @@ def _check_memory_places(beam: Any, flags: Any, places: Sequence[str]) -> None:
                          f"{', worker processes' if runner == DEFAULT_RUNNER else ''}), which cannot reach it: a Beam "
                          "build with a memory:// store runs on the local runner in this process (no --runner, "
                          "workers=1); on a cluster, use a directory every worker sees or a bucket")
+
+
+def _check_dask_scheduler(beam: Any, flags: Any) -> None:
+    """E9012, before anything is written, when the Dask scheduler that Beam's DaskRunner is told
+    to use cannot be reached. The runner connects only once the launcher has made the directory,
+    taken its lock and written the journal (in a store: put the claim); then a wrong address
+    waited out Dask's connection timeout (30 s) and ended in its traceback, and a scheduler file
+    that is not there (``--dask_scheduler_file``) was waited for without end. The check connects a
+    client of its own, under the runner's ``--dask_connection_timeout`` or
+    :data:`DASK_CONNECT_SECONDS`; a refused connection is told at once."""
+    if _runner_name(beam, flags) != "daskrunner":
+        return
+    try:
+        import distributed
+        from apache_beam.runners.dask.dask_runner import DaskOptions
+    except ImportError as e:
+        raise UsageError(f"Beam's DaskRunner needs dask.distributed ({e}): pip install 'apache-beam[dask]'") from None
+    dask = flags.view_as(DaskOptions)
+    address, scheduler_file = dask.address, dask.scheduler_file
+    if address is None and scheduler_file is None:
+        return  # the runner starts a local cluster of its own
+    if address is None and not os.path.isfile(scheduler_file):
+        raise UsageError(f"{scheduler_file}: no such Dask scheduler file (--dask_scheduler_file): start the "
+                         "scheduler with --scheduler-file naming it, or give --dask_client_address")
+    timeout = dask.timeout if isinstance(dask.timeout, int) else DASK_CONNECT_SECONDS
+    given = address or scheduler_file
+    flag = "--dask_client_address" if address else "--dask_scheduler_file"
+    try:
+        _refused_at_once(address)
+        client = distributed.Client(address=address, scheduler_file=scheduler_file, timeout=timeout,
+                                    set_as_default=False)
+    except Exception as e:  # Dask's own errors (OSError, ValueError for a malformed address, ...)
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UsageError(f"{given}: cannot reach the Dask scheduler ({flag}): {reason}; start it, or give its "
+                         "address (and --dask_connection_timeout=SECONDS for a slow network)") from None
+    client.close()
+
+
+def _refused_at_once(address: str | None) -> None:
+    """Raises ``OSError`` when nothing listens at a ``tcp://`` ``address`` (Dask's client would
+    retry until its timeout)."""
+    if address is None:
+        return
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme != "tcp":
+        return
+    host, port = parse_host_port(location)
+    with socket.create_connection((host, port), timeout=DASK_CONNECT_SECONDS):
+        pass
 
 
 def _reported(error: BaseException) -> PskdError | None:
@@ -366,6 +425,7 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
     workers = min(options.workers, len(sources))
     flags = pipeline_options(beam_options, workers)
     _check_memory_places(beam, flags, [place.url, *sources])
+    _check_dask_scheduler(beam, flags)
     if not place.is_local:
         manifest = _run_in_store(beam, sources, place, options, flags)
     else:

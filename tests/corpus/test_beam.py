@@ -443,6 +443,26 @@ def test_on_a_dask_cluster_into_a_directory_and_a_bucket(tmp_path, docs, bpe, s3
     assert store_listing(place) == without_lock(listing(tmp_path / "local"))
 
 
+@pytest.mark.parametrize(("given", "kind"), [("address", "local"), ("file", "local"), ("address", "s3")])
+def test_a_dask_scheduler_out_of_reach_is_e9012_before_anything_is_written(request, tmp_path, docs, given, kind):
+    """Nothing listens at the address, or the scheduler file is not there: one E9012 naming it, and
+    no directory, lock, journal or claim. The runner connects only once the launcher has written
+    those; it waited out Dask's 30 s and ended in a traceback, or waited for the file without end."""
+    pytest.importorskip("apache_beam.runners.dask.dask_runner")
+    target = {"address": f"--dask_client_address=tcp://127.0.0.1:{free_port()}",
+              "file": f"--dask_scheduler_file={tmp_path / 'scheduler.json'}"}[given]
+    place = str(tmp_path / "c") if kind == "local" else request.getfixturevalue("s3_bucket").url + "/c"
+    expected = {"address": r"tcp://127\.0\.0\.1:[0-9]+: cannot reach the Dask scheduler \(--dask_client_address\)",
+                "file": r".*scheduler\.json: no such Dask scheduler file"}[given]
+    with pytest.raises(UsageError, match=f"^E9012: {expected}"):
+        corpus.build_corpus_beam(make_inputs(tmp_path / "in", docs)[:2], place,
+                                 beam_options=["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", target])
+    if kind == "s3":
+        assert held(place) == {}
+    else:
+        assert not os.path.lexists(place)
+
+
 @pytest.mark.parametrize("kind", ["empty", "rebuilt", "memory"])
 def test_a_run_the_runner_calls_finished_without_its_last_step_is_e9003_not_a_corpus(tmp_path, docs, monkeypatch,
                                                                                       kind):
