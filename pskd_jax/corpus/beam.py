@@ -32,6 +32,7 @@ import secrets
 import shlex
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -515,10 +516,23 @@ def _run(beam: Any, transform: Any, flags: Any) -> None:
             if client is not None and hasattr(client, "close"):
                 client.close()
     except Exception as e:
-        reported = _reported(e)
+        reported = _reported(e) or _lost_worker(e)
         if reported is None:
             raise
         raise reported from None
+
+
+def _lost_worker(error: BaseException) -> PskdError | None:
+    """E9003 for a run its runner gave up because workers died while they ran a step (Dask's
+    ``KilledWorker``: a task whose workers died more often than the scheduler allows), as the local
+    build says it for its pool: a worker killed (out of memory, preempted, ``kill -9``) is no bug to
+    show a traceback of, and a rerun finishes the build."""
+    distributed = sys.modules.get("distributed")  # (imported by whoever raised one: never imported here)
+    if distributed is None or not isinstance(error, distributed.KilledWorker):
+        return None
+    # (Dask's first sentence names the task and how many workers died running it; the rest is advice)
+    reason = str(error).strip().split(". ", 1)[0].strip() or type(error).__name__
+    return TruncatedError(f"a build worker died (Dask: {reason}); run the build again to finish it")
 
 
 __all__ = [

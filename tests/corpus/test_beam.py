@@ -463,6 +463,42 @@ def test_a_dask_scheduler_out_of_reach_is_e9012_before_anything_is_written(reque
         assert not os.path.lexists(place)
 
 
+def test_workers_dying_until_dask_gives_the_run_up_is_one_e9003_line():
+    """Dask gives a run up with ``KilledWorker`` once the workers running a task died more often than
+    it allows (``kill -9``, out of memory): that ended in Dask's traceback; it is E9003, as a dead
+    worker of the local pool is, and a rerun finishes the build."""
+    distributed = pytest.importorskip("distributed")
+
+    class Worker:
+        address = "tcp://127.0.0.1:40000"
+
+    class Result:
+        def wait_until_finish(self):  # what DaskRunnerResult raises, as the client got it
+            raise distributed.KilledWorker("apply_dofn_to_bundle-from_sequence-1f2e", Worker(), 3)
+
+    class Pipeline:
+        def __init__(self, options):
+            pass
+
+        def __or__(self, transform):
+            return self
+
+        def run(self):
+            return Result()
+
+    class Transform:
+        def __rrshift__(self, label):  # "BuildCorpus" >> transform
+            return self
+
+    beam = type("beam", (), {"Pipeline": Pipeline})
+    with pytest.raises(TruncatedError) as lost:
+        corpus_beam._run(beam, Transform(), None)
+    assert str(lost.value) == ("E9003: a build worker died (Dask: Attempted to run task "
+                               "'apply_dofn_to_bundle-from_sequence-1f2e' on 4 different workers, but all those "
+                               "workers died while running it); run the build again to finish it")
+    assert lost.value.__cause__ is None and lost.value.__suppress_context__
+
+
 @pytest.mark.parametrize("kind", ["empty", "rebuilt", "memory"])
 def test_a_run_the_runner_calls_finished_without_its_last_step_is_e9003_not_a_corpus(tmp_path, docs, monkeypatch,
                                                                                       kind):
