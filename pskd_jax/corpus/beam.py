@@ -289,7 +289,8 @@ def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> 
     through to the runner as given. Without a ``--runner`` the runner is ``FnApiRunner`` (named, so
     that Beam's DirectRunner does not try to download a program first). On it, or on the
     DirectRunner, ``workers`` above 1 sets ``--direct_num_workers`` and
-    ``--direct_running_mode=multi_processing`` unless the flags set them."""
+    ``--direct_running_mode=multi_processing`` unless the flags set them. On Beam's DaskRunner each
+    input is a partition of its own (``--dask_partition_size=1``) unless the flags say otherwise."""
     beam = beam_module()
     flags = shlex.split(beam_options) if isinstance(beam_options, str) else list(beam_options or [])
     if beam.options.pipeline_options.PipelineOptions(flags).view_as(
@@ -297,6 +298,13 @@ def pipeline_options(beam_options: str | Sequence[str] | None, workers: int) -> 
         flags.append(f"--runner={DEFAULT_RUNNER}")
     options = beam.options.pipeline_options.PipelineOptions(flags)
     runner = options.view_as(beam.options.pipeline_options.StandardOptions).runner
+    if _runner_name(beam, options) == "daskrunner" \
+            and not any(f.startswith(("--dask_npartitions", "--dask_partition_size")) for f in flags):
+        # The DaskRunner puts up to 128 elements in one partition of its bag, one task, and runs
+        # Reshuffle as nothing: every shard would be built one after another by one thread of one
+        # worker, and a worker lost meanwhile would take every shard with it. One input a task.
+        flags = flags + ["--dask_partition_size=1"]
+        options = beam.options.pipeline_options.PipelineOptions(flags)
     if workers > 1 and runner in (DEFAULT_RUNNER, "DirectRunner", "direct") \
             and not any(f.startswith(("--direct_num_workers", "--direct_running_mode")) for f in flags):
         options = beam.options.pipeline_options.PipelineOptions(

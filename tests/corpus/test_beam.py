@@ -581,6 +581,20 @@ class _Launched(Exception):
     """Raised in place of running the pipeline: the test wants only its options."""
 
 
+@pytest.mark.parametrize(("given", "size", "count"), [([], 1, None), (["--dask_npartitions=2"], None, 2),
+                                                     (["--dask_partition_size=4"], 4, None)])
+def test_on_the_dask_runner_each_input_is_a_task_of_its_own(given, size, count):
+    """Beam's DaskRunner put up to 128 inputs in one partition of its bag (one task) and runs
+    Reshuffle as nothing: on a cluster of several workers one thread built every shard in turn,
+    and a worker killed meanwhile lost them all. Unless the flags partition the bag, one input is one task."""
+    pytest.importorskip("apache_beam.runners.dask.dask_runner")
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    flags = corpus_beam.pipeline_options(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", *given], 1)
+    dask = flags.view_as(DaskOptions)
+    assert (dask.partition_size, dask.npartitions) == (size, count)
+
+
 @pytest.mark.parametrize(("inputs", "expected"), [(1, None), (3, 3)])
 def test_the_local_runner_gets_no_more_workers_than_inputs(tmp_path, docs, monkeypatch, inputs, expected):
     """``workers=12`` for one input is one process (Beam's default: no multi-processing flags), for
