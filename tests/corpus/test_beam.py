@@ -419,7 +419,7 @@ def dask_cluster(s3_bucket):
     pytest.importorskip("apache_beam.runners.dask.dask_runner")
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, env=s3_bucket.env)
+                                       dashboard_address="127.0.0.1:0", env=s3_bucket.env)
     try:
         yield cluster
     finally:
