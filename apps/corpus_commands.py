@@ -215,10 +215,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with a tokenizer.json: the token between documents (default: its end-of-text token, such as "
                         "<|endoftext|>, </s> or [SEP], else an id past its vocabulary; '' for that id)")
     p.add_argument("--workers", type=integer, default=1, metavar="N",
-                   help="processes building shards at once (with --runner beam: the DirectRunner's workers)")
+                   help="processes building shards at once (with --runner beam: the local runner's worker processes)")
     p.add_argument("--runner", choices=("local", "beam"), default="local",
                    help="local: this machine's process pool (the default); beam: an Apache Beam pipeline (needs "
-                        "pip install 'pskd_jax[beam]'), the DirectRunner unless --beam_options name another")
+                        "pip install 'pskd_jax[beam]'), Beam's local FnApiRunner unless --beam_options name another")
     p.add_argument("--beam_options", "--beam-options", metavar='"FLAGS"',
                    help="Beam pipeline options passed to the runner as given, e.g. \"--runner=DataflowRunner "
                         "--project=P --region=R --temp_location=gs://B/tmp\"")
