@@ -56,7 +56,13 @@ from pskd_jax.corpus.manifest import (
     write_manifest,
 )
 from pskd_jax.corpus.options import BuildOptions
-from pskd_jax.corpus.publisher import ManifestPublisher, check_manifest_name, check_shard_names, tidy_directory
+from pskd_jax.corpus.publisher import (
+    ManifestPublisher,
+    check_manifest_name,
+    check_shard_names,
+    remove_killed_writers,
+    tidy_directory,
+)
 from pskd_jax.corpus.shard_build import BuildClaim, ShardResult, build_shard
 from pskd_jax.errors import (
     CODES,
@@ -482,8 +488,15 @@ def _run_in_directory(beam: Any, sources: list[str], directory: str, options: Bu
         # is replaced by one in progress that lists none, as the local build does, before any
         # shard it lists changes under a reader (or stays listed after a crash).
         ManifestPublisher(place, options, len(sources)).start([None] * len(sources))
-        _run(beam, build_transform(sources, directory, options, readable=_readable_paths(sources), owned=sorted(owned)),
-             flags)
+        try:
+            _run(beam, build_transform(sources, directory, options, readable=_readable_paths(sources),
+                                       owned=sorted(owned)), flags)
+        except BaseException:
+            # A run that failed leaves no attempt's torn file: those of attempts killed meanwhile
+            # (a lost worker) go now, while the lock is held. (A writer still running somewhere
+            # holds its file's lock: its file stays, and becomes a whole shard a rerun keeps.)
+            remove_killed_writers(directory)
+            raise
 
 
 def _run_in_store(beam: Any, sources: list[str], place: Location, options: BuildOptions,

@@ -165,16 +165,12 @@ def remove_stale_shards(directory: str, keep: Collection[str], owned: Collection
     inputs than the last one), and the temporary files killed writers of any shard left; returns
     them. Only names an earlier record of the directory lists (``owned``) are candidates, and only
     files or links, never a directory: any other file, at a shard's name or not, is the user's."""
-    removed: list[str] = []
+    removed = remove_killed_writers(directory)
     try:
         listed = os.listdir(directory)
     except OSError:
         return removed
     for name in sorted(listed):
-        left = names.leftover(name)
-        if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
-            removed += remove_stale_temporaries(os.path.join(directory, left[1]))  # a killed writer's
-            continue
         if names.shard_index(name) is None or name in keep or name not in owned:
             continue
         path = os.path.join(directory, name)
@@ -185,6 +181,21 @@ def remove_stale_shards(directory: str, keep: Collection[str], owned: Collection
             removed.append(path)
         except OSError:
             pass
+    return removed
+
+
+def remove_killed_writers(directory: str) -> list[str]:
+    """Removes the temporary files that killed writers of shards left in ``directory`` (a shard's
+    hidden temporary name, no writer holding its lock: a running writer's stays); returns them."""
+    removed: list[str] = []
+    try:
+        listed = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in sorted(listed):
+        left = names.leftover(name)
+        if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
+            removed += remove_stale_temporaries(os.path.join(directory, left[1]))
     return removed
 
 
@@ -215,4 +226,4 @@ def _tidy_prefix(place: Location, keep: Collection[str], owned: Collection[str])
 
 
 __all__ = ["PUBLISH_SECONDS", "ManifestPublisher", "check_manifest_name", "check_shard_names", "finished_prefix",
-           "remove_stale_shards", "tidy_directory"]
+           "remove_killed_writers", "remove_stale_shards", "tidy_directory"]

@@ -613,3 +613,24 @@ def test_the_local_runner_gets_no_more_workers_than_inputs(tmp_path, docs, monke
     [given] = launched
     assert given["runner"] == corpus_beam.DEFAULT_RUNNER and given["direct_num_workers"] == (expected or 1)
     assert given["direct_running_mode"] == ("multi_processing" if expected else "in_memory")
+
+
+def test_a_run_that_fails_leaves_no_killed_attempt_s_file(tmp_path, docs, monkeypatch):
+    """A run that fails (here: its runner gave it up) after an attempt was killed mid-shard leaves
+    none of that attempt's torn file; a file of the user's at a name like it stays."""
+    pytest.importorskip("apache_beam")
+    source = write_jsonl(tmp_path / "a.jsonl", docs)
+    directory = tmp_path / "c"
+    killed = directory / (names.temporary_prefix("shard-00000.psk.d") + "killed00.tmp")
+    mine = directory / "notes.tmp"
+
+    def run_killed(beam, transform, flags):
+        killed.write_bytes(b"PSKD torn")  # (what an attempt killed mid-shard leaves, its lock gone)
+        raise TruncatedError("a build worker died; run the build again to finish it")
+
+    monkeypatch.setattr(corpus_beam, "_run", run_killed)
+    directory.mkdir()
+    mine.write_text("the user's")
+    with pytest.raises(TruncatedError):
+        corpus.build_corpus_beam([source], directory)
+    assert not killed.exists() and mine.read_text() == "the user's"
