@@ -172,16 +172,15 @@ def read_streams(config: RunConfig) -> Streams:
     """The pipeline named by ``--pipeline`` and what each of its streams is, with every refusal that
     needs no more than that, before anything is opened or verified: a stream that is not there
     (E9010 at its place, the Loader's own check) and a flag its kind of stream cannot take (E9012)."""
-    from pskd_jax import corpus
     from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
-    from pskd_jax.pipeline.streams import check_streams
+    from pskd_jax.pipeline.streams import check_streams, is_corpus_manifest
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
     check_streams(pipeline)
     paths = tuple(pipeline.paths) if isinstance(pipeline, Mixture) else (pipeline.path,)
-    streams = Streams(pipeline, paths, tuple(corpus.is_manifest(path) for path in paths))
+    streams = Streams(pipeline, paths, tuple(is_corpus_manifest(path) for path in paths))  # (the Loader's decision)
     check_cut_flags(streams, config)
     for path, is_corpus in zip(streams.paths, streams.corpora):
         check_stream_flags(path, is_corpus, config)
@@ -192,11 +191,14 @@ def check_cut_flags(streams: Streams, config: RunConfig) -> None:
     """E9012 for ``--seq`` or ``--stride`` when no stream is a corpus: an lm-windows file's windows
     are cut already, and the flag would go unheeded."""
     from pskd_jax.errors import UsageError
+    from pskd_jax.format import Reader
 
     if any(streams.corpora):
         return
     for name in ("seq", "stride"):
         if getattr(config, name) is not None:
+            for path in streams.paths:  # (a file that is no .psk.d file either is the Loader's E9002, not "one")
+                Reader(path).close()
             raise UsageError(f"--{name} cuts a corpus's windows; {streams.paths[0]} is a .psk.d file of windows cut "
                              "already")
 

@@ -63,13 +63,13 @@ from pskd_jax._os.atomic import atomic_output
 from pskd_jax._os.checks import is_integer
 from pskd_jax._os.jsonfile import json_kind, json_text, loads_strict, read_strict
 from pskd_jax.corpus.tokenizer import Tokenizer
-from pskd_jax.errors import CorpusDirectoryError, PskdError
-from pskd_jax.pipeline.streams import is_corpus_manifest
-from pskd_jax.storage import OVERWRITE, Location, ObjectInfo, Store, Version, locate, store_for
+from pskd_jax.errors import CorpusDirectoryError
+from pskd_jax.pipeline.streams import CORPUS_FORMAT, CORPUS_VERSION, check_corpus_format, stream_manifest
+from pskd_jax.storage import OVERWRITE, Location, ObjectInfo, Store, Version
 
-FORMAT = "pskd-corpus"
+FORMAT = CORPUS_FORMAT  # (the stream readers' and this reader's one check: check_corpus_format)
 
-VERSION = 1
+VERSION = CORPUS_VERSION
 
 MANIFEST = names.CORPUS_MANIFEST
 
@@ -373,13 +373,7 @@ def manifest_object(store: Store, key: str) -> tuple[Manifest, ObjectInfo]:
 
 def parse_manifest(data: Any, path: str) -> Manifest:
     """Checks a decoded manifest (E9016 naming the field) and returns it."""
-    if not isinstance(data, dict):
-        raise CorpusDirectoryError(f"{path}: a corpus manifest is a JSON object, got {type(data).__name__}")
-    if data.get("format") != FORMAT:
-        raise CorpusDirectoryError(f"{path}: format is {json_kind(data.get('format'))}, expected {FORMAT!r}")
-    version = data.get("version")
-    if type(version) is not int or version != VERSION:  # not 1.0, not true
-        raise CorpusDirectoryError(f"{path}: version {json_kind(version)}; this reader reads version {VERSION}")
+    data = check_corpus_format(data, path)
     tokenizer = Tokenizer.from_json(data.get("tokenizer"), path)
     for key, expected in (("vocab_size", tokenizer.vocab_size), ("boundary", tokenizer.boundary)):
         if type(data.get(key)) is not int or data.get(key) != expected:
@@ -443,24 +437,15 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 def is_manifest(path: str | os.PathLike) -> bool:
     """Whether ``path`` (a local file, or an object: ``s3://…/shards.json``) is a corpus manifest: a
-    JSON object whose format is ``pskd-corpus``. E9018 for a URL the toolkit cannot serve, and for
-    a store that fails to answer (as :func:`~pskd_jax.pipeline.streams.is_corpus_manifest`): an
-    answer not heard is no "not a manifest"."""
-    if not is_corpus_manifest(path):  # not JSON (a .psk.d file starts with PSKD): read no further
+    JSON object whose format is ``pskd-corpus`` (of version 1). The answer of
+    :func:`~pskd_jax.pipeline.streams.stream_manifest`, the one check every reader of a stream
+    makes, with its E9016 (a JSON file that is not a corpus manifest) answered False. E9018 for a
+    URL the toolkit cannot serve, and for a store that fails to answer: an answer not heard is no
+    "not a manifest"."""
+    try:
+        return stream_manifest(path) is not None
+    except CorpusDirectoryError:
         return False
-    where = locate(os.fspath(path))
-    if where.is_local:
-        try:
-            data = read_strict(where.path, CorpusDirectoryError)
-        except (PskdError, OSError):
-            return False
-    else:
-        raw = store_for(where).get(where.key)[0]  # (a store's failure is its own error, never "not a manifest")
-        try:
-            data = loads_strict(raw, where.url, CorpusDirectoryError)
-        except CorpusDirectoryError:
-            return False
-    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
 __all__ = [

@@ -24,10 +24,11 @@ from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.storage import Location, locate, store_for
 
-__all__ = ["CORPUS_FORMAT", "StreamFacts", "check_stream_path", "check_streams", "is_corpus_manifest", "stream_facts",
-           "stream_places"]
+__all__ = ["CORPUS_FORMAT", "CORPUS_VERSION", "StreamFacts", "check_corpus_format", "check_stream_path",
+           "check_streams", "is_corpus_manifest", "stream_facts", "stream_manifest", "stream_places"]
 
 CORPUS_FORMAT = "pskd-corpus"  # the "format" of a corpus manifest
+CORPUS_VERSION = 1  # the version of it read here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,23 +44,65 @@ class StreamFacts:
     stride: int | None = None
 
 
-def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (a local file or an object, ``s3://…/shards.json``) starts like JSON (a
-    ``.psk.d`` file starts with ``PSKD``): it is then read as a corpus manifest. A local file that
-    cannot be read, and an object that is not there, answer False, and the reader of a ``.psk.d``
-    file names what is wrong. A store that fails to answer (a fault that outlasts the retries, a
-    refusal such as 403) is its E9018 naming the URL: the answer to this question was not heard,
-    and a manifest taken for a ``.psk.d`` file would be reported as one ("bad magic"). A URL the
-    toolkit cannot serve, or an object URL without the client, is E9018 too."""
-    where = locate(os.fspath(path))
+def check_corpus_format(data: Any, path: str) -> dict[str, Any]:
+    """``data`` (a decoded ``shards.json``) when it says it is a corpus manifest of the version read
+    here: a JSON object whose ``format`` is ``pskd-corpus`` and ``version`` 1; E9016 naming ``path``
+    and what it is instead. The first check of every reader of a manifest (this module's and the
+    corpus package's ``parse_manifest``), so that each says the same of a JSON file that is none."""
+    if not isinstance(data, dict):
+        raise CorpusDirectoryError(f"{path}: a corpus manifest is a JSON object, got {json_kind(data)}")
+    if data.get("format") != CORPUS_FORMAT:
+        raise CorpusDirectoryError(f"{path}: format is {json_kind(data.get('format'))}, expected {CORPUS_FORMAT!r}")
+    version = data.get("version")
+    if type(version) is not int or version != CORPUS_VERSION:  # not 1.0, not true
+        raise CorpusDirectoryError(f"{path}: version {json_kind(version)}; this reader reads version {CORPUS_VERSION}")
+    return data
+
+
+_JSON_LEAD = 64  # the first bytes looked at: room for a byte-order mark and a few lines of white space
+
+
+def _starts_like_json(head: bytes) -> bool:
+    """Whether bytes start as a JSON object or list does (after a UTF-8 byte-order mark and white
+    space, which a strict reader then names): a ``.psk.d`` file starts with ``PSKD``."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1] in (b"{", b"[")
+
+
+def stream_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What a stream's path holds, decided once for every reader of a pipeline's streams (the
+    Loader, ``pskd pipeline``, ``train_lm``): None when it is to be read as a ``.psk.d`` file (it
+    does not start like JSON; a local file that cannot be read, or an object that is not there,
+    is None too, and the reader of a ``.psk.d`` file names what is wrong); else the manifest's
+    JSON object, checked to say it is a corpus manifest (:func:`check_corpus_format`). A stream
+    that starts like JSON but is not strict JSON, or is JSON but not a corpus manifest, is E9016
+    naming it and what it is instead: a JSON file is never read as a ``.psk.d`` file ("bad
+    magic"), nor called a corpus before it says it is one. A store that fails to answer (a fault
+    that outlasts the retries, a refusal such as 403) is its E9018 naming the URL: the answer
+    was not heard. A URL the toolkit cannot serve, or an object URL without the client, is E9018
+    too."""
+    name = os.fspath(path)
+    where = locate(name)
     if not where.is_local:
-        found = store_for(where).head(where.key, 1)
-        return found is not None and found[0][:1] == b"{"
+        found = store_for(where).head(where.key, _JSON_LEAD)
+        if found is None or not _starts_like_json(found[0]):
+            return None
+        return check_corpus_format(loads_strict(store_for(where).get(where.key)[0], name, CorpusDirectoryError,
+                                                kind="a JSON manifest"), name)
     try:
         with open_regular(where.path, UsageError) as f:
-            return f.read(1) == b"{"
+            head = f.read(_JSON_LEAD)
     except (PskdError, OSError):
-        return False
+        return None
+    if not _starts_like_json(head):
+        return None
+    return check_corpus_format(read_strict(name, CorpusDirectoryError, what="the corpus manifest",
+                                           kind="a JSON manifest"), name)
+
+
+def is_corpus_manifest(path: str | os.PathLike[str]) -> bool:
+    """Whether a stream's path is a corpus manifest (:func:`stream_manifest`, whose E9016 and
+    E9018 it raises): False means it is read as a ``.psk.d`` file."""
+    return stream_manifest(path) is not None
 
 
 def check_stream_path(path: str, where: str = "") -> None:
@@ -122,27 +165,21 @@ def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride
     A corpus needs ``seq`` (E9012 otherwise); a manifest that is not one is E9016.
     """
     name = os.fspath(path)
-    if not is_corpus_manifest(name):
+    manifest = stream_manifest(name)
+    if manifest is None:
         with Reader(name) as reader:
             return StreamFacts(name, reader.header.count, reader.header.type_text)
     if seq is None:
         raise UsageError(f"{name} is a corpus: give the window length (--seq T, or seq=)")
     seq = checked_integer(seq, "seq", low=1)
     stride = seq if stride is None else checked_integer(stride, "stride", low=1)
-    vocabulary, tokens = _manifest_counts(name)
+    vocabulary, tokens = _manifest_counts(manifest, name)
     return StreamFacts(name, lm_window_count(tokens, seq, stride), window_type(vocabulary, seq), True, seq, stride)
 
 
-def _manifest_counts(path: str) -> tuple[int, int]:
-    """(vocabulary size, tokens of all the shards listed) of a corpus manifest (E9016)."""
-    where = locate(path)
-    if where.is_local:
-        data = read_strict(path, CorpusDirectoryError, what="the corpus manifest", kind="a JSON manifest")
-    else:
-        data = loads_strict(store_for(where).get(where.key)[0], path, CorpusDirectoryError, kind="a JSON manifest")
-    if not isinstance(data, dict) or data.get("format") != CORPUS_FORMAT:
-        found = json_kind(data.get("format")) if isinstance(data, dict) else json_kind(data)
-        raise CorpusDirectoryError(f"{path}: not a corpus manifest (its format is {found}, expected {CORPUS_FORMAT!r})")
+def _manifest_counts(data: dict[str, Any], path: str) -> tuple[int, int]:
+    """(vocabulary size, tokens of all the shards listed) of a corpus manifest's JSON object,
+    checked already to be one (E9016)."""
     vocabulary = _count(data.get("vocab_size"), f"{path}: 'vocab_size'", low=1)
     shards = data.get("shards")
     if not isinstance(shards, list):

@@ -14,7 +14,7 @@ import pytest
 
 import pskd_jax
 from pskd_jax import corpus
-from tests.helpers import ENV, ROOT, TIMEOUT_S, assert_code, documents, run_python, train_lm
+from tests.helpers import ENV, ROOT, TIMEOUT_S, assert_code, documents, pskd, run_python, train_lm
 from tests.helpers import pskd_ok as ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -172,6 +172,43 @@ def test_a_missing_stream_of_a_mix_is_named_at_its_place_as_the_loader_names_it(
         assert result.stderr == loader_refusal(text)
         assert_code(result, "E9010", f"--pipeline:2:5: source 1: the stream '{missing}' ")
 
+
+
+# What each of a stream's readers says of one that is no corpus manifest and no .psk.d file (the
+# file's bytes; None: a directory): the Loader, `pskd pipeline` and train_lm decide what a stream is
+# with one function (pipeline/streams.py's stream_manifest), so they give the same code and words.
+BAD_STREAMS = {
+    "JSON, no manifest": (b'{"foo": 1}', "E9016", "format is null, expected 'pskd-corpus'"),
+    "JSON cut short": (b'{"format": "pskd-corpus"', "E9016", "not a JSON manifest ("),
+    "a JSON list": (b"  [1, 2]", "E9016", "a corpus manifest is a JSON object, got a list of 2 entries"),
+    "another version": (b'{"format": "pskd-corpus", "version": 2}', "E9016", "version 2; this reader reads"),
+    "random bytes": (bytes(range(7, 250, 3)), "E9002", "not a .psk.d file (magic"),
+    "empty": (b"", "E9002", "not a .psk.d file (0 bytes, no magic)"),
+    "a directory": (None, "E9010", "is a directory, not a .psk.d file or a corpus manifest"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_STREAMS))
+def test_a_stream_that_is_no_corpus_nor_psk_d_file_is_refused_alike_by_every_reader(tmp_path, kind):
+    """A JSON file that is not a corpus manifest was E9016 in the Loader (E9012 "is a corpus"
+    without seq) but E9002 "not a .psk.d file (magic b'{"fo'…)" in train_lm, which decided with a
+    second function; random bytes with --seq were E9012 "is a .psk.d file" in train_lm only."""
+    data, code, words = BAD_STREAMS[kind]
+    path = tmp_path / "stream.json"
+    if data is None:
+        path.mkdir()
+    else:
+        path.write_bytes(data)
+    text = f'stream "{path}" |> batch(B = 2)'
+    expected = loader_refusal(text, seq=4)
+    assert expected.startswith(f"pskd: {code}: ") and words in expected and str(path) in expected, expected
+    if data is not None and data.lstrip()[:1] in (b"{", b"["):  # (a JSON file: no seq, the same E9016)
+        assert loader_refusal(text) == expected
+    shown = pskd("pipeline", text, "--seq", "4")
+    assert (shown.returncode, shown.stdout, shown.stderr) == (1, "", expected)
+    result = train_lm(f"--pipeline={text}", "--steps=1", "--seq=4", f"--checkpoint_dir={tmp_path / 'ckpt'}")
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", expected)
+    assert not (tmp_path / "ckpt").exists()
 
 # --- flags no run can use: refused before anything is done ---------------------------------------------
 

@@ -74,10 +74,11 @@ def test_a_store_that_fails_to_answer_is_its_e9018_not_not_a_corpus(faulty_bucke
 
     url = f"{faulty_bucket.url}/c/shards.json"
     store, where = resolve(url)
-    store.put(where.key, json.dumps({"format": "pskd-corpus", "vocab_size": 257, "shards": []}).encode())
+    store.put(where.key, json.dumps({"format": "pskd-corpus", "version": 1, "vocab_size": 257, "shards": []}).encode())
     assert is_corpus_manifest(url) and corpus.is_manifest(url)
-    for skip, ask in ((0, is_corpus_manifest), (0, corpus.is_manifest), (1, corpus.is_manifest)):
-        # (skip 1: is_manifest's first request, which finds JSON, is answered; its read of the whole is refused)
+    for skip, ask in ((0, is_corpus_manifest), (1, is_corpus_manifest), (0, corpus.is_manifest),
+                      (1, corpus.is_manifest)):
+        # (skip 1: the first request, which finds JSON, is answered; the read of the whole is refused)
         fault_proxy.plan(Rule(answer(403), method="GET", path=r"c/shards\.json", skip=skip, times=None))
         with pytest.raises(PskdError) as failed:
             ask(url)
