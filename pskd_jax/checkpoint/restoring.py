@@ -36,7 +36,7 @@ from pskd_jax.checkpoint.targets import (
 from pskd_jax.errors import MismatchError, PskdError, TruncatedError, UsageError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.layout import Leaf
-from pskd_jax.format.layout_file import LayoutFile, OtherVersion
+from pskd_jax.format.layout_file import LayoutFile, OtherVersion, layout_after
 from pskd_jax.format.one_save import identity_of, of_held_file, until_one_save
 from pskd_jax.format.placement import Placement
 from pskd_jax.format.reader import Reader
@@ -75,7 +75,9 @@ def restore(
     (``layout=`` a layout file's path or :class:`LayoutFile`, which give the saved dtypes and match
     by key path; a :class:`Layout` or template, which give the stored view and match by position;
     or the ``NAME.layout.json`` beside it, which must belong to the file: E9005 otherwise; E9001
-    when there is none).
+    when there is none). A :class:`LayoutFile` the caller looked up (``find_layout_file``,
+    ``read_layout_file(…, data=…)``) is looked up again when the checkpoint was saved since, as
+    the restore's own is; one read or made by hand is used as given (E9005 when it does not pair).
 
     Leaves come back as JAX arrays, except for numpy target leaves, with ``as_numpy=True``, and with
     ``zero_copy=True`` (read-only numpy views of the map). 64-bit leaves into JAX with x64 disabled
@@ -123,10 +125,16 @@ def _open_planned(path: str, wanted: Target | None, layout: Any, partial: bool) 
     """A reader of the checkpoint ``path``, open, and its read plan (the caller closes the
     reader). A save of the path that overtakes the planning has the checkpoint opened again, the
     new one read whole; E9005 when saves overtake it :data:`~pskd_jax.format.one_save.ATTEMPTS` times running."""
+    given = [layout]  # (a layout file looked up by the caller: looked up again after a save, as the restore's own)
+
     def attempt() -> tuple[bool, tuple[Reader, ReadPlan] | None]:
         reader = Reader(path)
         try:
-            done, read = _plan_of_held_file(reader, wanted, layout, partial)
+            done, read = _plan_of_held_file(reader, wanted, given[0], partial)
+        except OtherVersion as e:
+            reader.close()
+            given[0] = _layout_after(e, given[0])
+            return False, None
         except BaseException:
             reader.close()
             raise
@@ -149,14 +157,15 @@ def _open_stored_planned(where: Location, wanted: Target | None, layout: Any, pa
     that follow are compared with the version opened, so the data read is the version the layout
     was proven to go with. ``xxh3_128``: the digest a verified restore checks the reads against
     (see :class:`StoredFile`)."""
+    given = [layout]  # (a layout file looked up by the caller: looked up again after a save, as the restore's own)
+
     def attempt() -> tuple[bool, tuple[StoredFile, ReadPlan] | None]:
         stored = StoredFile(where, xxh3_128=xxh3_128)
         try:
-            return True, (stored, plan_read(stored, wanted, layout=layout, partial=partial))
-        except OtherVersion:
+            return True, (stored, plan_read(stored, wanted, layout=given[0], partial=partial))
+        except OtherVersion as e:
             stored.close()
-            if isinstance(layout, LayoutFile):  # (a layout given, read once: reading again cannot help)
-                raise
+            given[0] = _layout_after(e, given[0])
             return False, None
         except BaseException:
             stored.close()
@@ -165,6 +174,14 @@ def _open_stored_planned(where: Location, wanted: Target | None, layout: Any, pa
     opened = until_one_save(where.url, attempt)
     assert opened is not None  # (an attempt that is done has its object and plan)
     return opened
+
+
+def _layout_after(error: OtherVersion, layout: Any) -> Any:
+    """The layout the next attempt reads through, after ``error`` (the pair of two saves):
+    ``layout`` itself when the restore finds its own (it looks again), a layout file the caller
+    looked up looked up again, as the restore's own is (E9005 raised for a layout file made or
+    read by hand: used as given)."""
+    return layout_after(error, layout) if isinstance(layout, LayoutFile) else layout
 
 
 def _plan_of_held_file(reader: Reader, wanted: Target | None, layout: Any,
@@ -178,7 +195,7 @@ def _plan_of_held_file(reader: Reader, wanted: Target | None, layout: Any,
         try:
             return True, plan_read(reader, wanted, layout=layout, partial=partial)
         except OtherVersion:
-            if isinstance(layout, LayoutFile):  # (a layout given, read once: reading again cannot help)
+            if isinstance(layout, LayoutFile):  # (a layout given: the caller decides what is read next)
                 raise
             return False, None
     return of_held_file(reader.path, identity_of(reader.fileno()),

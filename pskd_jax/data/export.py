@@ -17,7 +17,7 @@ from pskd_jax.errors import BadValueError, MismatchError, TruncatedError
 from pskd_jax.format import stored_dtypes as sd
 from pskd_jax.format.encodings import is_bfloat16
 from pskd_jax.format.keypaths import check_json_keys
-from pskd_jax.format.layout_file import LayoutFile, OtherVersion, looked_up_again
+from pskd_jax.format.layout_file import LayoutFile, OtherVersion, layout_after
 from pskd_jax.format.one_save import until_one_save
 from pskd_jax.format.reader import Reader
 from pskd_jax.format.stored_dtypes import shown_values
@@ -123,10 +123,8 @@ def open_with_layout(path: str, layout: Any) -> tuple[Reader, list[sd.Form | Non
             return True, (Reader(path, access="pread"), None)
         try:
             return True, _opened_through(path, found)
-        except OtherVersion:
-            if found.looked_up is None:  # (a layout given as it is: never replaced)
-                raise
-            current[0] = looked_up_again(found)
+        except OtherVersion as e:
+            current[0] = layout_after(e, found)  # (a layout given as it is: refused)
             return False, None
 
     opened = until_one_save(path, attempt, reading="its layout file was looked up and its data read",

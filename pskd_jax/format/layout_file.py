@@ -67,12 +67,14 @@ class LayoutFile:
     #: reader of that path takes it only for that very file (:meth:`Reader.check_layout`), never
     #: for the next save's data, whose header and size can be the same.
     paired: tuple[str, FileIdentity] | None = dataclasses.field(default=None, compare=False, repr=False)
-    #: How this layout file was looked up for a data file: ``(data, None)`` by
-    #: ``find_layout_file(data)``, ``(data, path)`` by ``read_layout_file(path, data=data)``; None
-    #: when it was not (read without its data, made from bytes). A reader that finds the data saved
-    #: again since (:class:`OtherVersion`) looks the pair up again so (:func:`looked_up_again`);
-    #: one never looked up is refused, as given.
-    looked_up: tuple[str, str | None] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: How this layout file was looked up for a data file: ``(data, None, None)`` by
+    #: ``find_layout_file(data)``, ``(data, path, xxh3_128)`` by ``read_layout_file(path,
+    #: data=data, xxh3_128=…)``; None when it was not (read without its data, made from bytes or by
+    #: hand). A reader that finds the data saved again since (:class:`OtherVersion`) looks the pair
+    #: up again so (:func:`layout_after`), as it would look up its own; one never looked up is
+    #: used as given, and refused.
+    looked_up: tuple[str, str | None, str | None] | None = dataclasses.field(default=None, compare=False,
+                                                                             repr=False)
 
 
 class OtherVersion(MismatchError):
@@ -97,8 +99,8 @@ def read_layout_file(path: str | os.PathLike, *, data: str | os.PathLike | None 
     if data is None:
         return _read_checked(path, data, xxh3_128)
     found = _read_for(path, data, xxh3_128, again=True)
-    # (a caller's whole-file digest is of one version: a later save's data is not looked up for it)
-    return found if xxh3_128 is not None else dataclasses.replace(found, looked_up=(os.fspath(data), path))
+    # (looked up again with the caller's digest too: a later save's layout that records another is refused)
+    return dataclasses.replace(found, looked_up=(os.fspath(data), path, xxh3_128))
 
 
 def _read_for(path: str, data: str | os.PathLike, xxh3_128: str | None, *, again: bool) -> LayoutFile:
@@ -119,8 +121,20 @@ def looked_up_again(layout_file: LayoutFile) -> LayoutFile | None:
     now: what a reader that found the data saved again since uses instead (None: none stands
     beside the data now). Its errors are the look-up's."""
     assert layout_file.looked_up is not None  # (the caller asks only of one looked up)
-    data, path = layout_file.looked_up
-    return find_layout_file(data) if path is None else read_layout_file(path, data=data)
+    data, path, xxh3_128 = layout_file.looked_up
+    return find_layout_file(data) if path is None else read_layout_file(path, data=data, xxh3_128=xxh3_128)
+
+
+def layout_after(error: OtherVersion, layout_file: LayoutFile) -> LayoutFile | None:
+    """What a reader given ``layout_file``, and finding it of another save than the data it opened
+    (``error``), reads that data through next: the layout looked up again as ``layout_file`` was
+    (:func:`looked_up_again`; None: none stands beside the data now), as the reader would look up
+    its own; ``error`` for one never looked up (made or read by hand: used as given, and refused
+    when it does not pair). Every reader that takes a layout file from its caller (a restore, the
+    read-only commands) replaces it so, and nothing else."""
+    if layout_file.looked_up is None:
+        raise error
+    return looked_up_again(layout_file)
 
 
 def _of_one_version(data: str, read: Callable[[], LayoutFile]) -> LayoutFile:
@@ -560,7 +574,7 @@ def _find_layout_file(checkpoint: str | os.PathLike, *, again: bool) -> LayoutFi
     else:
         data = locate(checkpoint).path
         found = _of_one_save(data, lambda: _found_beside(checkpoint, data, candidate))
-    return None if found is None else dataclasses.replace(found, looked_up=(os.fspath(checkpoint), None))
+    return None if found is None else dataclasses.replace(found, looked_up=(os.fspath(checkpoint), None, None))
 
 
 def _found_beside(checkpoint: str | os.PathLike, data: str, candidate: str) -> LayoutFile | None:
@@ -686,6 +700,7 @@ __all__ = [
     "find_layout_file",
     "header_digest",
     "is_own_layout",
+    "layout_after",
     "layout_beside",
     "layout_from_bytes",
     "looked_up_again",
