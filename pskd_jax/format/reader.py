@@ -81,6 +81,17 @@ def template_mismatch(template_paths: list[str], file_paths: list[str], *, liste
 MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
 
 
+def _same_place(first: str, second: str) -> bool:
+    """Whether two local paths name one place: the same string, the same real path (``x`` and
+    ``./x``, a link and its target), or what is there now one file (a hard link)."""
+    if first == second:
+        return True
+    try:
+        return os.path.realpath(first) == os.path.realpath(second) or os.path.samefile(first, second)
+    except (OSError, ValueError):
+        return False
+
+
 class Reader(RandomAccessSource):
     """Random access to the samples of a ``.psk.d`` file, through a read-only memory map
     (``access="mmap"``, the default for a local file) or positional reads (``access="pread"``).
@@ -208,7 +219,7 @@ class Reader(RandomAccessSource):
         another save is refused (:class:`OtherVersion`) even where the two saves' headers and sizes
         agree."""
         paired = layout_file.paired
-        if (paired is not None and paired[0] == self.path and isinstance(self._bytes, FileBytes)
+        if (paired is not None and isinstance(self._bytes, FileBytes) and _same_place(paired[0], self.path)
                 and identity_of(self.fileno()) != paired[1]):
             raise OtherVersion(f"{layout_file.path or 'the layout'}: not the layout of {self.path}: it was read "
                                "beside another data file there, of another save: the checkpoint was saved again "

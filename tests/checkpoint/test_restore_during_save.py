@@ -220,3 +220,30 @@ def test_a_layout_the_caller_found_and_saved_again_at_every_look_up_is_e9005(tmp
     with raises("E9005", str(path), "saved again", f"{ATTEMPTS} times running"):
         ck.restore(path, layout=found, as_numpy=True)
     assert len(looks) == ATTEMPTS  # (looked up again after each attempt, the first through the caller's)
+
+
+@pytest.mark.parametrize("spelling", ["absolute", "dot", "link", "hard link"])
+def test_a_layout_found_for_one_spelling_of_the_path_is_never_mixed_with_a_save_read_by_another(
+        tmp_path, monkeypatch, spelling):
+    # The layout was proven against the file at "c.psk.d"; the restore names the same place
+    # another way. A save between the two lands a new file there: the restore gives the new save
+    # whole (the layout looked up again) or, for a layout not looked up, E9005; never the old key
+    # paths with the new values.
+    monkeypatch.chdir(tmp_path)
+    ck.save("c.psk.d", OLD)
+    found = ck.find_layout_file("c.psk.d")
+    assert found is not None
+    ck.save("c.psk.d", NEW)
+    if spelling == "link":
+        (tmp_path / "l.psk.d").symlink_to(tmp_path / "c.psk.d")
+    elif spelling == "hard link":
+        (tmp_path / "h.psk.d").hardlink_to(tmp_path / "c.psk.d")
+    other = {"absolute": str(tmp_path / "c.psk.d"), "dot": "./c.psk.d", "link": "l.psk.d",
+             "hard link": "h.psk.d"}[spelling]
+    for layout in (found, dataclasses.replace(found, looked_up=None)):
+        try:
+            back = ck.restore(other, layout=layout, as_numpy=True)
+        except MismatchError as e:
+            assert e.code == "E9005", e
+            continue
+        assert as_lists(back) == as_lists(NEW)
