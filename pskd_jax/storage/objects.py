@@ -71,6 +71,7 @@ class ObjectStore(Store):
         self._client = client_store(scheme, bucket, options)
         self._obstore = obstore_module()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._bucket_seen = False  # (an answer of the bucket's own seen: it is there)
 
     def __getstate__(self) -> dict[str, Any]:
         # The client store pickles itself; memory stores are one process's and reopen by name.
@@ -132,8 +133,28 @@ class ObjectStore(Store):
         try:
             meta = self._call(key, "look at it", self._obstore.head)
         except TruncatedError:
+            self._check_bucket(key, "look at it")
             return None
+        self._bucket_seen = True
         return self._info(key, meta)
+
+    def _check_bucket(self, key: str, what: str) -> None:
+        """After S3 answered a HEAD with 'not found', which cannot tell a missing key from a
+        missing bucket (a HEAD's answer has no error page): E9018 saying there is no bucket when
+        that is why, from a GET of the key's first byte (whose 'not found' quotes S3's error page:
+        NoSuchKey or NoSuchBucket), once a store (a bucket seen there stays there for this store's
+        purposes). Any other answer is left to the caller's next request."""
+        if self._bucket_seen or self.scheme != "s3":
+            return
+        started = time.monotonic()
+        try:
+            self._obstore.get(self._client, key, options={"range": (0, 1)})
+        except Exception as e:
+            if _NO_BUCKET in str(e):
+                raise self._failed(key, what, e, started) from None
+            if not isinstance(e, FileNotFoundError):
+                return  # (not an answer about the bucket: nothing learnt)
+        self._bucket_seen = True
 
     def get(self, key: str) -> tuple[bytes, ObjectInfo]:
         started = time.monotonic()

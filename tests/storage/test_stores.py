@@ -204,7 +204,9 @@ def test_a_whole_output_states_its_size_so_that_its_upload_fits_the_parts(object
 def test_a_read_from_a_bucket_that_is_not_there_says_so(s3_bucket):
     """S3 answers a GET in a missing bucket with NoSuchBucket (a 404, as for a missing object): a
     read says the bucket is missing (E9018), not that the object is (E9003), so that a mistyped
-    bucket is not taken for a missing checkpoint. (A HEAD's answer has no body: ``info`` is None.)"""
+    bucket is not taken for a missing checkpoint. A HEAD's answer has no body: ``info``, finding no
+    object, asks a listing once whether the bucket is there, so that a missing single input of a
+    corpus build or a stream of a pipeline says so too."""
     from pskd_jax import checkpoint as ck
 
     missing = f"{s3_bucket.name}-missing"
@@ -216,7 +218,13 @@ def test_a_read_from_a_bucket_that_is_not_there_says_so(s3_bucket):
         with pytest.raises(StorageError, match="E9018") as refused:
             read()
         assert where.url in str(refused.value) and f"there is no bucket {missing!r}" in str(refused.value)
-    assert store.info(where.key) is None
+    with pytest.raises(StorageError, match=f"there is no bucket {missing!r}"):
+        store.info(where.key)
+    from pskd_jax.corpus import build_corpus
+    with pytest.raises(StorageError, match=f"there is no bucket {missing!r}"):
+        build_corpus([f"s3://{missing}/raw/docs.jsonl"], "unused-output")
+    there, key = resolve(f"s3://{s3_bucket.name}/run/none-here.psk.d")
+    assert there.info(key.key) is None  # (a missing key of a bucket that is there: no error)
 
 
 def test_a_listing_or_a_write_in_a_bucket_that_is_not_there_says_so(s3_bucket):
