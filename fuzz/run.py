@@ -72,7 +72,7 @@ class Recorder:
             return
         with open(path, "wb") as f:
             f.write(data)
-        with open(path[:-4] + ".txt", "w", encoding="utf-8") as f:
+        with open(path[:-4] + ".txt", "w", encoding="utf-8", errors="backslashreplace") as f:  # (text of bad bytes)
             f.write("".join(traceback.format_exception(error)))
 
 

@@ -45,6 +45,17 @@ Targets (``TARGETS``):
   blocks of 64 bytes and chunks of 3 elements; then a's length in two bytes, a, b). An accepted
   pair must give the distance an exact reference computes (fractions, NaN and ±Inf by diff's
   rule), and a file against itself 0 unless it holds a NaN.
+- ``segments``: the bytes make a batch of windows of u8, u16 or u32 tokens, a boundary and a
+  bound (:func:`segments_case`); the compiled scan and numpy must give a token-by-token
+  reference's segment ids, positions and bound check, in a worker process (a crash of the scan is
+  a finding, not the fuzzer's end).
+- ``mixture``: the bytes make a ``mix(…)`` of 2 to 9 small real files with weights of every form
+  (:func:`mixture_text`): reparse, ``batch_indices`` against iterating, within one sample of each
+  share, each source's own stream, resumption from a saved state, a far batch.
+- ``parts_index``: the bytes are a parts index object beside real part objects in a
+  ``memory://`` store: restore gives the checkpoint or a PskdError.
+- ``url``: the bytes are a path or URL: ``locate`` gives a Location whose ``url`` round-trips, or
+  E9018, and no message holds a credential the environment holds.
 
 This module is imported by ``fuzz/run.py`` (and by the regression tests); ``prepare`` makes the
 fixture files a target needs in a scratch directory.
@@ -888,6 +899,10 @@ HOSTILE_KINDS = {
     "non_regular": (),
     "diff": (("diff", "diff"), ("container", "copy")),
     "keys": (),
+    "segments": (),
+    "mixture": (),
+    "parts_index": (),
+    "url": (),
 }
 
 
@@ -969,6 +984,14 @@ def seeds(target: str, scratch: Scratch) -> list[bytes]:
         return [bytes([k, r]) for k in range(len(SPECIAL_INPUTS)) for r in range(14)]
     if target == "diff":
         return _diff_seeds(scratch)
+    if target == "segments":
+        return _segments_seeds()
+    if target == "mixture":
+        return _mixture_seeds(scratch)
+    if target == "parts_index":
+        return _parts_index_seeds(scratch)
+    if target == "url":
+        return _url_seeds()
     if target == "keys":  # (1 and '1', True and 'True', None and 'None', a surrogate, a nested dict)
         return [bytes([4, 1, 1, 0, 0, 0, 1, 7, 1, 0, 0, 0, 1, 2, 0, 0, 0, 0, 1]),
                 bytes([3, 2, 2, 0, 0, 0, 1, 0, 97, 0, 0, 1, 3, 0, 0, 0, 0, 1]),
@@ -1205,3 +1228,517 @@ def _close(value: float, exact: float | None) -> bool:
 
 
 TARGETS["diff"] = t_diff  # (defined after the seeds it shares with the container targets)
+
+
+# --------------------------------------------------------------------------------------------
+# segments: the compiled scan against numpy and a plain reference, in a process of its own
+
+
+SEGMENT_TOKENS = (np.uint8, np.uint16, np.uint32)
+SEGMENT_LENGTHS = (1, 2, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129)
+
+
+def segments_case(data: bytes) -> tuple[np.ndarray, int, int | None, str]:
+    """The case the bytes make: (inputs (n, T), boundary, bound, layout of the inputs in memory).
+
+    Byte 0: the token dtype (u8, u16, u32), the boundary's and the bound's kind; byte 1: how the
+    tokens are made (the bytes as tokens, every token the boundary, an alphabet of the boundary,
+    the bound's neighbours and the dtype's largest); bytes 2, 3: T (a length about 32's multiples,
+    or any up to 300); byte 4: n (0 to 5) and the inputs' memory (C order, a slice of a wider
+    array, Fortran order); bytes 5 to 8: a raw boundary; then the tokens' bytes."""
+    head = data[:9].ljust(9, b"\0")
+    dtype = np.dtype(SEGMENT_TOKENS[head[0] % 3])
+    largest = (1 << (8 * dtype.itemsize)) - 1
+    raw = int.from_bytes(head[5:9], "little")
+    boundary = (raw & largest, 0, largest, raw % (2 * largest + 2), raw & 0xFF, -1 - raw % 3)[head[0] // 3 % 6]
+    bound_kind = head[0] // 18 % 10
+    bound = (None, 0, 1, boundary, boundary + 1, largest, largest + 1, (1 << 64) - 1, 1 << 64,
+             raw & largest)[bound_kind]
+    if head[2] & 0x80:
+        seq = SEGMENT_LENGTHS[head[3] % len(SEGMENT_LENGTHS)]
+    else:
+        seq = 1 + ((head[2] << 8) | head[3]) % 300
+    n, memory = head[4] % 6, ("C", "slice", "F")[head[4] // 6 % 3]
+    body = data[9:]
+    size = n * seq
+    mode = head[1] % 4
+    if mode == 0 or not body:
+        raw_tokens = (body or b"\0") * (size * dtype.itemsize // max(len(body), 1) + 1)
+        tokens = np.frombuffer(raw_tokens[: size * dtype.itemsize], dtype=dtype.newbyteorder("<")).astype(dtype)
+    elif mode == 1:
+        tokens = np.full(size, boundary & largest if boundary >= 0 else 0, dtype)
+    else:
+        alphabet = [boundary, boundary + 1, boundary - 1, largest, 0,
+                    (bound if bound is not None else 7) - 1, bound if bound is not None else 7]
+        picks = np.frombuffer((body * (size // len(body) + 1))[:size], np.uint8) % (len(alphabet) if mode == 2 else 2)
+        tokens = np.array([min(max(a, 0), largest) for a in alphabet], dtype=np.uint64).astype(dtype).take(picks)
+    inputs = tokens.reshape(n, seq)
+    if memory == "slice":
+        wide = np.zeros((n, seq + 3), dtype)
+        wide[:, 1 : seq + 1] = inputs
+        inputs = wide[:, 1 : seq + 1]
+    elif memory == "F":
+        inputs = np.asfortranarray(inputs)
+    return inputs, boundary, bound, memory
+
+
+def segments_reference(inputs: np.ndarray, boundary: int, bound: int | None) -> tuple[list, list, bool]:
+    """Ids, positions and whether every token is below the bound, token by token (the module's rules)."""
+    ids, positions = [], []
+    for row in inputs.tolist():
+        segment, at = 1, 0
+        ids.append([])
+        positions.append([])
+        for token in row:
+            ids[-1].append(segment)
+            positions[-1].append(at)
+            segment, at = (segment + 1, 0) if token == boundary else (segment, at + 1)
+    below = bound is None or inputs.size == 0 or all(token < bound for row in inputs.tolist() for token in row)
+    return ids, positions, below
+
+
+def segments_check(data: bytes) -> None:
+    """The compiled scan (where built), the numpy path and the reference agree on one case (run in
+    the segments worker process: a crash of the compiled scan takes that process only)."""
+    from pskd_jax.corpus import segments as segments_module
+
+    inputs, boundary, bound, memory = segments_case(data)
+    want_ids, want_positions, want_below = segments_reference(inputs, boundary, bound)
+    dtype = segments_module.segment_dtype(inputs.shape[1])
+    native = segments_module._native
+    answers = {}
+    for name in ("compiled", "numpy"):
+        segments_module._native = native if name == "compiled" else None
+        try:
+            got = [segments_module.segment_ids_and_positions(inputs, boundary)]
+            if memory == "C":  # (segments_below takes a gather's own C-contiguous windows)
+                got.append(segments_module.segments_below(inputs, boundary, bound))
+        finally:
+            segments_module._native = native
+        answers[name] = got
+        for k, answer in enumerate(got):
+            ids, positions = answer[0], answer[1]
+            what = f"{name} {('segment_ids_and_positions', 'segments_below')[k]} of {inputs.dtype} ({memory}) " \
+                   f"{inputs.shape}, boundary {boundary}, bound {bound}"
+            if ids.dtype != dtype or positions.dtype != dtype or ids.shape != inputs.shape \
+                    or positions.shape != inputs.shape:
+                raise Finding(f"{what}: outputs {ids.dtype}{ids.shape}, {positions.dtype}{positions.shape}")
+            if ids.tolist() != want_ids:
+                raise Finding(f"{what}: segment ids {ids.tolist()}, the reference {want_ids}")
+            if positions.tolist() != want_positions:
+                raise Finding(f"{what}: positions {positions.tolist()}, the reference {want_positions}")
+            if k == 1 and answer[2] is not want_below:
+                raise Finding(f"{what}: below {answer[2]!r}, the reference {want_below}")
+
+
+class SegmentsCrash(Exception):
+    """The process running the compiled scan died (a signal: a segfault, a bus error, an abort)."""
+
+
+class SegmentsError(Exception):
+    """The segments worker raised something other than a Finding or a PskdError (its traceback)."""
+
+
+_WORKER = r"""
+import struct, sys, traceback
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import targets
+from pskd_jax.errors import PskdError
+read, write = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    head = read.read(4)
+    if len(head) < 4:
+        break
+    data = read.read(struct.unpack("<I", head)[0])
+    try:
+        targets.segments_check(data)
+        status, text = 0, ""
+    except targets.Finding as e:
+        status, text = 1, str(e)
+    except PskdError:
+        status, text = 0, ""
+    except BaseException:
+        status, text = 2, traceback.format_exc()
+    message = text.encode("utf-8", "replace")[:1 << 16]
+    write.write(struct.pack("<BI", status, len(message)) + message)
+    write.flush()
+"""
+_segments_worker: list = []  # the worker process, started on first use, started again after a crash
+
+
+def _segments_process():
+    import subprocess
+    import sys
+    if _segments_worker and _segments_worker[0].poll() is None:
+        return _segments_worker[0]
+    _segments_worker.clear()
+    here = os.path.dirname(os.path.abspath(__file__))
+    _segments_worker.append(subprocess.Popen([sys.executable, "-c", _WORKER, ROOT, here], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1")))
+    return _segments_worker[0]
+
+
+def t_segments(s: Scratch, data: bytes) -> None:
+    """The bytes make a batch of windows (:func:`segments_case`); the compiled scan and numpy must
+    give the reference's segment ids, positions and bound check, run in a worker process so that
+    a crash of the compiled scan is a finding (SegmentsCrash), not the fuzzer's end."""
+    worker = _segments_process()
+    done = False
+    try:
+        worker.stdin.write(struct.pack("<I", len(data)) + data)
+        worker.stdin.flush()
+        head = worker.stdout.read(5)
+        if len(head) < 5:
+            code = worker.wait()
+            raise SegmentsCrash(f"the segments worker died (exit status {code}) on this input")
+        status, length = struct.unpack("<BI", head)
+        text = worker.stdout.read(length).decode("utf-8", "replace")
+        done = True
+    except BrokenPipeError:
+        raise SegmentsCrash(f"the segments worker died (exit status {worker.wait()}) before this input") from None
+    finally:
+        if not done and worker.poll() is None:
+            worker.kill()  # (a timeout in the middle of an answer: the next input starts a fresh worker)
+            worker.wait()
+    if status == 1:
+        raise Finding(text)
+    if status == 2:
+        raise SegmentsError(text)
+
+
+def _segments_seeds() -> list[bytes]:
+    out = []
+    for dtype in range(3):
+        for kind, seq, n, mode in ((0, 32, 2, 0), (0, 33, 3, 2), (1, 1, 5, 1), (2, 64, 1, 2), (3, 129, 2, 0),
+                                   (4, 31, 4, 2), (0, 300, 1, 0), (5, 16, 2, 3)):
+            for bound_kind in (0, 3, 4, 6, 7):
+                first = dtype + 3 * kind + 18 * bound_kind
+                out.append(bytes([first % 256, mode, 0x80, SEGMENT_LENGTHS.index(seq) if seq in SEGMENT_LENGTHS
+                                  else 0, n + 6 * (seq % 3)]) + struct.pack("<I", 10 + dtype)
+                           + bytes(k % 251 for k in range(7, 7 + 3 * seq)) * 2)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# mixture: a mix(…) over small real files, its batches against the rules of docs/pipeline.md
+
+
+MIX_COUNTS = (1, 2, 3, 5, 7, 10, 13, 64, 100)  # samples of the files the sources stream
+
+
+def _mix_files(s: Scratch) -> list[str]:
+    directory = os.path.join(s.fixtures, "mix")
+    paths = [os.path.join(directory, f"m{k}.psk.d") for k in range(len(MIX_COUNTS))]
+    if not os.path.exists(paths[-1]):
+        os.makedirs(directory, exist_ok=True)
+        for path, n in zip(paths, MIX_COUNTS):
+            write(path, "ℝ[]", np.arange(n, dtype=np.float64), durable=False)
+    return paths
+
+
+def _mix_weight(kind: int, raw: bytes, previous: str | None) -> str:
+    """A weight's text by kind: an integer, a decimal, a huge integer, a tiny decimal, the weight
+    before it again, leading or trailing zeros, a one-digit integer."""
+    number = int.from_bytes(raw, "little")
+    if kind == 0:
+        return str(1 + number % 1000)
+    if kind == 1:
+        return f"{number % 100}.{number % 997:03d}".lstrip("0").rjust(1, "0") if number % 100 or number % 997 else "0.5"
+    if kind == 2:
+        return str(10 ** (10 + number % 29) + number % 7)
+    if kind == 3:
+        return "0." + "0" * (number % 37) + str(1 + number % 9)
+    if kind == 4 and previous is not None:
+        return previous
+    if kind == 5:
+        return f"00{1 + number % 50}.{number % 10}00"
+    return str(1 + number % 9)
+
+
+def mixture_text(s: Scratch, data: bytes) -> str:
+    """The pipeline text the bytes make: byte 0 the number of sources (2 to 9), byte 1 B, byte 2
+    take, byte 3 the layout (newlines, a trailing comma, a name); then three bytes a source: its
+    weight's kind, two bytes for the weight, and whether it is shuffled (its seed)."""
+    head = data[:4].ljust(4, b"\0")
+    count = 2 + head[0] % 8
+    paths = _mix_files(s)
+    sources, previous = [], None
+    for k in range(count):
+        piece = data[4 + 4 * k : 8 + 4 * k].ljust(4, b"\0")
+        weight = _mix_weight(piece[0] % 7, piece[1:3], previous)
+        previous = weight
+        shuffle = f" |> shuffle(seed = {piece[3] * 7919})" if piece[3] & 1 else ""
+        sources.append(f'stream "{paths[(k + head[3] // 8) % len(paths)]}"{shuffle} : {weight}')
+    joiner = ",\n    " if head[3] & 1 else ", "
+    text = "mix(" + joiner.join(sources) + ("," if head[3] & 2 else "") + f") |> batch(B = {1 + head[1] % 17})"
+    if head[2] % 3:
+        text += f" |> take(n = {1 + head[2] // 3})"
+    return ("data = " if head[3] & 4 else "") + text
+
+
+def t_mixture(s: Scratch, data: bytes) -> None:
+    """The bytes make a ``mix(…)`` over small real files (:func:`mixture_text`): it reparses from
+    ``str()`` to itself; its batches by ``batch_indices`` are those of iterating (from the start
+    and from saved states); every prefix holds each source within one sample of its share, and
+    each source's samples are its own stream (its epochs in its shuffle's order)."""
+    text = mixture_text(s, data)
+    try:
+        mix = pipeline.parse_pipeline(text, base_dir=s.fixtures)
+    except PskdError:
+        return  # (weights whose total the schedule refuses, E9010)
+    if not isinstance(mix, pipeline.Mixture):
+        raise Finding(f"{text!r} parsed as {mix!r}")
+    again = pipeline.parse_pipeline(str(mix), base_dir=s.fixtures)
+    if again != mix or str(again) != str(mix):
+        raise Finding(f"{text!r} → {str(mix)!r} reparses to {again!r}")
+    counts = [pipeline.stream_facts(source.path).count for source in mix.sources]
+    size, end = mix.batch_size, mix.end_batch
+    weights = [source.weight for source in mix.sources]
+    scale = math.lcm(*(w.denominator for w in weights))
+    integers = [int(w * scale) for w in weights]
+    common = math.gcd(*integers)
+    integers = [w // common for w in integers]
+    total = sum(integers)
+    # The first batches, iterated, checked one by one against batch_indices and the rules.
+    first = min(end, max(1, 600 // size))
+    iterated = []
+    for (state, (sources, indices)), j in zip(mix.iter_batches(counts), range(first)):
+        if state.to_json() != {"epoch": 1, "batch": j + 1}:
+            raise Finding(f"{mix}: the state after batch {j} is {state.to_json()}")
+        direct = mix.batch_indices(counts, 1, j)
+        if direct[0].tolist() != sources.tolist() or direct[1].tolist() != indices.tolist():
+            raise Finding(f"{mix}: batch {j}: batch_indices gives {direct}, iterating {(sources, indices)}")
+        iterated.append((sources, indices))
+    if len(iterated) != first:
+        raise Finding(f"{mix}: {len(iterated)} batches iterated, {first} expected")
+    stream_sources = np.concatenate([b[0] for b in iterated])
+    stream_indices = np.concatenate([b[1] for b in iterated])
+    _check_mix_stream(mix, counts, integers, stream_sources, stream_indices, 0, [0] * len(counts))
+    # A saved state resumes exactly.
+    at = data[-1] % len(iterated) if data else 0
+    state = pipeline.IteratorState.from_json(json.loads(json.dumps(pipeline.IteratorState(1, at).to_json())))
+    resumed = [b for b, _ in zip(mix.iter_batches(counts, state), range(len(iterated) - at))]
+    for k, (state_after, (sources, indices)) in enumerate(resumed):
+        want = iterated[at + k]
+        if state_after.batch != at + k + 1 or sources.tolist() != want[0].tolist() \
+                or indices.tolist() != want[1].tolist():
+            raise Finding(f"{mix}: resumed at batch {at}, batch {at + k} differs from the uninterrupted stream")
+    # Far batches: batch_indices, iterating from a state there, and the period's reference agree.
+    if total <= len(stream_sources) and end > 1:
+        far = int.from_bytes(data[-8:].rjust(8, b"\0"), "little") % (end - 1) + 1
+        direct = mix.batch_indices(counts, 1, far)
+        _, (sources, indices) = next(iter(mix.iter_batches(counts, pipeline.IteratorState(1, far))))
+        if direct[0].tolist() != sources.tolist() or direct[1].tolist() != indices.tolist():
+            raise Finding(f"{mix}: batch {far}: batch_indices and an iterator started there disagree")
+        p = far * size
+        period, phase = divmod(p, total)
+        before = [period * w + int(np.count_nonzero(stream_sources[:phase] == i)) for i, w in enumerate(integers)]
+        _check_mix_stream(mix, counts, integers, direct[0], direct[1], p, before)
+
+
+def _check_mix_stream(mix, counts, integers, sources, indices, first: int, before: list[int]) -> None:
+    """Positions ``first …`` of a mix's stream, given each source's count of earlier positions:
+    each prefix within one sample of its share, each sample the source's own next one."""
+    total, k = sum(integers), len(counts)
+    if sources.size and not (0 <= int(sources.min()) and int(sources.max()) < k):
+        raise Finding(f"{mix}: a position takes a source outside [0, {k})")
+    ones = sources[:, None] == np.arange(k)[None, :]
+    # Each position's count among its source's earlier positions, and every prefix's counts (Python
+    # ints where a far position's counts would not fit int64 products).
+    seen = np.cumsum(ones, axis=0, dtype=np.int64)
+    mine = seen[np.arange(sources.size), sources] - 1
+    for i, n in enumerate(counts):
+        rows = (sources == i).nonzero()[0]
+        if not rows.size:
+            continue
+        c = [before[i] + int(m) for m in mine[rows]]
+        seed = mix.sources[i].seed
+        want = []
+        for value in c:
+            epoch, place = divmod(value, n)
+            want.append(place if seed is None else
+                        int(pipeline.shuffle_order(n, seed=seed, epoch=epoch + 1, start=place, stop=place + 1)[0])
+                        if first else None)
+        if seed is not None and not first:  # (the stream's start: a few epochs, each order made once)
+            orders: dict[int, list[int]] = {}
+            for j, value in enumerate(c):
+                epoch, place = divmod(value, n)
+                if epoch not in orders:
+                    orders[epoch] = pipeline.shuffle_order(n, seed=seed, epoch=epoch + 1).tolist()
+                want[j] = orders[epoch][place]
+        got = indices[rows].tolist()
+        if got != want:
+            j = next(j for j, (a, b) in enumerate(zip(got, want)) if a != b)
+            raise Finding(f"{mix}: position {first + int(rows[j])} is sample {got[j]} of source {i}, its sample "
+                          f"{c[j]} is {want[j]}")
+    wide = object if first else np.int64  # (from the start: products below 2**31 · 2**20)
+    lengths = first + np.arange(1, sources.size + 1, dtype=wide)
+    for i, w in enumerate(integers):
+        held = seen[:, i].astype(wide) + before[i]
+        off = np.abs(held * total - lengths * w)
+        if off.size and off.max() >= total:
+            j = int(np.argmax(off >= total))
+            raise Finding(f"{mix}: the first {lengths[j]} positions hold {held[j]} of source {i}, its share is "
+                          f"{lengths[j] * w}/{total}: more than one sample off")
+
+
+def _mixture_seeds(s: Scratch) -> list[bytes]:
+    out = []
+    for count in range(8):
+        for kind in range(7):
+            out.append(bytes([count, 3 + kind, kind * 5, kind]) + bytes(
+                b for k in range(count + 2) for b in ((kind + k) % 7, 17 * k + 1, k, k * 3)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# parts_index: a parts index object beside real part objects, in a memory:// store
+
+
+PARTS_URL = f"memory://fuzz-parts-{os.getpid()}/run/ck.psk.d"  # (a store of this process's own)
+_parts_fixture: dict = {}
+
+
+def _parts_checkpoint() -> dict:
+    """Saves a checkpoint at :data:`PARTS_URL` once and rewrites it as three part objects and a
+    parts index (the cuts of a save by several processes); returns what a read must give back."""
+    if _parts_fixture:
+        return _parts_fixture
+    from pskd_jax.checkpoint.parts import PartsIndex, part_key
+    from pskd_jax.storage import resolve
+    tree = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": [np.int16(-3), np.arange(5, dtype=np.uint8)]}
+    digests = checkpoint.save(PARTS_URL, tree, SaveOptions(name="Model", digest="xxh3_128")).digests
+    store, where = resolve(PARTS_URL)
+    raw = store.get(where.key)[0]
+    cuts = [0, 7, len(raw) // 3, len(raw) // 2, len(raw) - 5, len(raw)]
+    owners = [0, 2, 1, 0, 2]
+    held: list[list[bytes]] = [[], [], []]
+    extents: list[list[tuple[int, int, int]]] = [[], [], []]
+    for start, stop, owner in zip(cuts, cuts[1:], owners):
+        extents[owner].append((start, stop - start, sum(map(len, held[owner]))))
+        held[owner].append(raw[start:stop])
+    keys = [f"{part_key(where.key, p, 3)}.0123456789ab" for p in range(3)]
+    for key, pieces in zip(keys, held):
+        store.put(key, b"".join(pieces))
+    index = PartsIndex.of(len(raw), keys, [sum(map(len, h)) for h in held],
+                          [np.asarray(e, np.int64).reshape(-1, 3) for e in extents], PARTS_URL)
+    _parts_fixture.update(tree=tree, digests=digests, raw=raw, index=index.encoded(), store=store, key=where.key,
+                          layout=store.get(layout_path_for(where.key))[0])
+    return _parts_fixture
+
+
+def t_parts_index(s: Scratch, data: bytes) -> None:
+    """The bytes are the parts index object of a checkpoint whose three part objects stand beside
+    it (the layout object recording this index's version, as a save leaves it): ``restore`` with
+    the save's digests gives the checkpoint bit for bit or a PskdError; ``Reader``, its samples and
+    ``info`` give a result or a PskdError, never another exception."""
+    fixture = _parts_checkpoint()
+    store, key = fixture["store"], fixture["key"]
+    store.put(key, data)
+    layout = json.loads(fixture["layout"])
+    layout["data"]["url"], layout["data"]["tag"] = PARTS_URL, store.info(key).tag
+    store.put(layout_path_for(key), json.dumps(layout).encode())
+    try:
+        back = checkpoint.restore(PARTS_URL, as_numpy=True, digests=fixture["digests"])
+    except PskdError as e:
+        if not e.code.startswith("E9"):
+            raise Finding(f"a refusal without its code: {e!r}") from e
+    else:
+        want, got = fixture["tree"], back
+        if (np.asarray(got["w"]).tobytes() != want["w"].tobytes() or np.asarray(got["b"][0]).tolist() != -3
+                or np.asarray(got["b"][1]).tolist() != want["b"][1].tolist()):
+            raise Finding(f"a restore through the index gave {got!r}")
+    try:
+        with Reader(PARTS_URL) as reader:
+            if reader.placement is not None and len(reader):
+                reader[0]
+            reader.raw_data()
+        inspection.info_lines(PARTS_URL)
+    except PskdError:
+        pass
+
+
+def _parts_index_seeds(s: Scratch) -> list[bytes]:
+    fixture = _parts_checkpoint()
+    index = json.loads(fixture["index"])
+    out = [fixture["index"], fixture["raw"][:200]]
+    variants = [dict(index, bytes=index["bytes"] + 1), dict(index, parts=index["parts"][:2]),
+                dict(index, parts=[dict(p, bytes=p["bytes"] - 1) for p in index["parts"]]),
+                dict(index, parts=[dict(p, extents=[[a, n, at + 1] for a, n, at in p["extents"]])
+                                   for p in index["parts"]]),
+                dict(index, parts=[dict(p, key=p["key"] + "x") for p in index["parts"]])]
+    out += [json.dumps(v).encode() for v in variants]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# url: a text as a path or URL
+
+
+URL_SECRETS = {"AWS_SECRET_ACCESS_KEY": "fuzzSecretKey0123", "AWS_ACCESS_KEY_ID": "AKIAFUZZFUZZFUZZ",
+               "AWS_SESSION_TOKEN": "fuzzSessionTok456"}
+
+
+def t_url(s: Scratch, data: bytes) -> None:
+    """The bytes are a path or URL (UTF-8, bad bytes as surrogates; byte 0 may splice in one of the
+    credentials the environment holds while it runs): ``locate`` gives a Location whose ``url``
+    locates to the same place, or E9018; ``resolve`` of a ``memory://`` or local place gives its
+    store; no message holds a credential."""
+    if not data:
+        return
+    secret = list(URL_SECRETS.values())[data[0] % 4] if data[0] % 4 < 3 else ""
+    text = data[1:].decode("utf-8", "surrogateescape").replace("%SECRET%", secret)
+    from pskd_jax import storage
+    saved = {name: os.environ.get(name) for name in URL_SECRETS}
+    os.environ.update(URL_SECRETS)
+    try:
+        try:
+            where = storage.locate(text)
+        except PskdError as e:
+            _check_url_message(text, e)
+            return
+        if not isinstance(where, storage.Location):
+            raise Finding(f"locate({text!r}) gave {where!r}")
+        try:
+            again = storage.locate(where.url)
+        except PskdError as e:
+            raise Finding(f"locate({text!r}) is {where!r}, whose url {where.url!r} is refused: {e}") from e
+        if again != where:
+            raise Finding(f"locate({text!r}) is {where!r}, its url {where.url!r} locates to {again!r}")
+        try:
+            where.name, where.parent(), where.child("x")
+            if where.scheme in ("memory", "file"):
+                store, _ = storage.resolve(text)
+                if where.scheme == "memory" and where.key and not where.key.endswith("/"):
+                    store.info(where.key)
+        except PskdError as e:
+            _check_url_message(text, e)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _check_url_message(text: str, error: PskdError) -> None:
+    if error.code != "E9018":
+        raise Finding(f"{text!r}: refused with {error.code} where a place the toolkit cannot serve is E9018: "
+                      f"{error.message}")
+    shown = str(error)
+    for secret in URL_SECRETS.values():
+        if secret in shown:
+            raise Finding(f"{text!r}: the message shows a credential: {shown!r}")
+
+
+def _url_seeds() -> list[bytes]:
+    texts = ["s3://bucket/key.psk.d", "gs://my-bucket/a/b/shards.json", "memory://store/x/y.psk.d", "memory://s/",
+             "file:///tmp/x.psk.d", "file://localhost/tmp/a%20b", "relative/path.psk.d", "./a:b", "/abs/path",
+             "s3:/x", "gs:key", "ftp://host/x", "S3://Bucket/k", "s3://b/", "s3://bucket//k", "s3://bucket/a/../b",
+             "memory://%SECRET%/k", "s3://%SECRET%@bucket/k", "s3://AKIA:%SECRET%@bucket/k", "file://host/x",
+             "s3://bucket/" + "k" * 1100, "memory://m/\x01", "memory://m/é漢", "", "s3://", "memory://",
+             "file://", "file:///%ff", "s3://bucket/%SECRET%/../k"]
+    return [bytes([k % 4]) + t.encode() for k, t in enumerate(texts)] + [b"\x00memory://m/\xff\xfe"]
+
+
+TARGETS.update(segments=t_segments, mixture=t_mixture, parts_index=t_parts_index, url=t_url)

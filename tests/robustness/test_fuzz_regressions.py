@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 import targets
 
 REGRESSIONS = sorted((ROOT / "fuzz" / "regressions").glob("*.bin"))
+IN_A_WORKER = ("segments",)  # targets that run their input in a worker process (a crash of native code)
 
 
 def target_of(path: pathlib.Path) -> str:
@@ -37,6 +38,11 @@ def test_there_are_regressions():
     assert REGRESSIONS, "fuzz/regressions/ holds the inputs fuzzing found bugs with"
 
 
-@pytest.mark.parametrize("path", REGRESSIONS, ids=lambda p: p.name)
+def _cases() -> list:
+    return [pytest.param(path, marks=[pytest.mark.subprocess] if target_of(path) in IN_A_WORKER else [])
+            for path in REGRESSIONS]
+
+
+@pytest.mark.parametrize("path", _cases(), ids=lambda p: p.name)
 def test_regression(scratch, path):
     targets.run_one(target_of(path), scratch, path.read_bytes())
