@@ -17,11 +17,13 @@ import re
 import urllib.parse
 
 from pskd_jax.errors import StorageError
+from pskd_jax.storage.config import redact
 
 OBJECT_SCHEMES = ("s3", "gs", "memory")  # served by the object-store client
 SCHEMES = ("file", *OBJECT_SCHEMES)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")  # how every URL starts, "//" or not
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/@]*)@")  # (user:password@ before a host or bucket)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")  # S3's and GCS's common rule (3 to 63 characters)
 MAX_KEY_BYTES = 1024  # the longest key S3 and GCS store (in UTF-8); a longer one is a server's 400
 
@@ -100,11 +102,28 @@ def is_object_url(text: str | os.PathLike) -> bool:
 
 def locate(place: str | os.PathLike[str] | Location) -> Location:
     """The :class:`Location` of a path or URL; E9018 naming it when it is a URL the toolkit cannot
-    serve, or an object URL without a bucket or with a key no store accepts."""
+    serve, or an object URL without a bucket or with a key no store accepts. The message shows no
+    credential: not the user-info of a URL (``s3://KEY:SECRET@bucket/…``, which no store of the
+    toolkit takes), nor a secret the environment or the AWS profile holds (:func:`redact`)."""
     if isinstance(place, Location):
         return place
     if not isinstance(place, str):
         return Location("file", "", os.fspath(place))
+    try:
+        return _locate(place)
+    except StorageError as e:
+        raise StorageError(_without_credentials(place, e.message)) from None
+
+
+def _without_credentials(place: str, message: str) -> str:
+    """``message`` (about ``place``) with the URL's user-info and every known secret as ``***``."""
+    userinfo = _USERINFO.match(place)
+    if userinfo is not None and userinfo.group(1):
+        message = message.replace(userinfo.group(1) + "@", "***@")
+    return redact(message)
+
+
+def _locate(place: str) -> Location:
     match = _URL.match(place)
     if match is None:
         started = _SCHEME.match(place)
