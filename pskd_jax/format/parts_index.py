@@ -79,7 +79,7 @@ class PartsIndex:
             ok = (starts[0] == 0 and ends[-1] == self.size and bool(np.all(starts[1:] == ends[:-1]))
                   and bool(np.all(lengths > 0)) and bool(np.all(at >= 0)) and bool(np.all(parts >= 0))
                   and bool(np.all(parts < len(self.keys)))
-                  and bool(np.all(at + lengths <= np.asarray(self.sizes, np.int64)[parts])))
+                  and bool(np.all(lengths <= np.asarray(self.sizes, np.int64)[parts] - at)))  # (no sum to wrap)
         if not ok:
             raise NotPskdError(f"{where}: a parts index whose parts do not hold every byte of the checkpoint "
                                "exactly once")
@@ -178,7 +178,8 @@ def index_of(store: Store, key: str, head: bytes, info: ObjectInfo, where: str
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """Whether ``value`` is a size or an offset: an int in ``[0, 2**63)``, as the extents' int64 table holds."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
 
 
 __all__ = ["LOOK_THREADS", "PARTS_FORMAT", "PARTS_VERSION", "PREFIX", "PartsIndex", "index_of"]

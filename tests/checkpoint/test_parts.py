@@ -49,3 +49,20 @@ def test_a_parts_index_that_does_not_tile_the_file_is_refused(extents, why):
     store.put(where.key, raw)
     with raises("E9002", url):
         ck.restore(url, {"w": np.zeros(3)})
+
+
+@pytest.mark.parametrize("part_bytes, extents", [
+    (2**63, [[0, 20, 0]]),  # a part's size past int64 (was OverflowError)
+    (10**90, [[0, 20, 0]]),
+    (20, [[0, 20, 2**63 - 10]]),  # a piece past the part's end by a sum that wraps in int64 (was accepted)
+])
+def test_a_parts_index_of_sizes_past_int64_is_refused(part_bytes, extents):
+    # (found by fuzz/targets.py's parts_index target)
+    url = "memory://huge-parts/ckpt.psk.d"
+    store, where = resolve(url)
+    store.put(where.key + ".p0", bytes(20))
+    raw = json.dumps({"format": "pskd-parts", "version": 1, "bytes": 20,
+                      "parts": [{"key": where.key + ".p0", "bytes": part_bytes, "extents": extents}]}).encode()
+    store.put(where.key, raw)
+    with raises("E9002", url):
+        ck.restore(url, {"w": np.zeros(3)})
