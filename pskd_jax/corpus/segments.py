@@ -159,7 +159,10 @@ def segments_below(inputs: np.ndarray, boundary: int, bound: int | None) -> tupl
     vector), and the gather makes no pass of its own over the inputs."""
     dtype = segment_dtype(inputs.shape[1])
     if _compiled(inputs, boundary, dtype):
-        return _scan(inputs, boundary, dtype, _NO_BOUND if bound is None else bound)
+        # (the scan takes a bound in [0, 2**64): one past that is above every token, as None is;
+        # one at or below 0 is above none)
+        limit = _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)
+        return _scan(inputs, boundary, dtype, limit)
     ids, positions = segment_ids_and_positions(inputs, boundary)
     return ids, positions, bound is None or inputs.size == 0 or bool(_largest(inputs, None) < bound)
 

@@ -117,6 +117,20 @@ def test_segments_below_answers_whether_every_token_is_below_the_bound(rows, seq
     assert below is (bound is None or inputs.size == 0 or bool(inputs.max() < bound))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@pytest.mark.parametrize("bound", [-1, -(2**70), 2**64 - 1, 2**64, 2**70])
+def test_segments_below_a_bound_beyond_what_the_scan_takes(dtype, bound):
+    """A bound past [0, 2**64) is answered as numpy answers it (above every token, or above none),
+    by the compiled scan too, whose argument it does not fit (found by fuzz/targets.py's segments
+    target: the scan's OverflowError)."""
+    inputs = np.array([[1, 5, 0, np.iinfo(dtype).max], [5, 5, 2, 3]], dtype=dtype)
+    ids, positions, below = segments.segments_below(inputs, 5, bound)
+    want_ids, want_positions = segment_ids_and_positions(inputs, 5)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(positions, want_positions)
+    assert below is (bound > 0)
+
+
 def test_segments_of_other_token_dtypes_and_boundaries_no_token_can_be():
     """Signed tokens, 8-byte tokens and a boundary outside the tokens' range: the same
     definition (numpy computes those; the compiled scan takes a corpus's dtypes only)."""
