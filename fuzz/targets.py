@@ -1235,7 +1235,7 @@ TARGETS["diff"] = t_diff  # (defined after the seeds it shares with the containe
 
 
 SEGMENT_TOKENS = (np.uint8, np.uint16, np.uint32)
-SEGMENT_LENGTHS = (1, 2, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129)
+SEGMENT_LENGTHS = (1, 2, 7, 8, 15, 16, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 0)  # (T = 0: windows of nothing)
 
 
 def segments_case(data: bytes) -> tuple[np.ndarray, int, int | None, str]:
@@ -1243,8 +1243,8 @@ def segments_case(data: bytes) -> tuple[np.ndarray, int, int | None, str]:
 
     Byte 0: the token dtype (u8, u16, u32), the boundary's and the bound's kind; byte 1: how the
     tokens are made (the bytes as tokens, every token the boundary, an alphabet of the boundary,
-    the bound's neighbours and the dtype's largest); bytes 2, 3: T (a length about 32's multiples,
-    or any up to 300); byte 4: n (0 to 5) and the inputs' memory (C order, a slice of a wider
+    the bound's neighbours and the dtype's largest); bytes 2, 3: T (0, a length about 32's
+    multiples, or any up to 300); byte 4: n (0 to 5) and the inputs' memory (C order, a slice of a wider
     array, Fortran order); bytes 5 to 8: a raw boundary; then the tokens' bytes."""
     head = data[:9].ljust(9, b"\0")
     dtype = np.dtype(SEGMENT_TOKENS[head[0] % 3])

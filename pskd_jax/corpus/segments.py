@@ -158,7 +158,7 @@ def segments_below(inputs: np.ndarray, boundary: int, bound: int | None) -> tupl
     size. Where the compiled scan reads these tokens the check rides in its pass (a compare more a
     vector), and the gather makes no pass of its own over the inputs."""
     dtype = segment_dtype(inputs.shape[1])
-    if _compiled(inputs, boundary, dtype):
+    if inputs.size and _compiled(inputs, boundary, dtype):  # (an empty batch, T = 0 too, has nothing to scan)
         # (the scan takes a bound in [0, 2**64): one past that is above every token, as None is;
         # one at or below 0 is above none)
         limit = _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)

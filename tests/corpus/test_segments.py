@@ -131,6 +131,16 @@ def test_segments_below_a_bound_beyond_what_the_scan_takes(dtype, bound):
     assert below is (bound > 0)
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 0), (0, 5)])
+def test_segments_below_of_an_empty_batch(shape):
+    """Windows of no token (T = 0), or no window: empty outputs, every token below the bound, by
+    the compiled scan too, which refused T = 0 with ValueError (found by the segments fuzz target)."""
+    inputs = np.zeros(shape, np.uint16)
+    ids, positions, below = segments.segments_below(inputs, 1, 5)
+    assert ids.shape == positions.shape == shape and ids.dtype == positions.dtype == segment_dtype(shape[1])
+    assert below is True
+
+
 def test_segments_of_other_token_dtypes_and_boundaries_no_token_can_be():
     """Signed tokens, 8-byte tokens and a boundary outside the tokens' range: the same
     definition (numpy computes those; the compiled scan takes a corpus's dtypes only)."""
