@@ -1540,7 +1540,7 @@ def _check_mix_stream(mix, counts, integers, sources, indices, first: int, befor
     """Positions ``first …`` of a mix's stream, given each source's count of earlier positions:
     each prefix within one sample of its share, each sample the source's own next one."""
     total, k = sum(integers), len(counts)
-    if sources.size and not (0 <= int(sources.min()) and int(sources.max()) < k):
+    if sources.size and not (int(sources.min()) >= 0 and int(sources.max()) < k):
         raise Finding(f"{mix}: a position takes a source outside [0, {k})")
     ones = sources[:, None] == np.arange(k)[None, :]
     # Each position's count among its source's earlier positions, and every prefix's counts (Python
