@@ -41,30 +41,23 @@ import numpy as np
 
 from pskd_jax._os.digests import DIGESTS
 from pskd_jax._os.files import read_whole
-from pskd_jax._os.jsonfile import json_kind
 from pskd_jax.corpus.extras import tokenizers_module
+from pskd_jax.data.corpus_manifest import BYTE_TOKENS, KINDS, MAX_VOCAB, TokenizerRecord
 from pskd_jax.data.text import CODE_POINTS, check_vocab, read_vocab
-from pskd_jax.errors import CorpusDirectoryError, PskdError, UsageError, VocabularyError
+from pskd_jax.errors import CorpusDirectoryError, UsageError, VocabularyError
 from pskd_jax.format.encodings import Encoding, index_dtype
 from pskd_jax.format.header import encode_header
-
-BYTE_TOKENS = 256
 
 #: The end-of-text tokens looked for, in this order, when no boundary token is named.
 END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[EOS]", "<EOS>", "[SEP]")
 
-#: The largest corpus vocabulary: ids are stored in at most 32 bits.
-MAX_VOCAB = 1 << 32
-
-KINDS = ("bytes", "chars", "hf")
-
-_HF_KEYS = ("kind", "path", "sha256", "vocab_size", "boundary_token", "boundary")
-
 
 @dataclasses.dataclass(frozen=True)
-class Tokenizer:
+class Tokenizer(TokenizerRecord):
     """A corpus tokenizer: ``bytes``, ``chars`` (with its vocabulary) or ``hf`` (a
-    ``tokenizer.json``); the token between documents is :attr:`boundary`.
+    ``tokenizer.json``); the token between documents is :attr:`boundary`. Its record in a
+    manifest, and the sizes that follow from it, are :class:`~pskd_jax.data.corpus_manifest.TokenizerRecord`'s
+    (``from_json`` and ``to_json`` included: the one parser of a manifest's tokenizer).
 
     >>> t = Tokenizer.chars(["a", "b"])
     >>> t.size, t.boundary, t.vocab_size, t.sample_type, t.dtype
@@ -75,18 +68,17 @@ class Tokenizer:
     ({'kind': 'bytes'}, 257)
     """
 
-    kind: str
-    vocab: tuple[str, ...] | None = None  # chars
-    path: str | None = None  # hf: the tokenizer.json as given
-    sha256: str | None = None  # hf: of the tokenizer.json's bytes
-    tokens: int | None = None  # hf: the tokenizer's ids are below this
-    boundary_token: str | None = None  # hf: the end-of-text token that is the boundary, if any
-    boundary_id: int | None = None  # hf
     _native: Any = dataclasses.field(default=None, compare=False, repr=False)  # hf: the tokenizers object
 
     @classmethod
     def bytes(cls) -> Tokenizer:
         return cls("bytes")
+
+    @classmethod
+    def of_record(cls, record: TokenizerRecord) -> Tokenizer:
+        """The tokenizer a manifest's record names (an hf one loads its tokenizer.json when first used)."""
+        return record if isinstance(record, cls) else \
+            cls(*(getattr(record, f.name) for f in dataclasses.fields(TokenizerRecord)))
 
     @classmethod
     def chars(cls, vocab: Sequence[str], name: str = "vocabulary") -> Tokenizer:
@@ -155,36 +147,13 @@ class Tokenizer:
         for key, value in state.items():
             object.__setattr__(self, key, value)
 
-    # -- sizes ----------------------------------------------------------------------------------
+    # -- sizes (size, boundary, vocab_size: the record's) -----------------------------------------
 
     @property
     def _characters(self) -> tuple[str, ...]:
         """A chars tokenizer's vocabulary (the one kind that has one)."""
         assert self.vocab is not None
         return self.vocab
-
-    @property
-    def size(self) -> int:
-        """The tokenizer's own ids: 256 bytes, the vocabulary's length, or a tokenizer.json's ids."""
-        if self.kind == "bytes":
-            return BYTE_TOKENS
-        if self.kind == "chars":
-            return len(self._characters)
-        assert self.tokens is not None  # (an hf tokenizer knows its ids)
-        return self.tokens
-
-    @property
-    def boundary(self) -> int:
-        """The id after every document: the end-of-text token, else the first id past the tokenizer's."""
-        if self.boundary_token is None:
-            return self.size
-        assert self.boundary_id is not None  # (a boundary token has its id)
-        return self.boundary_id
-
-    @property
-    def vocab_size(self) -> int:
-        """V: every id of the corpus, the boundary included."""
-        return self.size + (self.boundary_token is None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -306,66 +275,6 @@ class Tokenizer:
         end = f"boundary {self.boundary_token!r} ({self.boundary})" if self.boundary_token is not None \
             else f"boundary {self.boundary} past its ids"
         return f"tokenizer.json {self.path} of sha256 {self.sha256}, {self.size} ids, {end}"
-
-    # -- the manifest's record -------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        if self.kind == "bytes":
-            return {"kind": "bytes"}
-        if self.kind == "chars":
-            return {"kind": "chars", "vocab": list(self._characters)}
-        return {"kind": "hf", "path": self.path, "sha256": self.sha256, "vocab_size": self.tokens,
-                "boundary_token": self.boundary_token, "boundary": self.boundary}
-
-    @classmethod
-    def from_json(cls, data: Any, name: str) -> Tokenizer:
-        if not isinstance(data, dict) or data.get("kind") not in KINDS:
-            got = f"the kind {json_kind(data.get('kind'))}" if isinstance(data, dict) else json_kind(data)
-            raise CorpusDirectoryError(f"{name}: tokenizer must be {{\"kind\": \"bytes\"}}, "
-                                       f"{{\"kind\": \"chars\", \"vocab\": [...]}} or {{\"kind\": \"hf\", "
-                                       f"\"sha256\": …}}, got {got}")
-        if data["kind"] == "bytes":
-            return cls.bytes()
-        if data["kind"] == "hf":
-            return cls._hf_from_json(data, name)
-        vocab = data.get("vocab")
-        if not isinstance(vocab, list):
-            raise CorpusDirectoryError(f"{name}: a chars tokenizer's 'vocab' is a list of characters, got "
-                            f"{json_kind(vocab)}")
-        for i, token in enumerate(vocab):
-            if not isinstance(token, str) or len(token) != 1:
-                raise CorpusDirectoryError(f"{name}: tokenizer vocab: token {i} is {json_kind(token)}, not one "
-                                "character")
-        try:
-            return cls.chars(vocab, f"{name}: tokenizer vocab")
-        except PskdError as e:
-            raise CorpusDirectoryError(e.message) from None
-
-    @classmethod
-    def _hf_from_json(cls, data: dict[str, Any], name: str) -> Tokenizer:
-        """An hf record: exactly the keys :func:`to_json` writes, each of its type (E9016 else)."""
-        if set(data) != set(_HF_KEYS):
-            raise CorpusDirectoryError(f"{name}: an hf tokenizer record has exactly the keys "
-                                       + ", ".join(map(repr, _HF_KEYS)) + f", got {json_kind(sorted(data))[:200]}")
-        path, digest, size, token, boundary = (data[k] for k in _HF_KEYS[1:])
-        if not isinstance(path, str) or not path or "\0" in path:
-            raise CorpusDirectoryError(f"{name}: tokenizer 'path' must be a non-empty string, got {json_kind(path)}")
-        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise CorpusDirectoryError(f"{name}: tokenizer 'sha256' must be 64 lowercase hex digits, got "
-                                       f"{json_kind(digest)}")
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_VOCAB:
-            raise CorpusDirectoryError(f"{name}: tokenizer 'vocab_size' must be an integer from 1 to 2**32, got "
-                                       f"{json_kind(size)}")
-        if token is not None and (not isinstance(token, str) or not token):
-            raise CorpusDirectoryError(f"{name}: tokenizer 'boundary_token' must be null or a non-empty string, got "
-                                       f"{json_kind(token)}")
-        lowest, highest = (size, size) if token is None else (0, size - 1)
-        if isinstance(boundary, bool) or not isinstance(boundary, int) or not lowest <= boundary <= highest:
-            expected = f"{size} (past the tokenizer's ids)" if token is None else f"an id below {size}"
-            raise CorpusDirectoryError(f"{name}: tokenizer 'boundary' must be {expected}, got {json_kind(boundary)}")
-        if size + (token is None) > MAX_VOCAB:
-            raise CorpusDirectoryError(f"{name}: {size} ids and a boundary past them do not fit in 32 bits")
-        return cls("hf", None, path, digest, size, token, boundary)
 
 
 def _prepare(native: Any) -> Any:

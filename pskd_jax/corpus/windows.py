@@ -37,11 +37,12 @@ from pskd_jax.corpus.maintain import (
     open_shard,
     shard_header,
 )
-from pskd_jax.corpus.manifest import MAX_COUNT, Manifest, Shard, decode_manifest, object_shard, parse_manifest
+from pskd_jax.corpus.manifest import MAX_COUNT, Manifest, Shard, decode_manifest, parse_manifest
 from pskd_jax.corpus.segments import segment_dtype, segments_below
 from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
 from pskd_jax.corpus.shard_copies import Copy, ShardCopies
 from pskd_jax.corpus.tokenizer import Tokenizer
+from pskd_jax.data.corpus_manifest import shard_places
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import BadValueError, CorpusDirectoryError, PskdError, ShardMismatchError, UsageError
 from pskd_jax.format.byte_sources import (
@@ -261,9 +262,8 @@ class CorpusWindows(RandomAccessSource):
         wanted: list[tuple[int, str]] = []  # (index, path) of the shards to open
         new: list[_OpenShard] = []
         try:
-            for i, entry in enumerate(manifest.shards):
-                path = manifest.shard_path(i) if self._where.is_local else \
-                    object_shard(self._where, entry.path, f"{self.path}: shard {i}").url
+            places = shard_places(manifest, self._where, manifest.directory if self._where.is_local else None)
+            for i, (entry, path) in enumerate(zip(manifest.shards, places)):
                 shard = held.get((path, entry.tokens, entry.documents, entry.sha256))
                 if shard is None:
                     wanted.append((i, path))

@@ -2,9 +2,10 @@
 
 A ``.psk.d`` file answers from its header. A corpus manifest (``shards.json``) answers from the
 token counts it lists, given the window length (and stride) that cut it into windows, as
-:class:`pskd_jax.corpus.CorpusWindows` cuts them: no shard is opened. The manifest is read
-for its counts only; opening the corpus itself (tokenizer, shards and their checks) is the
-corpus package's job.
+:class:`pskd_jax.corpus.CorpusWindows` cuts them: no shard is opened. The manifest is checked
+by the one parser every reader of it uses (:mod:`pskd_jax.data.corpus_manifest`: its fields and
+its shard paths), so that what the Loader refuses is refused here in the same words; opening
+the corpus itself (tokenizer, shards and their checks) is the corpus package's job.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import os
 from typing import Any
 
 from pskd_jax._os import names
-from pskd_jax._os.checks import checked_integer, is_integer
+from pskd_jax._os.checks import checked_integer
 from pskd_jax._os.files import open_regular
-from pskd_jax._os.jsonfile import json_kind, loads_strict, read_strict
+from pskd_jax._os.jsonfile import loads_strict, read_strict
+from pskd_jax.data.corpus_manifest import check_corpus_format, parse_record, shard_places
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import CorpusDirectoryError, PipelineError, PskdError, UsageError
 from pskd_jax.format.reader import Reader
@@ -24,11 +26,8 @@ from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
 from pskd_jax.storage import Location, locate, store_for
 
-__all__ = ["CORPUS_FORMAT", "CORPUS_VERSION", "StreamFacts", "check_corpus_format", "check_stream_path",
-           "check_streams", "is_corpus_manifest", "stream_facts", "stream_manifest", "stream_places"]
-
-CORPUS_FORMAT = "pskd-corpus"  # the "format" of a corpus manifest
-CORPUS_VERSION = 1  # the version of it read here
+__all__ = ["StreamFacts", "check_stream_path", "check_streams", "is_corpus_manifest", "stream_facts",
+           "stream_manifest", "stream_places"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,21 +41,6 @@ class StreamFacts:
     corpus: bool = False
     seq: int | None = None
     stride: int | None = None
-
-
-def check_corpus_format(data: Any, path: str) -> dict[str, Any]:
-    """``data`` (a decoded ``shards.json``) when it says it is a corpus manifest of the version read
-    here: a JSON object whose ``format`` is ``pskd-corpus`` and ``version`` 1; E9016 naming ``path``
-    and what it is instead. The first check of every reader of a manifest (this module's and the
-    corpus package's ``parse_manifest``), so that each says the same of a JSON file that is none."""
-    if not isinstance(data, dict):
-        raise CorpusDirectoryError(f"{path}: a corpus manifest is a JSON object, got {json_kind(data)}")
-    if data.get("format") != CORPUS_FORMAT:
-        raise CorpusDirectoryError(f"{path}: format is {json_kind(data.get('format'))}, expected {CORPUS_FORMAT!r}")
-    version = data.get("version")
-    if type(version) is not int or version != CORPUS_VERSION:  # not 1.0, not true
-        raise CorpusDirectoryError(f"{path}: version {json_kind(version)}; this reader reads version {CORPUS_VERSION}")
-    return data
 
 
 _JSON_LEAD = 64  # the first bytes looked at: room for a byte-order mark and a few lines of white space
@@ -162,7 +146,10 @@ def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride
     """The samples ``path`` streams: a ``.psk.d`` file's count and type, or the number of windows
     of ``seq`` tokens (every ``stride`` tokens, default ``seq``) of a corpus manifest.
 
-    A corpus needs ``seq`` (E9012 otherwise); a manifest that is not one is E9016.
+    A corpus needs ``seq`` (E9012 otherwise); a manifest that is not one, or whose fields or
+    shard paths the Loader would refuse, is E9016 in the Loader's words
+    (:func:`~pskd_jax.data.corpus_manifest.parse_record`, :func:`~pskd_jax.data.corpus_manifest.shard_places`),
+    the manifest named as :class:`~pskd_jax.corpus.CorpusWindows` names it.
     """
     name = os.fspath(path)
     manifest = stream_manifest(name)
@@ -173,26 +160,8 @@ def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride
         raise UsageError(f"{name} is a corpus: give the window length (--seq T, or seq=)")
     seq = checked_integer(seq, "seq", low=1)
     stride = seq if stride is None else checked_integer(stride, "stride", low=1)
-    vocabulary, tokens = _manifest_counts(manifest, name)
-    return StreamFacts(name, lm_window_count(tokens, seq, stride), window_type(vocabulary, seq), True, seq, stride)
-
-
-def _manifest_counts(data: dict[str, Any], path: str) -> tuple[int, int]:
-    """(vocabulary size, tokens of all the shards listed) of a corpus manifest's JSON object,
-    checked already to be one (E9016)."""
-    vocabulary = _count(data.get("vocab_size"), f"{path}: 'vocab_size'", low=1)
-    shards = data.get("shards")
-    if not isinstance(shards, list):
-        raise CorpusDirectoryError(f"{path}: 'shards' must be a list, got {json_kind(shards)}")
-    tokens = 0
-    for i, shard in enumerate(shards):
-        if not isinstance(shard, dict):
-            raise CorpusDirectoryError(f"{path}: shard {i} must be an object, got {json_kind(shard)}")
-        tokens += _count(shard.get("tokens"), f"{path}: shard {i}: 'tokens'")
-    return vocabulary, tokens
-
-
-def _count(value: Any, what: str, *, low: int = 0) -> int:
-    if not is_integer(value) or value < low:
-        raise CorpusDirectoryError(f"{what} must be an integer >= {low}, got {json_kind(value)}")
-    return int(value)
+    where = locate(name)
+    record = parse_record(manifest, where.path if where.is_local else where.url)  # (named as CorpusWindows names it)
+    shard_places(record, where)
+    return StreamFacts(name, lm_window_count(record.tokens, seq, stride), window_type(record.vocab_size, seq), True,
+                       seq, stride)

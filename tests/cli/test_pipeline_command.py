@@ -138,3 +138,76 @@ def test_a_stream_not_there_is_the_loader_s_e9010_naming_its_place(tmp_path):
     mix = 'mix(stream "w.psk.d" : 1,\n    stream "nowhere.psk.d" : 1) |> batch(B = 2)'
     message = fails("E9010", "pipeline", mix, cwd=tmp_path)
     assert "TEXT:2:5: source 1: the stream 'nowhere.psk.d' does not exist" in message
+
+
+def _broken(data: dict, case: str) -> None:
+    """One defect written into a good manifest's JSON object (its two shards s0 and s1)."""
+    shards = data["shards"]
+    if case == "tokenizer kind":
+        data["tokenizer"] = {"kind": "words"}
+    elif case == "vocab_size not an integer":
+        data["vocab_size"] = 257.0
+    elif case == "boundary out of range":
+        data["boundary"] = 300
+    elif case == "duplicate shard":
+        shards[1] = dict(shards[0], path="./" + shards[0]["path"])
+    elif case == "negative tokens":
+        shards[0]["tokens"] = -1
+    elif case == "missing sha256":
+        del shards[1]["sha256"]
+    elif case == "missing documents":
+        del shards[0]["documents"]
+    elif case == "documents over tokens":
+        shards[0]["documents"] = shards[0]["tokens"] + 1
+    elif case == "path escapes":
+        shards[1]["path"] = "../elsewhere.psk.d"
+    elif case == "path absolute":
+        shards[1]["path"] = "/tmp/s1.psk.d"
+    elif case == "shard not an object":
+        shards[1] = "s1.psk.d"
+    elif case == "hf record":
+        data["tokenizer"] = {"kind": "hf", "path": "t.json", "sha256": "0" * 63, "vocab_size": 256,
+                             "boundary_token": None, "boundary": 256}
+    elif case == "chars vocab twice":
+        data["tokenizer"] = {"kind": "chars", "vocab": ["a", "a"]}
+    elif case == "build key":
+        data["build"] = {"colour": "blue"}
+    elif case == "in progress":
+        data["in_progress"] = {"planned_shards": 1}
+    else:
+        raise AssertionError(case)
+
+
+BROKEN_MANIFESTS = ["tokenizer kind", "vocab_size not an integer", "boundary out of range", "duplicate shard",
+                    "negative tokens", "missing sha256", "missing documents", "documents over tokens",
+                    "path escapes", "path absolute", "shard not an object", "hf record", "chars vocab twice",
+                    "build key", "in progress"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", BROKEN_MANIFESTS)
+def test_a_broken_manifest_is_refused_in_the_same_words_by_pipeline_the_loader_and_the_windows(tmp_path, case):
+    # pskd pipeline counted a corpus's windows with checks of its own: a wrong tokenizer, boundary,
+    # a shard listed twice, more documents than tokens or a path leaving the directory passed, and
+    # a wrong vocab_size or count was worded otherwise than by the Loader and CorpusWindows.
+    from pskd_jax import corpus
+    from pskd_jax.errors import PskdError
+    from tests.corpus.helpers import write_corpus
+
+    write_corpus(tmp_path / "c", [np.arange(40) % 256, np.arange(30) % 256])
+    manifest = tmp_path / "c" / "shards.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    for shard in data["shards"]:
+        shard["documents"] = 1
+    _broken(data, case)
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    text = f'stream "{manifest}" |> batch(B = 2)'
+    heard = []
+    for entry in (lambda: pskd_jax.Loader(text, seq=4), lambda: corpus.CorpusWindows(manifest, seq=4)):
+        with pytest.raises(PskdError) as raised:
+            entry()
+        heard.append(f"{raised.value.code}: {raised.value.message}")
+    line = fails("E9016", "pipeline", text, "--seq", "4")
+    heard.append(line.strip().removeprefix("pskd: "))
+    assert heard[0].startswith(f"E9016: {manifest}: "), heard
+    assert heard[1:] == heard[:1] * 2, heard

@@ -84,3 +84,23 @@ def test_a_store_that_fails_to_answer_is_its_e9018_not_not_a_corpus(faulty_bucke
             ask(url)
         assert failed.value.code == "E9018" and url in failed.value.message, failed.value
         assert fault_proxy.faults_done() >= 1
+
+
+@pytest.mark.parametrize("case", ["a/../s0.psk.d", "./s0.psk.d", "/s0.psk.d", "a\\s0.psk.d", "dup"])
+def test_a_manifest_in_a_store_is_refused_as_its_windows_refuse_it(tmp_path, case):
+    # stream_facts counted a store's manifest with checks of its own: a shard path that is no key
+    # below the manifest's prefix, or a shard listed twice, passed.
+    from pskd_jax.storage import resolve
+
+    url = f"memory://facts-{tmp_path.name}/c/shards.json"
+    store, where = resolve(url)
+    entry = {"path": "s0.psk.d", "tokens": 5, "documents": 1, "sha256": "0" * 64}
+    shards = [entry, dict(entry, path="s0.psk.d")] if case == "dup" else [dict(entry, path=case)]
+    store.put(where.key, json.dumps({"format": "pskd-corpus", "version": 1, "tokenizer": {"kind": "bytes"},
+                                     "vocab_size": 257, "boundary": 256, "shards": shards}).encode())
+    heard = []
+    for entry_point in (lambda: stream_facts(url, seq=4), lambda: corpus.CorpusWindows(url, seq=4)):
+        with pytest.raises(PskdError) as raised:
+            entry_point()
+        heard.append((raised.value.code, raised.value.message))
+    assert heard[0] == heard[1] and heard[0][0] == "E9016" and heard[0][1].startswith(f"{url}: shard "), heard
