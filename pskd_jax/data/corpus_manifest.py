@@ -22,6 +22,7 @@ from pskd_jax._os.checks import is_integer
 from pskd_jax._os.jsonfile import json_kind
 from pskd_jax.data.text import check_vocab
 from pskd_jax.errors import CorpusDirectoryError, PskdError
+from pskd_jax.format.header import MAX_COUNT  # (a .psk.d count: any count a manifest records fits it too)
 from pskd_jax.storage import Location
 
 __all__ = ["BUILD_KEYS", "BYTE_TOKENS", "CORPUS_FORMAT", "CORPUS_VERSION", "IN_PROGRESS", "KINDS", "MAX_COUNT",
@@ -41,8 +42,6 @@ KINDS = ("bytes", "chars", "hf")
 _HF_KEYS = ("kind", "path", "sha256", "vocab_size", "boundary_token", "boundary")
 
 PATH_MAX = 4096  # Linux's limit on a path: longer is refused before the system is asked
-
-MAX_COUNT = (1 << 63) - 1  # a .psk.d count, and any count a manifest records, fits in a signed 64-bit integer
 
 BUILD_KEYS = ("text_key", "max_document_tokens", "skip_bad")
 

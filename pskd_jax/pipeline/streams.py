@@ -21,6 +21,7 @@ from pskd_jax._os.jsonfile import loads_strict, read_strict
 from pskd_jax.data.corpus_manifest import check_corpus_format, parse_record, shard_places
 from pskd_jax.data.windows import lm_window_count, window_type
 from pskd_jax.errors import CorpusDirectoryError, PipelineError, PskdError, UsageError
+from pskd_jax.format.header import MAX_COUNT
 from pskd_jax.format.reader import Reader
 from pskd_jax.pipeline.batches import Pipeline
 from pskd_jax.pipeline.mixture import Mixture
@@ -158,8 +159,9 @@ def stream_facts(path: str | os.PathLike[str], *, seq: int | None = None, stride
             return StreamFacts(name, reader.header.count, reader.header.type_text)
     if seq is None:
         raise UsageError(f"{name} is a corpus: give the window length (--seq T, or seq=)")
-    seq = checked_integer(seq, "seq", low=1)
-    stride = seq if stride is None else checked_integer(stride, "stride", low=1)
+    # (the bounds CorpusWindows takes: positions in the stream are int64)
+    seq = checked_integer(seq, "seq", low=1, high=MAX_COUNT)
+    stride = seq if stride is None else checked_integer(stride, "stride", low=1, high=MAX_COUNT)
     where = locate(name)
     record = parse_record(manifest, where.path if where.is_local else where.url)  # (named as CorpusWindows names it)
     shard_places(record, where)

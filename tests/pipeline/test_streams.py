@@ -38,6 +38,18 @@ def test_a_corpus_answers_as_its_windows_do(tmp_path, seq, stride):
     assert facts.corpus and facts.seq == seq and facts.stride == (stride or seq)
 
 
+@pytest.mark.parametrize("seq, stride", [(2**63, None), (4, 2**63), (2**70, 1)])
+def test_a_window_or_a_step_past_int64_is_refused_as_the_windows_refuse_it(tmp_path, seq, stride):
+    # (stream positions are int64: both answer E9012 with the same words, not 0 windows here)
+    manifest = write_corpus(tmp_path / "c", [np.arange(50) % 256])
+    with pytest.raises(PskdError) as facts:
+        stream_facts(manifest, seq=seq, stride=stride)
+    with pytest.raises(PskdError) as windows:
+        corpus.CorpusWindows(manifest, seq=seq, stride=stride)
+    assert facts.value.code == windows.value.code == "E9012"
+    assert facts.value.message.split(": ")[-1] == windows.value.message.split(": ")[-1]
+
+
 def test_no_shard_is_opened(tmp_path):
     manifest = write_corpus(tmp_path / "c", [np.arange(50) % 256])
     os.remove(tmp_path / "c" / "s0.psk.d")  # the counts are the manifest's
