@@ -396,10 +396,16 @@ class MappedFile(ByteSource):
 
     def close(self) -> None:
         self.map = None  # (unmapped with the last view of it)
-        fd, self.fd = self.fd, None
+        fd, self.fd = getattr(self, "fd", None), None
         if fd is not None:
             os.close(fd)
             KEPT_DESCRIPTORS.give_back()
+
+    def __del__(self) -> None:
+        try:  # (one collected without close(): its descriptor, and its place in the budget, given back)
+            self.close()
+        except Exception:
+            pass
 
 
 LARGE_SPAN = 8 << 20  # a span this long is read in parts straight into its buffer (Store.read_into)
