@@ -172,14 +172,14 @@ def read_streams(config: RunConfig) -> Streams:
     """The pipeline named by ``--pipeline`` and what each of its streams is, with every refusal that
     needs no more than that, before anything is opened or verified: a stream that is not there
     (E9010 at its place, the Loader's own check) and a flag its kind of stream cannot take (E9012)."""
-    from pskd_jax.pipeline import Mixture, load_pipeline, parse_pipeline
-    from pskd_jax.pipeline.streams import check_streams, is_corpus_manifest
+    from pskd_jax.pipeline import load_pipeline, parse_pipeline
+    from pskd_jax.pipeline.streams import check_streams, is_corpus_manifest, stream_places
 
     text = config.pipeline
     pipeline = (load_pipeline(text, root=config.pipeline_root) if os.path.isfile(text)
                 else parse_pipeline(text, source="--pipeline"))
     check_streams(pipeline)
-    paths = tuple(pipeline.paths) if isinstance(pipeline, Mixture) else (pipeline.path,)
+    paths = tuple(path for path, _ in stream_places(pipeline))
     streams = Streams(pipeline, paths, tuple(is_corpus_manifest(path) for path in paths))  # (the Loader's decision)
     check_cut_flags(streams, config)
     for path, is_corpus in zip(streams.paths, streams.corpora):
@@ -327,9 +327,10 @@ def missing_directories(checkpoint_dir: str | None) -> list[str]:
     outermost first); none for a bucket, which a manager makes nothing in until it saves."""
     from pskd_jax.storage import locate
 
-    if not checkpoint_dir or not locate(checkpoint_dir).is_local:
+    where = locate(checkpoint_dir) if checkpoint_dir else None
+    if where is None or not where.is_local:
         return []
-    missing, here = [], os.path.abspath(locate(checkpoint_dir).path)
+    missing, here = [], os.path.abspath(where.path)
     while not os.path.lexists(here):
         missing.append(here)
         here = os.path.dirname(here)

@@ -518,9 +518,10 @@ def _run_in_store(beam: Any, sources: list[str], place: Location, options: Build
     _run(beam, build_transform(sources, place.url, options, readable=_readable_paths(sources), claim=claim,
                                claimed=claimed, owned=sorted(owned)), flags)
     store, _ = resolve(place)
-    key = place.child(MANIFEST).key
-    # (none there: the claim removed meanwhile, which the check of the caller reports)
-    return manifest_object(store, key)[0] if store.info(key) is not None else None
+    try:
+        return manifest_object(store, place.child(MANIFEST).key)[0]
+    except TruncatedError:  # (none there: the claim removed meanwhile, which the check of the caller reports)
+        return None
 
 
 def _run(beam: Any, transform: Any, flags: Any) -> None:

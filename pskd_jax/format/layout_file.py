@@ -547,10 +547,10 @@ def find_layout_file(checkpoint: str | os.PathLike) -> LayoutFile | None:
     there is read: the layout file in place when the data is the new one, else the old layout
     file the save kept (:func:`~pskd_jax._os.names.layout_before`), or none where the old save had
     none. A look-up of an object that a save of it overtakes (the layout object read, then another
-version of the data: :class:`OtherVersion`) is made again, as a local file's is (E9005 after
-:data:`~pskd_jax.format.one_save.ATTEMPTS`). The layout file returned remembers the look-up
-(:attr:`LayoutFile.looked_up`): a reader that finds the checkpoint saved again since looks the
-pair up again. Nothing is written."""
+    version of the data: :class:`OtherVersion`) is made again, as a local file's is (E9005 after
+    :data:`~pskd_jax.format.one_save.ATTEMPTS`). The layout file returned remembers the look-up
+    (:attr:`LayoutFile.looked_up`): a reader that finds the checkpoint saved again since looks the
+    pair up again. Nothing is written."""
     return _find_layout_file(checkpoint, again=True)
 
 

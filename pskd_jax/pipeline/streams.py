@@ -68,10 +68,11 @@ def stream_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     name = os.fspath(path)
     where = locate(name)
     if not where.is_local:
-        found = store_for(where).head(where.key, _JSON_LEAD)
+        store = store_for(where)
+        found = store.head(where.key, _JSON_LEAD)
         if found is None or not _starts_like_json(found[0]):
             return None
-        return check_corpus_format(loads_strict(store_for(where).get(where.key)[0], name, CorpusDirectoryError,
+        return check_corpus_format(loads_strict(store.get(where.key)[0], name, CorpusDirectoryError,
                                                 kind="a JSON manifest"), name)
     try:
         with open_regular(where.path, UsageError) as f:
