@@ -1,11 +1,11 @@
 """Feeding a ``jit``-compiled step: batches of indices → host arrays → device arrays, ahead of time.
 
 A :class:`Loader` walks a pipeline's batches of sample indices, gathers each batch from its source
-(one vectorised read per leaf or record, no per-sample Python work) and ``jax.device_put``s it on a
-background thread, a bounded number of batches ahead, in pipeline order. Its own memory is that
-of the batches in flight, never of the dataset; over a ``Reader(path, access="pread")`` so is the
-process's whole resident set (with the default memory map, the file pages the loop visits count
-in RSS as clean page cache).
+(one vectorised read per leaf or record, no per-sample Python work) and ``jax.device_put``s it on
+background threads (one gathers, one places what it gathered), a bounded number of batches ahead,
+in pipeline order. Its own memory is that of the batches in flight, never of the dataset; over a
+``Reader(path, access="pread")`` so is the process's whole resident set (with the default memory
+map, the file pages the loop visits count in RSS as clean page cache).
 
 With a ``jax.sharding.Sharding`` each batch lands sharded along its batch axis. Under several JAX
 processes each process gathers only the rows of the global batch that its own devices hold and
@@ -17,6 +17,8 @@ under one, or under four devices, with the same global batches.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import os
 import queue
 import threading
@@ -37,6 +39,7 @@ GROUP_SIZE = 32  # the most host batches gathered in one read and moved to the d
 PREFETCH_BYTES = 16 << 20  # the default prefetch: as many batches as this many bytes hold, 2 to GROUP_SIZE
 UNSIZED_PREFETCH = 8  # the default prefetch over a source that does not say how large its samples are
 PART_ROWS = 1 << 20  # a batch of more rows is gathered in parts: its indices never all at once
+GATHERED_AHEAD = 1  # groups gathered (on the gathering thread) ahead of the one being placed
 
 
 def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> tuple[int, int]:
@@ -128,8 +131,10 @@ class Loader:
         # whole groups wait in the queue, about ``prefetch`` batches.
         self.group_size = min(prefetch, GROUP_SIZE)
         # At most: the groups in the queue (``prefetch`` batches, rounded down to whole groups),
-        # the group being gathered and placed, and the group the loop is taking its batches from.
-        self.in_flight = max(self.group_size, prefetch - prefetch % self.group_size) + 2 * self.group_size
+        # the group being placed, the one gathered ahead of it, and the group the loop is taking
+        # its batches from.
+        queued = max(self.group_size, prefetch - prefetch % self.group_size)
+        self.in_flight = queued + (2 + GATHERED_AHEAD) * self.group_size
         self._wide_leaves: list[int] | None = None
         try:
             opening.check_divides(sharding, self.pipeline.batch_size)
@@ -208,32 +213,56 @@ class Loader:
         ``state`` on, each batch the rows this process holds. A group's rows are gathered in one
         read (one call of the source for the group, not one a batch) and the group's batches are
         views of it, each starting where the one before ends; their leaves are checked against
-        JAX's x64 once a group. A batch larger than PART_ROWS rows is gathered on its own, in parts
-        of PART_ROWS indices (its indices would take more memory than the batch itself when
-        samples are small)."""
+        JAX's x64 once a group.
+
+        The reads run on a thread of their own, a group ahead: while this thread places group k
+        on the device (and works out the order of group k + 2), that one gathers group k + 1. A
+        gather lets go of the interpreter lock while it copies, so on two cores the copy and the
+        placing overlap instead of taking turns; the source is still read by one thread at a time,
+        in the pipeline's order. A batch larger than PART_ROWS rows is gathered on its own, in
+        parts of PART_ROWS indices, on this thread (its indices would take more memory than the
+        batch itself when samples are small)."""
+        if self.pipeline.batch_size * self.group_size > PART_ROWS:
+            yield from self._large_groups(state)
+            return
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pskd-loader-gather") as gathering:
+            ahead: collections.deque[concurrent.futures.Future] = collections.deque()
+            try:
+                for pending in self._index_groups(state):
+                    ahead.append(gathering.submit(self._gather_group, pending))
+                    if len(ahead) == GATHERED_AHEAD + 1:
+                        yield ahead.popleft().result()
+                while ahead:
+                    yield ahead.popleft().result()
+            finally:  # (stopped, or a gather failed: the reads not yet begun are dropped)
+                for waiting in ahead:
+                    waiting.cancel()
+
+    def _index_groups(self, state: IteratorState) -> Iterator[list[tuple[IteratorState, np.ndarray]]]:
+        """Groups of up to ``group_size`` (following state, indices of this process's rows)."""
         n = len(self.source)
         batch_size = self.pipeline.batch_size
-        if batch_size * self.group_size > PART_ROWS:
-            group: list[tuple[IteratorState, Any]] = []
-            for following, host in self._large_batches(state):
-                self._check_fits_jax(host)
-                group.append((following, host))
-                if len(group) == self.group_size:
-                    yield group
-                    group = []
-            if group:
-                yield group
-            return
         rows = None
         pending: list[tuple[IteratorState, np.ndarray]] = []
         for following, indices in self.pipeline.iter_batches(n, state, epochs=self.epochs):
             rows = self._local_rows(batch_size) if rows is None else rows
             pending.append((following, indices[rows[0] : rows[1]]))
             if len(pending) == self.group_size:
-                yield self._gather_group(pending)
+                yield pending
                 pending = []
         if pending:
-            yield self._gather_group(pending)
+            yield pending
+
+    def _large_groups(self, state: IteratorState) -> Iterator[list[tuple[IteratorState, Any]]]:
+        group: list[tuple[IteratorState, Any]] = []
+        for following, host in self._large_batches(state):
+            self._check_fits_jax(host)
+            group.append((following, host))
+            if len(group) == self.group_size:
+                yield group
+                group = []
+        if group:
+            yield group
 
     def _gather_group(self, pending: list[tuple[IteratorState, np.ndarray]]) -> list[tuple[IteratorState, Any]]:
         if len(pending) == 1:
@@ -266,9 +295,10 @@ class Loader:
     def _produce(self, state: IteratorState) -> None:
         out = self._queue
         assert out is not None  # (made by _start before the thread that runs this)
+        groups = self._host_groups(state)
         try:
             batch_size = self.pipeline.batch_size
-            for group in self._host_groups(state):
+            for group in groups:
                 placed = self._place([host for _, host in group], batch_size)
                 # A group is one item of the queue: one hand-over between the threads a group.
                 if not self._put(out, [(following, batch) for (following, _), batch in zip(group, placed)]):
@@ -277,6 +307,8 @@ class Loader:
             self._put(out, _DONE)
         except BaseException as e:  # handed to the consumer, which re-raises it
             self._put(out, e)
+        finally:
+            groups.close()  # (the gathering thread ends with it: nothing is read after the loader stops)
 
     def _put(self, out: queue.Queue, item: Any) -> bool:
         while not self._stop.is_set():

@@ -36,7 +36,7 @@ PIPELINE = 'stream "w.psk.d" |> shuffle(seed = 3) |> batch(B = 8)'
 
 
 def loader_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "pskd-loader"]
+    return [t.name for t in threading.enumerate() if t.name.startswith("pskd-loader")]
 
 
 def test_batches_arrive_on_the_device_in_pipeline_order(windows):
@@ -142,6 +142,70 @@ def test_the_loader_keeps_ahead_of_a_slow_step(windows, prefetch):
     # One ready each time; a full group of ``prefetch`` queued and the rest of the group being
     # taken at most.
     assert min(waiting) >= 1 and max(waiting) == 2 * prefetch - 1, waiting
+
+
+
+class Watched:
+    """A source that records each gather: the thread it ran on, its indices, and how many gathers
+    ran at once."""
+
+    def __init__(self, reader, fail_at: int | None = None):
+        self.reader, self.fail_at = reader, fail_at
+        self.calls: list[tuple[str, np.ndarray]] = []
+        self.running = self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return len(self.reader)
+
+    def gather(self, indices):
+        with self.lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            self.calls.append((threading.current_thread().name, np.array(indices)))
+            failing = len(self.calls) == self.fail_at
+        try:
+            if failing:
+                raise PskdError("E9003", f"gather {self.fail_at} failed")
+            return self.reader.gather(indices)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_groups_are_gathered_a_group_ahead_on_a_thread_of_their_own_one_at_a_time_in_order(windows):
+    """The reads run on the loader's gathering thread, one gather at a time, in pipeline order,
+    one group ahead of the group being placed: with the loop holding its first group, one group
+    queued (prefetch 2: groups of 2) and the next blocked in its hand-over, one more is gathered."""
+    pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
+    with pskd_jax.Reader(windows) as reader:
+        watched = Watched(reader)
+        loader = Loader(watched, pipeline, epochs=3, prefetch=2)
+        iterator = iter(loader)
+        first = next(iterator)
+        wait_until(lambda: len(watched.calls) == 4, what="the loader gathering a group ahead")
+        assert loader.in_flight == 4 * loader.group_size  # (the loop's, the queued, the placed, the gathered)
+        rest = [np.asarray(tokens) for tokens, _ in iterator]
+    assert {name for name, _ in watched.calls} == {"pskd-loader-gather_0"} and watched.most_at_once == 1
+    expected = np.concatenate([i for _, i in pipeline.iter_batches(len(reader), epochs=3)])
+    assert np.array_equal(np.concatenate([indices for _, indices in watched.calls]), expected)
+    got = np.concatenate([np.asarray(first[0])] + rest)
+    with pskd_jax.Reader(windows) as reader:
+        assert np.array_equal(got, reader.gather(expected)[0])
+    assert loader_threads() == []
+
+
+def test_a_gather_failing_ahead_stops_the_loop_after_the_groups_before_it(windows):
+    pipeline = parse_pipeline(PIPELINE, base_dir=windows.parent)
+    with pskd_jax.Reader(windows) as reader:
+        watched = Watched(reader, fail_at=3)
+        received = []
+        with pytest.raises(PskdError, match="gather 3 failed"):
+            for tokens, _ in Loader(watched, pipeline, prefetch=2):
+                received.append(np.asarray(tokens))
+        assert len(received) == 2 * 2  # (the two groups of two batches gathered before it)
+        assert len(watched.calls) == 3  # (nothing read after the failing gather)
+    assert loader_threads() == []
 
 
 SHARDED = r"""

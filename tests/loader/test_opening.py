@@ -278,10 +278,10 @@ def test_a_batch_larger_than_the_machine_is_refused_at_construction(tmp_path):
 def test_the_memory_check_counts_the_batches_in_flight(data, monkeypatch):
     monkeypatch.setattr(opening, "physical_memory", lambda: 10_000)
     # 8 samples of 8 bytes (4 u8 tokens, an f32); the default prefetch of such small batches is 32:
-    # (32 in the queue + a group of 32 being placed + the group the loop takes from) batches in
-    # flight: 6144 bytes.
+    # (32 in the queue + a group of 32 being placed + the group of 32 gathered ahead of it + the
+    # group the loop takes from) batches in flight: 8192 bytes.
     Loader(FILE, base_dir=data).close_sources()
-    refused = r"E9010.*batch\(B = 8\) of samples of 8 bytes is 64 bytes.* 96 batches.*6144 bytes"
+    refused = r"E9010.*batch\(B = 8\) of samples of 8 bytes is 64 bytes.* 128 batches.*8192 bytes"
     with pytest.raises(PskdError, match=refused):
         monkeypatch.setattr(opening, "physical_memory", lambda: 500)
         Loader(FILE, base_dir=data)
