@@ -23,7 +23,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -208,7 +208,7 @@ class Loader:
 
     # -- the background thread ---------------------------------------------------------------
 
-    def _host_groups(self, state: IteratorState) -> Iterator[list[tuple[IteratorState, Any]]]:
+    def _host_groups(self, state: IteratorState) -> Generator[list[tuple[IteratorState, Any]], None, None]:
         """Groups of up to ``group_size`` (following state, host batch) for every batch from
         ``state`` on, each batch the rows this process holds. A group's rows are gathered in one
         read (one call of the source for the group, not one a batch) and the group's batches are
