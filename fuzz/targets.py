@@ -46,9 +46,9 @@ Targets (``TARGETS``):
   pair must give the distance an exact reference computes (fractions, NaN and ±Inf by diff's
   rule), and a file against itself 0 unless it holds a NaN.
 - ``segments``: the bytes make a batch of windows of u8, u16 or u32 tokens, a boundary and a
-  bound (:func:`segments_case`); the compiled scan and numpy must give a token-by-token
-  reference's segment ids, positions and bound check, in a worker process (a crash of the scan is
-  a finding, not the fuzzer's end).
+  bound (:func:`segments_case`); the compiled scan (in each width of vectors it scans in here)
+  and numpy must give a token-by-token reference's segment ids, positions and bound check, in a
+  worker process (a crash of the scan is a finding, not the fuzzer's end).
 - ``mixture``: the bytes make a ``mix(…)`` of 2 to 9 small real files with weights of every form
   (:func:`mixture_text`): reparse, ``batch_indices`` against iterating, within one sample of each
   share, each source's own stream, resumption from a saved state, a far batch.
@@ -68,7 +68,9 @@ import math
 import os
 import shutil
 import struct
+import types
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -1306,9 +1308,12 @@ def segments_check(data: bytes) -> None:
     want_ids, want_positions, want_below = segments_reference(inputs, boundary, bound)
     dtype = segments_module.segment_dtype(inputs.shape[1])
     native = segments_module._native
+    scans: dict[str, Any] = {"compiled": native, "numpy": None}
+    if native is not None and native.VECTOR_BYTES == 32:  # (its 16-byte form too, where it scans in 32)
+        scans["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: native.fill(*args, 16))
     answers = {}
-    for name in ("compiled", "numpy"):
-        segments_module._native = native if name == "compiled" else None
+    for name, scan in scans.items():
+        segments_module._native = scan
         try:
             got = [segments_module.segment_ids_and_positions(inputs, boundary)]
             if memory == "C":  # (segments_below takes a gather's own C-contiguous windows)

@@ -11,8 +11,8 @@ Both are arrays ``(n, T)`` of a signed dtype that holds T (:func:`segment_dtype`
 up to 32767), the form flax, MaxText and levanter attention masks take.
 
 Two implementations give the same arrays. Where the package was built with a C compiler, one
-scan of the tokens writes both outputs (``_segments.c``: blocks of 32 tokens in vectors, the
-GIL let go); it takes a corpus's unsigned tokens of 1, 2 or 4 bytes (:data:`_SCANNED`).
+scan of the tokens writes both outputs (``_segments.c``: blocks of 32 tokens in vectors, of 32
+bytes where the processor has AVX2, else of 16; the GIL let go); it takes a corpus's unsigned tokens of 1, 2 or 4 bytes (:data:`_SCANNED`).
 Elsewhere numpy does it, vectorised over the whole batch with as few passes as numpy allows: one
 comparison makes the mask of the segments' starts, a test of its words of eight finds the few
 words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,

@@ -667,8 +667,10 @@ class CorpusWindows(RandomAccessSource):
             records = starts * self.dtype.itemsize + state.shift.take(shard)  # a record index of the views
             if len(crossing):
                 records[crossing] = records[np.argmax(inside)]  # any record inside: those rows are redone
-            inputs = state.inputs[records].view(dtype).reshape(n, seq)
+            # (the targets first: the inputs, copied last, are still in the cache for the pass
+            # over them that checks their tokens or makes their segments)
             targets = state.targets[records].view(dtype).reshape(n, seq)
+            inputs = state.inputs[records].view(dtype).reshape(n, seq)
         else:
             inputs, targets = np.empty((n, seq), dtype), np.empty((n, seq), dtype)
         for row in crossing.tolist():  # across a shard boundary: from pieces

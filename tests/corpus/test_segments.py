@@ -1,11 +1,12 @@
 """Packed segments (pskd_jax.corpus.segments, ``CorpusWindows(…, segments=True)``): segment ids and
 positions equal a plain loop's over every token, for any windows, through gather, indexing,
-pickling and grain; each test of the module once with the compiled scan (``_segments.c``) and
-once with numpy's."""
+pickling and grain; each test of the module once with the compiled scan (``_segments.c``; in
+each width of vectors it scans in here) and once with numpy's."""
 
 from __future__ import annotations
 
 import pickle
+import types
 
 import numpy as np
 import pytest
@@ -23,15 +24,20 @@ COMPILED = segments._native  # (None where the package was built without a C com
 
 
 # The scans to test: numpy's always, the compiled one wherever the install built it (wherever a
-# C compiler is: test_segments_compiled.py requires that).
-SCANS = ["numpy"] if COMPILED is None else ["compiled", "numpy"]
+# C compiler is: test_segments_compiled.py requires that), and where it scans in 32-byte vectors
+# (AVX2) its 16-byte form too.
+SCANS = {"numpy": None}
+if COMPILED is not None:
+    SCANS["compiled"] = COMPILED
+    if COMPILED.VECTOR_BYTES == 32:
+        SCANS["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: COMPILED.fill(*args, 16))
 
 
-@pytest.fixture(scope="module", autouse=True, params=SCANS)
+@pytest.fixture(scope="module", autouse=True, params=list(SCANS))
 def implementation(request):
     """Every test of the module with each implementation of the scan (module-scoped, so that
     hypothesis's tests take it too)."""
-    segments._native = COMPILED if request.param == "compiled" else None
+    segments._native = SCANS[request.param]
     yield request.param
     segments._native = COMPILED
 

@@ -5,6 +5,7 @@ tests/corpus/test_segments.py's, which runs each of its tests with both scans.""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,27 @@ def test_the_compiled_scan_checks_what_keeps_it_inside_its_buffers():
 
 
 @NEEDS_THE_SCAN
+def test_the_compiled_scan_uses_avx2s_vectors_where_the_processor_has_them():
+    """32-byte vectors where the processor has AVX2 (x86-64 Linux: its flags say), else 16; a
+    width asked for is 16, or 32 where it runs; any other is refused."""
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    used = COMPILED.VECTOR_BYTES
+    if platform.machine() in ("x86_64", "AMD64") and flags:
+        assert used == (32 if "avx2" in flags else 16)
+    else:
+        assert used in (16, 32)
+    inputs = np.array([[5, 9, 6, 7, 9] * 20], np.uint16)
+    want = np.empty((2, 1, 100), np.int16)
+    COMPILED.fill(inputs, 9, 100, want, 1 << 16, 16)
+    for width in (16, COMPILED.VECTOR_BYTES):
+        out = np.empty((2, 1, 100), np.int16)
+        assert COMPILED.fill(inputs, 9, 100, out, 1 << 16, width) is True and np.array_equal(out, want)
+    for width in (0, 8, 64, -2):
+        with pytest.raises(ValueError, match=f"vectors of {width} bytes are not scanned here"):
+            COMPILED.fill(inputs, 9, 100, want, 1 << 16, width)
+
+
+@NEEDS_THE_SCAN
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
 def test_the_compiled_scans_bound_check_finds_one_token_anywhere(dtype):
     """fill's answer (every token below the bound) against numpy's, for one token at the bound
@@ -66,9 +88,10 @@ def test_the_compiled_scans_bound_check_finds_one_token_anywhere(dtype):
                 inputs[:, ::5] = 3 % bound if bound < 4 else 3  # (boundaries among them)
                 for token in (t for t in (bound - 1, bound) if 0 <= t <= top):
                     inputs.flat[place] = token
-                    out = np.empty((2, 2, seq), np.int16)
-                    assert COMPILED.fill(inputs, 3, seq, out, bound) is bool(inputs.max() < bound), \
-                        (seq, bound, place, token)
+                    for width in {16, COMPILED.VECTOR_BYTES}:
+                        out = np.empty((2, 2, seq), np.int16)
+                        assert COMPILED.fill(inputs, 3, seq, out, bound, width) is bool(inputs.max() < bound), \
+                            (seq, bound, place, token, width)
     assert COMPILED.fill(np.zeros((1, 4), dtype), 3, 4, np.empty((2, 1, 4), np.int16), 0) is False
     assert COMPILED.fill(np.zeros((0, 4), dtype), 3, 4, np.empty((2, 0, 4), np.int16), 0) is True
 
@@ -99,7 +122,7 @@ def test_the_scan_token_by_token_equals_numpys(tmp_path):
                 "pskd_jax.corpus._segments", sys.argv[1]))
         by_token = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(by_token)
-        assert by_token.__file__ == sys.argv[1]
+        assert by_token.__file__ == sys.argv[1] and by_token.VECTOR_BYTES == 0
         rng = np.random.default_rng(3)
         for dtype in (np.uint8, np.uint16, np.uint32):
             for seq in (1, 31, 32, 33, 64, 100, 40000):
