@@ -38,7 +38,7 @@ from pskd_jax.corpus import CorpusWindows, segments
 from pskd_jax.corpus.segments import segment_ids_and_positions
 
 LIMIT = 1.2
-SCAN = "numpy" if segments._native is None else "compiled"
+SCAN = "numpy's scan and copies" if segments._native is None else "the compiled scan and mapped gather"
 
 
 def let_go(windows: CorpusWindows, batches: list[np.ndarray]) -> None:
@@ -72,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         manifest = synthetic_corpus(directory, tokens=args.tokens, mean_document=args.document)
         print(f"corpus: {args.tokens} tokens, documents of {args.document} tokens on average; B = {args.batch}, "
-              f"T = {args.seq}; {args.batches} batches a measurement; the {SCAN} scan")
+              f"T = {args.seq}; {args.batches} batches a measurement; {SCAN}")
         for access in ("mmap", "pread"):
             plain = CorpusWindows(manifest, seq=args.seq, access=access)
             packed = CorpusWindows(manifest, seq=args.seq, access=access, segments=True)

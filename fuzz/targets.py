@@ -1310,7 +1310,8 @@ def segments_check(data: bytes) -> None:
     native = segments_module._native
     scans: dict[str, Any] = {"compiled": native, "numpy": None}
     if native is not None and native.VECTOR_BYTES == 32:  # (its 16-byte form too, where it scans in 32)
-        scans["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: native.fill(*args, 16))
+        scans["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: native.fill(*args, 16),
+                                                                   gather=lambda *args: native.gather(*args, 16))
     answers = {}
     for name, scan in scans.items():
         segments_module._native = scan

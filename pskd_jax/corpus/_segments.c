@@ -1,13 +1,16 @@
 /* Packed segments of a batch of windows in one pass: pskd_jax.corpus.segments, compiled.
 
    fill(inputs, boundary, seq, outputs, bound[, vector_bytes]) writes each input token's segment
-   id, then each one's position (the rules in segments.py), into the output buffer: its first half the ids,
-   its second the positions. It returns whether every input token is below bound: a corpus's
-   gather checks its tokens against the vocabulary size, and the check rides in the same pass
-   (one compare a vector more) instead of a pass of its own over the batch. The inputs are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole
-   number of windows of seq tokens; the outputs C-contiguous signed integers of 2 or 4 bytes,
-   twice as many. The caller (segments.py) chooses the types; this module checks what keeps it
-   inside the buffers.
+   id, then each one's position (the rules in segments.py), into the output buffer: its first
+   half the ids, its second the positions. It returns whether every input token is below bound:
+   a corpus's gather checks its tokens against the vocabulary size, and the check rides in the
+   same pass (one compare a vector more) instead of a pass of its own over the batch. The inputs
+   are C-contiguous unsigned tokens of 1, 2 or 4 bytes, a whole number of windows of seq tokens;
+   the outputs C-contiguous signed integers of 2 or 4 bytes, twice as many. The caller
+   (segments.py) chooses the types; this module checks what keeps it inside the buffers.
+
+   gather(...) is a mapped corpus's gather of windows with the same scan (or the check alone)
+   run on each window as it is copied (see it below).
 
    Why compiled: numpy needs several passes and a dozen calls for what is one scan, and a
    Loader gathers batches of 64 Ki tokens in well under a hundred microseconds. The scan takes
@@ -215,6 +218,15 @@ static void choose_vectors(void) {
 #endif
 }
 
+/* The vectors' width asked for (-1: VECTOR_BYTES), or 0 and a ValueError for one not scanned here. */
+static int checked_width(Py_ssize_t *width) {
+    if (*width == -1) *width = vector_bytes;
+    if (*width == 16 || (*width == 32 && wide_ok) || (*width == 0 && vector_bytes == 0)) return 1;
+    PyErr_Format(PyExc_ValueError, "vectors of %zd bytes are not scanned here (VECTOR_BYTES: %d)", *width,
+                 vector_bytes);
+    return 0;
+}
+
 static PyObject *fill(PyObject *self, PyObject *args) {
     PyObject *inputs, *outputs, *bound_object;
     unsigned long long boundary;
@@ -222,12 +234,7 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OKnOO!|n", &inputs, &boundary, &seq, &outputs, &PyLong_Type, &bound_object,
                           &width))
         return NULL;
-    if (width == -1) width = vector_bytes;
-    if (!(width == 16 || (width == 32 && wide_ok) || (width == 0 && vector_bytes == 0))) {
-        PyErr_Format(PyExc_ValueError, "vectors of %zd bytes are not scanned here (VECTOR_BYTES: %d)", width,
-                     vector_bytes);
-        return NULL;
-    }
+    if (!checked_width(&width)) return NULL;
     /* (checked, where "K" would take -1 as 2**64 - 1) */
     unsigned long long bound = PyLong_AsUnsignedLongLong(bound_object);
     if (bound == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
@@ -263,10 +270,139 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* The largest token of count tokens is above largest: one pass the compiler vectorises. */
+#define DEFINE_ABOVE(NAME, TOKEN)                                                              \
+    static int NAME(const void *in, Py_ssize_t count, unsigned long long largest) {            \
+        const TOKEN *tokens = in;                                                              \
+        TOKEN most = 0;                                                                        \
+        for (Py_ssize_t t = 0; t < count; t++) most = tokens[t] > most ? tokens[t] : most;     \
+        return most > largest;                                                                 \
+    }
+DEFINE_ABOVE(above_u8, uint8_t)
+DEFINE_ABOVE(above_u16, uint16_t)
+DEFINE_ABOVE(above_u32, uint32_t)
+typedef int (*above_fn)(const void *, Py_ssize_t, unsigned long long);
+#ifndef AHEAD
+#define AHEAD 2
+#endif
+
+/* gather(input_view, target_view, records, inputs, targets, outputs, boundary, bound[, vector_bytes]) -> every
+   token below bound. The windows of a mapped corpus (CorpusWindows) copied and checked in one
+   pass a window: row w of inputs is record records[w] of input_view, row w of targets the same
+   record of target_view (the views over the maps the corpus makes: records of T tokens a byte
+   apart, the targets' one token on); then, while the row is in the cache, its tokens and its
+   target's last one are checked against bound and (outputs not None) its segments are scanned
+   into outputs as fill writes them. Copied by numpy instead, each view is read on its own and
+   the checks and the scan are passes over the whole batch after it: the inputs, 128 KiB a batch
+   of B = 64, T = 1024 u16 tokens, are out of the nearest caches again by then. A record outside
+   its view is an IndexError, before anything is copied. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *views[2], *records_object, *inputs_object, *targets_object, *outputs_object, *bound_object;
+    unsigned long long boundary;
+    Py_ssize_t width = -1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOKO!|n", &views[0], &views[1], &records_object, &inputs_object,
+                          &targets_object, &outputs_object, &boundary, &PyLong_Type, &bound_object, &width))
+        return NULL;
+    if (!checked_width(&width)) return NULL;
+    unsigned long long bound = PyLong_AsUnsignedLongLong(bound_object);
+    if (bound == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    Py_buffer view[2], records, rows[2], out;
+    int held = 0, segmenting = outputs_object != Py_None;
+    PyObject *result = NULL;
+    for (int k = 0; k < 2; k++, held++)
+        if (PyObject_GetBuffer(views[k], &view[k], PyBUF_RECORDS_RO) < 0) goto done;
+    if (PyObject_GetBuffer(records_object, &records, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    held++;
+    if (PyObject_GetBuffer(inputs_object, &rows[0], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto done;
+    held++;
+    if (PyObject_GetBuffer(targets_object, &rows[1], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto done;
+    held++;
+    if (segmenting &&
+        PyObject_GetBuffer(outputs_object, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        goto done;
+    held += segmenting;
+    Py_ssize_t item = rows[0].itemsize, n = records.itemsize == 8 ? records.len / 8 : -1;
+    Py_ssize_t row_bytes = view[0].itemsize, seq = item ? row_bytes / item : 0;
+    if (n < 0 || (strcmp(records.format, "l") != 0 && strcmp(records.format, "q") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "records are int64");
+        goto done;
+    }
+    if (item != 1 && item != 2 && item != 4) {
+        PyErr_Format(PyExc_TypeError, "tokens of %zd bytes are not gathered here", item);
+        goto done;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (view[k].ndim != 1 || (view[k].shape[0] > 1 && view[k].strides[0] != 1) || view[k].itemsize != row_bytes ||
+            rows[k].itemsize != item || rows[k].len != n * row_bytes || seq * item != row_bytes || seq == 0) {
+            PyErr_Format(PyExc_ValueError, "views of records of %zd bytes a byte apart, and %zd rows of %zd tokens "
+                         "of %zd bytes, are what is gathered", row_bytes, n, seq, item);
+            goto done;
+        }
+    }
+    if (boundary >> (8 * item) != 0) {
+        PyErr_Format(PyExc_ValueError, "boundary %llu does not fit tokens of %zd bytes", boundary, item);
+        goto done;
+    }
+    fill_fn scan = NULL;
+    char *ids = NULL, *positions = NULL;
+    if (segmenting) {
+        scan = pick(item, out.itemsize, width == 32);
+        if (scan == NULL || out.len != 2 * n * seq * out.itemsize) {
+            PyErr_Format(PyExc_ValueError, "outputs of %zd bytes are not twice the rows' tokens of 2 or 4 bytes",
+                         out.len);
+            goto done;
+        }
+        ids = out.buf, positions = ids + n * seq * out.itemsize;
+    }
+    const int64_t *at = records.buf;
+    for (Py_ssize_t w = 0; w < n; w++) {
+        if (at[w] < 0 || at[w] >= view[0].shape[0] || at[w] >= view[1].shape[0]) {
+            PyErr_Format(PyExc_IndexError, "record %lld of row %zd is outside the views' %zd records",
+                         (long long)at[w], w, view[0].shape[0]);
+            goto done;
+        }
+    }
+    unsigned long long most = ~0ULL >> (64 - 8 * item), largest = bound - 1 < most ? bound - 1 : most;
+    above_fn above = item == 1 ? above_u8 : item == 2 ? above_u16 : above_u32;
+    int over = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t w = 0; w < n; w++) {
+        char *in = (char *)rows[0].buf + w * row_bytes, *target = (char *)rows[1].buf + w * row_bytes;
+        if (w + AHEAD < n) { /* (the window after next asked of memory while this one is copied) */
+            const char *next = (const char *)view[1].buf + at[w + AHEAD];
+            for (Py_ssize_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
+        }
+        memcpy(in, (const char *)view[0].buf + at[w], row_bytes);
+        memcpy(target, (const char *)view[1].buf + at[w], row_bytes);
+        over |= above(target + row_bytes - item, 1, largest);
+        if (segmenting)
+            over |= scan(in, 1, seq, boundary, largest, ids + w * seq * out.itemsize,
+                         positions + w * seq * out.itemsize);
+        else if (bound <= most)
+            over |= above(in, seq, largest);
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(!over && (bound > 0 || n == 0));
+done:
+    if (held > 5) PyBuffer_Release(&out);
+    if (held > 4) PyBuffer_Release(&rows[1]);
+    if (held > 3) PyBuffer_Release(&rows[0]);
+    if (held > 2) PyBuffer_Release(&records);
+    if (held > 1) PyBuffer_Release(&view[1]);
+    if (held > 0) PyBuffer_Release(&view[0]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fill", fill, METH_VARARGS,
      "fill(inputs, boundary, seq, outputs, bound[, vector_bytes]) -> every token below bound: each token's "
      "segment id, then each one's position, into outputs; in vectors of VECTOR_BYTES unless asked (16 or 32)."},
+    {"gather", gather, METH_VARARGS,
+     "gather(input_view, target_view, records, inputs, targets, outputs, boundary, bound[, vector_bytes]) -> every "
+     "token below "
+     "bound: a mapped corpus's windows copied, checked and (outputs not None) their segments scanned, a window "
+     "at a time."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,16 +12,18 @@ up to 32767), the form flax, MaxText and levanter attention masks take.
 
 Two implementations give the same arrays. Where the package was built with a C compiler, one
 scan of the tokens writes both outputs (``_segments.c``: blocks of 32 tokens in vectors, of 32
-bytes where the processor has AVX2, else of 16; the GIL let go); it takes a corpus's unsigned tokens of 1, 2 or 4 bytes (:data:`_SCANNED`).
-Elsewhere numpy does it, vectorised over the whole batch with as few passes as numpy allows: one
-comparison makes the mask of the segments' starts, a test of its words of eight finds the few
-words holding a start, their lengths, ids and starts are a few arrays of one entry a segment,
-and one ``np.repeat`` of those makes both outputs (the positions one addition more, in the
-outputs' own dtype, of a held row of counts). No Python work per token or per segment either
-way. The two outputs of a batch are the halves of one array; while a caller keeps many batches
-alive, they are written into pieces of blocks of memory aligned to huge pages instead
-(:class:`_Pieces`: at most a few blocks of 8 MiB held for reuse), which takes fresh memory with
-far fewer page faults. See ``docs/training.md`` (Packed segments and a mixture of corpora).
+bytes where the processor has AVX2, else of 16; the GIL let go); it takes a corpus's unsigned
+tokens of 1, 2 or 4 bytes (:data:`_SCANNED`). A mapped corpus's gather runs it (or its check of
+the tokens alone) on each window as it copies it (:func:`gathered_windows`). Elsewhere numpy
+does it, vectorised over the whole batch with as few passes as numpy allows: one comparison
+makes the mask of the segments' starts, a test of its words of eight finds the few words holding
+a start, their lengths, ids and starts are a few arrays of one entry a segment, and one
+``np.repeat`` of those makes both outputs (the positions one addition more, in the outputs' own
+dtype, of a held row of counts). No Python work per token or per segment either way. The two
+outputs of a batch are the halves of one array; while a caller keeps many batches alive, they
+are written into pieces of blocks of memory aligned to huge pages instead (:class:`_Pieces`: at
+most a few blocks of 8 MiB held for reuse), which takes fresh memory with far fewer page faults.
+See ``docs/training.md`` (Packed segments and a mixture of corpora).
 """
 
 from __future__ import annotations
@@ -165,6 +167,26 @@ def segments_below(inputs: np.ndarray, boundary: int, bound: int | None) -> tupl
         return _scan(inputs, boundary, dtype, limit)
     ids, positions = segment_ids_and_positions(inputs, boundary)
     return ids, positions, bound is None or inputs.size == 0 or bool(_largest(inputs, None) < bound)
+
+
+def gathered_windows(views: tuple[np.ndarray, np.ndarray], records: np.ndarray, dtype: np.dtype, boundary: int,
+                     bound: int | None, segmented: bool) -> tuple[list[np.ndarray], bool] | None:
+    """A mapped corpus's windows gathered by the compiled pass, or None where it is not built or
+    does not read these tokens: the leaves ``[inputs, targets]`` (with ``segmented``, then the
+    inputs' segment ids and positions), row w from record ``records[w]`` of ``views`` (the
+    corpus's views over its maps: the inputs', the targets'), and whether every input token and
+    each target's last one is below ``bound`` (None: no bound). Each window is copied, checked
+    and scanned while it is in the cache (``_segments.c``'s ``gather``), where numpy's copies
+    and passes go over the whole batch one after another."""
+    n, seq = len(records), views[0].dtype.itemsize // dtype.itemsize
+    out_dtype = segment_dtype(seq)
+    if _native is None or dtype not in _SCANNED or not 0 <= boundary < _SCANNED[dtype] or out_dtype.itemsize == 8:
+        return None
+    inputs, targets = np.empty((n, seq), dtype), np.empty((n, seq), dtype)
+    outputs = _OUTPUTS.place(np.empty((2, n, seq), out_dtype)) if segmented else None
+    limit = _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)
+    below = _native.gather(views[0], views[1], records, inputs, targets, outputs, boundary, limit)
+    return ([inputs, targets] if outputs is None else [inputs, targets, outputs[0], outputs[1]]), below
 
 
 def _compiled(inputs: np.ndarray, boundary: int, dtype: np.dtype) -> bool:

@@ -38,7 +38,7 @@ from pskd_jax.corpus.maintain import (
     shard_header,
 )
 from pskd_jax.corpus.manifest import MAX_COUNT, Manifest, Shard, decode_manifest, parse_manifest
-from pskd_jax.corpus.segments import segment_dtype, segments_below
+from pskd_jax.corpus.segments import gathered_windows, segment_dtype, segments_below
 from pskd_jax.corpus.shard_cache import DEFAULT_CACHE_BYTES, ShardCache
 from pskd_jax.corpus.shard_copies import Copy, ShardCopies
 from pskd_jax.corpus.tokenizer import Tokenizer
@@ -614,8 +614,8 @@ class CorpusWindows(RandomAccessSource):
         """Windows at ``positions`` (checked, from 0) as ``[inputs, targets]``, each ``(n, seq)``
         and contiguous; with ``segments``, the inputs' segment ids and positions after them."""
         starts = positions.astype(np.int64) * self.stride  # each window's start in the stream
-        inputs, targets = self._window_rows(state, starts)
-        leaves = self._leaves(inputs, targets)
+        inputs, targets, checked = self._window_rows(state, starts)
+        leaves = self._leaves(inputs, targets) if checked is None else checked[0] if checked[1] else None
         if leaves is None:  # (a token at or above the vocabulary size: E9004 naming the first)
             seq = self.seq
             tokens = np.concatenate([inputs, targets[:, -1:]], axis=1)
@@ -639,9 +639,11 @@ class CorpusWindows(RandomAccessSource):
             below = _largest(targets[:, -1]) < self._bound
         return leaves if below else None
 
-    def _window_rows(self, state: _Snapshot, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _window_rows(self, state: _Snapshot, starts: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, tuple[list[np.ndarray], bool] | None]:
         """The inputs and targets of the windows from stream positions ``starts``, each ``(n, seq)``
-        and contiguous; their tokens not yet checked against the vocabulary size."""
+        and contiguous, and None; or, where the compiled pass gathered them from the maps, their
+        leaves (with segments) and whether their tokens are below the vocabulary size."""
         n, seq, dtype = len(starts), self.seq, self.dtype
         shard = state.bounds.searchsorted(starts, side="right")
         inside = starts < state.inside_end.take(shard)  # all T + 1 tokens in the start's shard
@@ -657,7 +659,7 @@ class CorpusWindows(RandomAccessSource):
                 state, held = self._from_copies(state, distinct)
         if self.access == "pread" or not held:  # (not held: some shards read by ranges from the store)
             windows = self._gather_read(state, starts, shard, inside)
-            return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
+            return np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:]), None
         if len(state.inputs) and len(crossing) < n:
             if distinct is None:
                 touched = shard[inside]  # the shards copied from, each checked once
@@ -667,16 +669,44 @@ class CorpusWindows(RandomAccessSource):
             records = starts * self.dtype.itemsize + state.shift.take(shard)  # a record index of the views
             if len(crossing):
                 records[crossing] = records[np.argmax(inside)]  # any record inside: those rows are redone
+            bound = self._bound if self._bounded else None
+            checked = gathered_windows((state.inputs, state.targets), records, dtype, self.boundary, bound,
+                                       self.segments)
+            if checked is not None:
+                inputs, targets = checked[0][:2]
+                return inputs, targets, self._with_crossing(state, checked, crossing, starts)
             # (the targets first: the inputs, copied last, are still in the cache for the pass
             # over them that checks their tokens or makes their segments)
             targets = state.targets[records].view(dtype).reshape(n, seq)
             inputs = state.inputs[records].view(dtype).reshape(n, seq)
         else:
             inputs, targets = np.empty((n, seq), dtype), np.empty((n, seq), dtype)
-        for row in crossing.tolist():  # across a shard boundary: from pieces
+        self._fill_crossing(state, inputs, targets, crossing, starts)
+        return inputs, targets, None
+
+    def _fill_crossing(self, state: _Snapshot, inputs: np.ndarray, targets: np.ndarray, crossing: np.ndarray,
+                       starts: np.ndarray) -> None:
+        """The rows of windows across a shard boundary, from the pieces in each shard."""
+        seq = self.seq
+        for row in crossing.tolist():
             window = self._stream(state, int(starts[row]), int(starts[row]) + seq + 1)
             inputs[row], targets[row] = window[:-1], window[1:]
-        return inputs, targets
+
+    def _with_crossing(self, state: _Snapshot, checked: tuple[list[np.ndarray], bool], crossing: np.ndarray,
+                       starts: np.ndarray) -> tuple[list[np.ndarray], bool]:
+        """The compiled pass's leaves and answer with the rows across a shard boundary (gathered
+        from another window in it) filled, checked and (with segments) scanned here."""
+        if not len(crossing):
+            return checked
+        leaves, below = checked
+        inputs, targets = leaves[0], leaves[1]
+        self._fill_crossing(state, inputs, targets, crossing, starts)
+        redone = self._leaves(np.ascontiguousarray(inputs[crossing]), np.ascontiguousarray(targets[crossing]))
+        if redone is None:
+            return leaves, False
+        for leaf, rows in zip(leaves[2:], redone[2:]):
+            leaf[crossing] = rows
+        return leaves, below
 
     # -- identity and pickling (the source core's repr and worker processes) ----------------------
 

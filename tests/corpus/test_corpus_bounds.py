@@ -42,16 +42,18 @@ def damaged_corpus(d: pathlib.Path, pieces, bad: tuple[int, int, int], tokenizer
 
 
 PIECES = [list(range(10, 40)), list(range(50, 70)), list(range(100, 140))]
-# Windows without segments, and with them by each scan the install has (see test_segments.py).
-KINDS = ["plain", "segments numpy"] + ([] if segments_module._native is None else ["segments compiled"])
+# Windows without segments and with them, by numpy's copies and passes and (where the install
+# built it) by the compiled gather and scan (see test_segments.py).
+KINDS = ["plain numpy", "segments numpy"] + ([] if segments_module._native is None else
+                                             ["plain compiled", "segments compiled"])
 
 
 @pytest.fixture(params=KINDS)
 def kind(request, monkeypatch):
-    """The CorpusWindows keywords of each kind, the scan set for the test's length."""
-    if request.param == "segments numpy":
+    """The CorpusWindows keywords of each kind, the compiled passes set for the test's length."""
+    if request.param.endswith("numpy"):
         monkeypatch.setattr(segments_module, "_native", None)
-    return {"segments": request.param != "plain"}
+    return {"segments": request.param.startswith("segments")}
 
 
 @pytest.mark.parametrize("access", ["mmap", "pread"])

@@ -30,7 +30,8 @@ SCANS = {"numpy": None}
 if COMPILED is not None:
     SCANS["compiled"] = COMPILED
     if COMPILED.VECTOR_BYTES == 32:
-        SCANS["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: COMPILED.fill(*args, 16))
+        SCANS["compiled, 16-byte vectors"] = types.SimpleNamespace(fill=lambda *args: COMPILED.fill(*args, 16),
+                                                                   gather=lambda *args: COMPILED.gather(*args, 16))
 
 
 @pytest.fixture(scope="module", autouse=True, params=list(SCANS))

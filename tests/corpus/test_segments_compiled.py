@@ -6,10 +6,12 @@ tests/corpus/test_segments.py's, which runs each of its tests with both scans.""
 from __future__ import annotations
 
 import platform
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import as_strided
 
 from pskd_jax.corpus import segments
 from tests.helpers import C_COMPILER_FOUND, run_python
@@ -94,6 +96,116 @@ def test_the_compiled_scans_bound_check_finds_one_token_anywhere(dtype):
                             (seq, bound, place, token, width)
     assert COMPILED.fill(np.zeros((1, 4), dtype), 3, 4, np.empty((2, 1, 4), np.int16), 0) is False
     assert COMPILED.fill(np.zeros((0, 4), dtype), 3, 4, np.empty((2, 0, 4), np.int16), 0) is True
+
+
+def record_views(tokens: np.ndarray, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Views of ``seq``-token records a byte apart over ``tokens``, the inputs' and the targets'
+    (one token on), as CorpusWindows makes them over its maps."""
+    item = tokens.dtype.itemsize
+    base = tokens.view(np.uint8)
+    span = len(base) - (seq + 1) * item + 1
+    record = np.dtype((np.void, seq * item))
+    return tuple(as_strided(np.ndarray((1,), dtype=record, buffer=base[skip:]), shape=(span,), strides=(1,),
+                            writeable=False) for skip in (0, item))
+
+
+@NEEDS_THE_SCAN
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@pytest.mark.parametrize("seq", [1, 7, 32, 33, 100, 40000])
+def test_the_compiled_gather_equals_numpys_copies_checks_and_scan(dtype, seq):
+    """gather's rows, bound check and segments against numpy's fancy index of the same views,
+    the vocabulary check and fill, for every token width, both output widths (T above 32767
+    takes int32), with and without segments, in each width of vectors."""
+    rng = np.random.default_rng(seq)
+    item = np.dtype(dtype).itemsize
+    tokens = rng.integers(0, 200, 3 * seq + 50).astype(dtype)
+    tokens[rng.random(len(tokens)) < 0.05] = 250
+    views = record_views(tokens, seq)
+    positions = rng.integers(0, len(tokens) - seq, 5)
+    records = positions.astype(np.int64) * item
+    want_inputs = views[0][records].view(dtype).reshape(5, seq)
+    want_targets = views[1][records].view(dtype).reshape(5, seq)
+    out_dtype = segments.segment_dtype(seq)
+    want_out = np.empty((2, 5, seq), out_dtype)
+    COMPILED.fill(want_inputs, 250, seq, want_out, 1 << 40)
+    for bound in (None, 200, 250, 251, int(tokens[positions[2] + seq]), 1 << 40):
+        limit = (1 << 64) - 1 if bound is None else bound
+        below = bound is None or bool(max(want_inputs.max(), want_targets[:, -1].max()) < bound)
+        for width in {16, COMPILED.VECTOR_BYTES}:
+            for segmented in (False, True):
+                inputs, targets = np.empty((5, seq), dtype), np.empty((5, seq), dtype)
+                out = np.empty((2, 5, seq), out_dtype) if segmented else None
+                got = COMPILED.gather(views[0], views[1], records, inputs, targets, out, 250, limit, width)
+                assert got is below, (bound, width, segmented)
+                assert np.array_equal(inputs, want_inputs) and np.array_equal(targets, want_targets)
+                assert out is None or np.array_equal(out, want_out)
+
+
+@NEEDS_THE_SCAN
+def test_the_compiled_gather_checks_what_keeps_it_inside_its_buffers():
+    tokens = np.arange(40, dtype=np.uint16)
+    views = record_views(tokens, 4)
+    records = np.array([0, 2, 60], np.int64)
+    inputs, targets, out = np.zeros((3, 4), np.uint16), np.zeros((3, 4), np.uint16), np.zeros((2, 3, 4), np.int16)
+
+    def gather(*changed, **named):
+        args = dict(zip(["views0", "views1", "records", "inputs", "targets", "out", "boundary", "bound"],
+                        [views[0], views[1], records, inputs, targets, out, 9, 1 << 16]))
+        args.update(named)
+        return COMPILED.gather(*args.values(), *changed)
+
+    assert gather() is True and inputs[2].tolist() == [30, 31, 32, 33] and targets[2].tolist() == [31, 32, 33, 34]
+    assert out[0].tolist() == [[1, 1, 1, 1]] * 3  # (no boundary: 9 is not a token at these places)
+    inputs[:] = 0
+    with pytest.raises(IndexError, match="record 72 of row 1 is outside the views' 71 records"):
+        gather(records=np.array([0, 72, 4], np.int64))
+    assert not inputs.any()  # (refused before anything is copied)
+    with pytest.raises(IndexError, match="record -2 of row 0"):
+        gather(records=np.array([-2, 0, 4], np.int64))
+    with pytest.raises(TypeError, match="records are int64"):
+        gather(records=records.astype(np.int32))
+    with pytest.raises(TypeError, match="tokens of 8 bytes"):
+        gather(inputs=np.zeros((3, 1), np.int64), targets=np.zeros((3, 1), np.int64))
+    with pytest.raises(ValueError, match="are what is gathered"):
+        gather(inputs=np.zeros((2, 4), np.uint16))
+    with pytest.raises(ValueError, match="are what is gathered"):
+        gather(views0=record_views(tokens, 5)[0])
+    with pytest.raises(ValueError, match="does not fit"):
+        gather(boundary=1 << 16)
+    with pytest.raises(ValueError, match="not twice the rows' tokens"):
+        gather(out=np.zeros((2, 3, 3), np.int16))
+    with pytest.raises(ValueError, match="not twice the rows' tokens"):
+        gather(out=np.zeros((2, 3, 4), np.int64))
+    read_only = np.zeros((3, 4), np.uint16)
+    read_only.setflags(write=False)
+    with pytest.raises((BufferError, ValueError), match="read-only|not writable"):  # (numpy's own refusal)
+        gather(targets=read_only)
+    with pytest.raises(ValueError, match="vectors of 8 bytes"):
+        gather(8)
+
+
+@NEEDS_THE_SCAN
+@pytest.mark.parametrize("with_segments", [False, True])
+def test_a_mapped_corpus_gathers_by_the_compiled_pass_and_pread_by_its_reads(tmp_path, monkeypatch, with_segments):
+    """A mapped corpus's gather is one call of the compiled gather (the same leaves as numpy's
+    copies and passes); one read with access="pread" is not."""
+    from pskd_jax.corpus import CorpusWindows
+
+    from .helpers import write_corpus
+
+    path = write_corpus(tmp_path / "c", [np.arange(3000) % 257, np.arange(500) % 200])
+    calls = []
+    counted = types.SimpleNamespace(fill=COMPILED.fill, gather=lambda *args: calls.append(1) or COMPILED.gather(*args))
+    batch = np.array([0, 5, 40, 44, 3000 // 16])  # (window 187 crosses into the second shard)
+    for access, wanted in (("mmap", 1), ("pread", 0)):
+        with CorpusWindows(path, seq=16, access=access, segments=with_segments) as windows:
+            monkeypatch.setattr(segments, "_native", None)
+            expected = windows.gather(batch)
+            monkeypatch.setattr(segments, "_native", counted)
+            calls.clear()
+            got = windows.gather(batch)
+            assert len(calls) == wanted, access
+            assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
 @pytest.mark.slow
