@@ -184,11 +184,13 @@ def _checked_key(place: str, key: str) -> str:
 def check_key_length(url: str, key: str) -> None:
     """Refuses (E9018 naming ``url``) a key longer than S3 and GCS store, before any request: the
     server's refusal would come only after a multipart upload's data was sent, in its own words.
-    A key made from a prefix (a step's, a shard's) is checked where it is used, by the store."""
+    A key made from a prefix (a step's, a shard's) is checked where it is used, by the store. Like
+    every message about a URL, it shows no credential (see :func:`locate`)."""
     size = len(key.encode("utf-8", "surrogatepass"))
     if size > MAX_KEY_BYTES:
-        raise StorageError(f"{url}: the key is {size} bytes long in UTF-8; S3 and GCS store keys of at most "
-                           f"{MAX_KEY_BYTES} bytes: write a shorter prefix or name")
+        raise StorageError(_without_credentials(url, f"{url}: the key is {size} bytes long in UTF-8; S3 and GCS store "
+                                                     f"keys of at most {MAX_KEY_BYTES} bytes: write a shorter prefix "
+                                                     "or name"))
 
 
 __all__ = ["MAX_KEY_BYTES", "OBJECT_SCHEMES", "SCHEMES", "Location", "check_key_length", "is_object_url", "is_url",

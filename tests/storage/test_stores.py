@@ -188,6 +188,16 @@ def test_a_key_longer_than_a_store_takes_is_refused_naming_it(object_place):
     assert [o.key for o in store.list(locate(object_place).key)] == [place.key]
 
 
+def test_a_key_too_long_is_refused_without_showing_a_credential(object_place, monkeypatch):
+    """(The store's own check, of a key made under a prefix, redacts as locate does.)"""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "key-secret-words")
+    long_prefix = locate(object_place).child("key-secret-words-" + "p" * 1010)
+    store, _ = resolve(long_prefix)
+    with pytest.raises(StorageError, match=r"E9018: .*\*\*\*-p+/step-1: the key is 1034 bytes long") as refused:
+        store.put(long_prefix.child("step-1").key, b"x")
+    assert "key-secret-words" not in str(refused.value)
+
+
 def test_a_whole_output_states_its_size_so_that_its_upload_fits_the_parts(object_place, monkeypatch):
     """(S3's 10000 parts an upload, made 1 here: the spooled output's size is known and said.)"""
     from pskd_jax.storage import objects, whole_output
