@@ -224,27 +224,20 @@ def check_stream_flags(path: str, is_corpus: bool, config: RunConfig) -> None:
 
 def open_data(streams: Streams, config: RunConfig) -> TrainingData:
     """The sources the pipeline streams (each corpus verified unless ``--noverify_corpus``):
-    windows cut from a corpus (its manifest), or an lm-windows file; each source of a ``mix(…)``."""
-    from pskd_jax.errors import UsageError
+    windows cut from a corpus (its manifest), or an lm-windows file; each source of a ``mix(…)``.
+    A mix's sources are checked against each other (sample types, boundaries) before any corpus
+    is verified, which reads every shard."""
     from pskd_jax.pipeline import Mixture
 
     pipeline = streams.pipeline
     if not isinstance(pipeline, Mixture):
-        return _stream_data(streams.paths[0], streams.corpora[0], pipeline, config)
-    parts = []
+        return _verified(_stream_data(streams.paths[0], streams.corpora[0], pipeline, config), config)
+    parts: list[TrainingData] = []
     try:
         for path, is_corpus in zip(streams.paths, streams.corpora):
             parts.append(_stream_data(path, is_corpus, pipeline, config))
-        pipeline.check_sample_types([part.sample_type for part in parts])
-        masks = {part.mask_token for part in parts}
-        if len(masks) > 1:
-            raise UsageError(f"--mask_boundary: the corpora of the mix end their documents with different tokens "
-                             f"{sorted(m for m in masks if m is not None)}")
-        for part in parts:
-            if part.segments and part.source.boundary != parts[0].source.boundary:
-                raise UsageError(f"--segments: the corpora of the mix end their documents with different tokens "
-                                 f"({part.source.boundary} in {part.source.path}, {parts[0].source.boundary} in "
-                                 f"{parts[0].source.path})")
+        check_mix(pipeline, parts)
+        parts = [_verified(part, config) for part in parts]
     except BaseException:
         for part in parts:
             part.source.close()
@@ -253,6 +246,40 @@ def open_data(streams: Streams, config: RunConfig) -> TrainingData:
     notes = tuple(note for part in parts for note in part.notes)
     return TrainingData([part.source for part in parts], pipeline, first.sample_type, first.vocab, first.seq,
                         first.mask_token, notes, first.segments)
+
+
+def check_mix(pipeline: Any, parts: list[TrainingData]) -> None:
+    """Refuses a mix whose sources do not go together: sample types that differ (E9010), or
+    documents ended by different tokens under ``--mask_boundary`` or ``--segments`` (E9012)."""
+    from pskd_jax.errors import UsageError
+
+    pipeline.check_sample_types([part.sample_type for part in parts])
+    masks = {part.mask_token for part in parts}
+    if len(masks) > 1:
+        raise UsageError(f"--mask_boundary: the corpora of the mix end their documents with different tokens "
+                         f"{sorted(m for m in masks if m is not None)}")
+    for part in parts:
+        if part.segments and part.source.boundary != parts[0].source.boundary:
+            raise UsageError(f"--segments: the corpora of the mix end their documents with different tokens "
+                             f"({part.source.boundary} in {part.source.path}, {parts[0].source.boundary} in "
+                             f"{parts[0].source.path})")
+
+
+def _verified(data: TrainingData, config: RunConfig) -> TrainingData:
+    """``data`` with its corpus verified (every shard read against its manifest) unless
+    ``--noverify_corpus``, and a note of how long that took; an lm-windows file as it is."""
+    from pskd_jax import corpus
+    from pskd_jax._os.checks import counted
+
+    windows = data.source
+    if not config.verify_corpus or not isinstance(windows, corpus.CorpusWindows):
+        return data
+    started = time.perf_counter()
+    windows.verify_shards()
+    m = windows.manifest
+    note = (f"train: verified {counted(len(m.shards), 'shard')}, {counted(m.tokens, 'token')}, in "
+            f"{time.perf_counter() - started:.2f} s (--noverify_corpus skips this)")
+    return dataclasses.replace(data, notes=(note, *data.notes))
 
 
 def _stream_data(path: str, is_corpus: bool, pipeline: Any, config: RunConfig) -> TrainingData:
@@ -266,20 +293,15 @@ def check_batches(data: TrainingData) -> None:
 
 
 def _corpus_data(path: str, pipeline: Any, config: RunConfig) -> TrainingData:
-    """Windows of ``--seq`` tokens cut on the fly from a corpus, verified first unless told not to
-    (its flags checked already: :func:`check_stream_flags`)."""
+    """Windows of ``--seq`` tokens cut on the fly from a corpus, not yet verified (:func:`_verified`;
+    its flags checked already: :func:`check_stream_flags`)."""
     from pskd_jax import corpus
-    from pskd_jax._os.checks import counted
 
     assert config.seq is not None  # (check_stream_flags refused a corpus without it)
-    opened = time.perf_counter()
-    windows = corpus.CorpusWindows(path, seq=config.seq, stride=config.stride, verify=config.verify_corpus,
-                                   access=config.access, tokenizer=config.tokenizer, segments=config.segments)
+    windows = corpus.CorpusWindows(path, seq=config.seq, stride=config.stride, access=config.access,
+                                   tokenizer=config.tokenizer, segments=config.segments)
     notes = []
     m = windows.manifest
-    if config.verify_corpus:
-        notes.append(f"train: verified {counted(len(m.shards), 'shard')}, {counted(m.tokens, 'token')}, in "
-                     f"{time.perf_counter() - opened:.2f} s (--noverify_corpus skips this)")
     if not windows.complete:
         notes.append(f"train: {path} is the manifest of a build in progress or interrupted: "
                      f"{len(m.shards)} of {m.planned_shards} shards; training on those")

@@ -272,15 +272,27 @@ class CorpusWindows(RandomAccessSource):
                 shards[i] = opened
             ready = [s for s in shards if s is not None]
             if verify and new:
-                fresh = {id(s) for s in new}
-                check_shards(manifest, lambda i: content_problem(ready[i].bytes, ready[i].path, ready[i].header,
-                                                                 manifest.shards[i], manifest.tokenizer)
-                             if id(ready[i]) in fresh else None, self.workers)
+                self._check_contents(manifest, ready, {id(s) for s in new})
             return self._snapshot(raw, manifest, ready)
         except BaseException:
             for shard in new:
                 shard.close()
             raise
+
+    def _check_contents(self, manifest: Manifest, shards: list[_OpenShard], which: set[int] | None = None) -> None:
+        """E9017 naming the first of ``shards`` (those whose id is in ``which``; None: all) whose
+        bytes are not what the manifest says, read as the windows read them."""
+        check_shards(manifest, lambda i: content_problem(shards[i].bytes, shards[i].path, shards[i].header,
+                                                         manifest.shards[i], manifest.tokenizer)
+                     if which is None or id(shards[i]) in which else None, self.workers)
+
+    def verify_shards(self) -> None:
+        """Checks every shard the windows read now against the manifest (``verify=True`` at the
+        open, later): E9017 naming the first bad one. For a caller that makes cheaper checks
+        (sample types, boundaries) of several corpora first."""
+        self._require_open()
+        state = self._state
+        self._check_contents(state.manifest, state.shards)
 
     def _open_shards(self, manifest: Manifest, wanted: list[tuple[int, str]], new: list[_OpenShard]
                      ) -> list[_OpenShard]:

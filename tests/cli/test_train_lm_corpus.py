@@ -213,6 +213,18 @@ def test_a_flag_a_later_source_of_a_mix_cannot_take_is_refused_before_the_corpus
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_sources_of_a_mix_that_do_not_go_together_are_refused_before_the_corpus_is_verified(built, tmp_path):
+    windows = tmp_path / "w.psk.d"  # windows over another vocabulary than the corpus's 257 tokens
+    pskd_jax.write(windows, "(idx[300][seq: 16], idx[300][seq: 16])",
+                   (np.zeros((8, 16), np.uint16), np.ones((8, 16), np.uint16)))
+    text = f'mix(stream "{damaged(built)}" : 1, stream "{windows}" : 1) |> batch(B = 4)'
+    result = train(built, pipeline=text)
+    refused_unverified(result, "E9010", "idx[300][seq: 16]")
+    assert "E9017" in train(built, pipeline=f'stream "{built}" |> batch(B = 4)').stderr  # (what verifying says)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_run_refused_while_its_data_is_opened_leaves_no_checkpoint_directory(built, tmp_path):
     # The manager opens (making its directories) before the corpus is verified; a run refused
     # there removes what it made, and leaves a directory that was there before as it was.

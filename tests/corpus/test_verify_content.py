@@ -69,6 +69,16 @@ def test_a_token_at_or_above_the_vocabulary_with_its_sha256_recorded_after_the_d
     expect_verify(m, r"E9017: .*shard 1 s1.psk.d: token 3 is 300, not below the vocabulary size 257")
     with pytest.raises(PskdError, match=r"E9017: .*shard 1 s1.psk.d: token 3 is 300"):
         CorpusWindows(m, seq=2, verify=True)
+    # Opened unverified (a caller's cheaper checks first), then verified: the same refusal.
+    windows = CorpusWindows(m, seq=2)
+    with pytest.raises(PskdError, match=r"E9017: .*shard 1 s1.psk.d: token 3 is 300"):
+        windows.verify_shards()
+    windows.close()
+    with pytest.raises(PskdError, match="closed"):
+        windows.verify_shards()
+    clean = corpus_of(tmp_path / "clean", [[1, 2, B], [3, B, 4, 5, B]])
+    with CorpusWindows(clean, seq=2) as windows:
+        windows.verify_shards()
 
 
 def test_documents_that_disagree_with_the_boundary_tokens(tmp_path):
