@@ -42,6 +42,39 @@ PART_ROWS = 1 << 20  # a batch of more rows is gathered in parts: its indices ne
 GATHERED_AHEAD = 1  # groups gathered (on the gathering thread) ahead of the one being placed
 
 
+class _GatheringThread:
+    """One thread running the gathers handed to it, in turn. A daemon, as the loader's own thread
+    is: a process that ends while a gather waits on a store does not wait for it (a pool's
+    threads would be joined at exit)."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[concurrent.futures.Future, Any, tuple] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="pskd-loader-gather", daemon=True)
+        self._thread.start()
+
+    def submit(self, call: Any, *args: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._tasks.put((future, call, args))
+        return future
+
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            future, call, args = task
+            if not future.set_running_or_notify_cancel():  # (cancelled before it began)
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as e:  # (the loader's thread re-raises it from result())
+                future.set_exception(e)
+            del task, future
+
+    def close(self) -> None:
+        """Ends the thread once the gathers handed to it have run or been cancelled (a running one
+        returns first)."""
+        self._tasks.put(None)
+        self._thread.join()
+
+
 def local_rows(sharding: jax.sharding.Sharding, global_shape: Sequence[int]) -> tuple[int, int]:
     """The rows [start, stop) of a global batch that this process's devices hold.
 
@@ -225,18 +258,19 @@ class Loader:
         if self.pipeline.batch_size * self.group_size > PART_ROWS:
             yield from self._large_groups(state)
             return
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pskd-loader-gather") as gathering:
-            ahead: collections.deque[concurrent.futures.Future] = collections.deque()
-            try:
-                for pending in self._index_groups(state):
-                    ahead.append(gathering.submit(self._gather_group, pending))
-                    if len(ahead) == GATHERED_AHEAD + 1:
-                        yield ahead.popleft().result()
-                while ahead:
+        gathering = _GatheringThread()
+        ahead: collections.deque[concurrent.futures.Future] = collections.deque()
+        try:
+            for pending in self._index_groups(state):
+                ahead.append(gathering.submit(self._gather_group, pending))
+                if len(ahead) == GATHERED_AHEAD + 1:
                     yield ahead.popleft().result()
-            finally:  # (stopped, or a gather failed: the reads not yet begun are dropped)
-                for waiting in ahead:
-                    waiting.cancel()
+            while ahead:
+                yield ahead.popleft().result()
+        finally:  # (stopped, or a gather failed: the reads not yet begun are dropped)
+            for waiting in ahead:
+                waiting.cancel()
+            gathering.close()
 
     def _index_groups(self, state: IteratorState) -> Iterator[list[tuple[IteratorState, np.ndarray]]]:
         """Groups of up to ``group_size`` (following state, indices of this process's rows)."""
