@@ -59,6 +59,11 @@ _NO_BUCKET = "<Code>NoSuchBucket</Code>"  # S3's error page for a GET of a bucke
 _NOT_IMPLEMENTED = re.compile(r"status code: 501\b")
 # How they say a range started at or past the object's end (a server's 416; memory://'s own words)
 _UNSATISFIABLE = re.compile(r"status code: 416\b|Wanted range starting at \d+, but object was only")
+_FORBIDDEN = re.compile(r"status code: 403\b|\b403 Forbidden\b")
+# (S3 answers a GET or HEAD of a key that is not there with 403, not 404, when the credentials may
+# not list the bucket: a missing object then looks like a refusal, and the message says which.)
+_FORBIDDEN_HINT = ("(S3 answers 403 also for an object that is not there when the credentials may not list the "
+                   "bucket: s3:ListBucket)")
 
 
 class ObjectStore(Store):
@@ -101,8 +106,9 @@ class ObjectStore(Store):
         if _UNSATISFIABLE.search(str(error)):  # a range that starts at or past the object's end
             return TruncatedError(f"{self.url(key)}: the object ends before a range asked of it starts (cannot "
                                   f"{what}): {_client_words(error, self.options)}")
+        hint = f" {_FORBIDDEN_HINT}" if self.scheme == "s3" and _FORBIDDEN.search(str(error)) else ""
         return StorageError(f"{self.url(key)}: cannot {what}: {_tried(error, started, tries, self.options)}: "
-                            f"{type(error).__name__}: {_client_words(error, self.options)}")
+                            f"{type(error).__name__}: {_client_words(error, self.options)}{hint}")
 
     def _named(self, key: str, what: str) -> None:
         """Refuses the empty key before any request: it names the bucket itself, and S3 answers a

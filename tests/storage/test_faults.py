@@ -515,3 +515,15 @@ def test_messages_hold_no_credentials_of_an_aws_profile(faulty_bucket, fault_pro
         assert "injected by the test proxy" in message and "***" in message
         for credential in ("AKIAPROFILEKEYID", "profile-secret-words", "profile-session-token"):
             assert credential not in message
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_403_says_that_s3_answers_it_for_a_missing_object_without_listbucket(faulty_bucket, fault_proxy, method):
+    """(A store's credentials without s3:ListBucket get 403 for a key that is not there: the
+    message says so, where it otherwise reads as a refusal of an object that exists.)"""
+    store = _store(faulty_bucket)
+    fault_proxy.plan(Rule(answer(403), method=method, path=_at(faulty_bucket, "absent.json"), times=None))
+    read = store.get if method == "GET" else store.info
+    with pytest.raises(StorageError, match=r"E9018: s3://.*/absent\.json: cannot .*403.*s3:ListBucket\)$"):
+        read("absent.json")
+    assert fault_proxy.faults_done() >= 1
