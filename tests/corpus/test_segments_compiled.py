@@ -211,30 +211,39 @@ def test_a_mapped_corpus_gathers_by_the_compiled_pass_and_pread_by_its_reads(tmp
 @pytest.mark.slow
 @pytest.mark.subprocess
 @NEEDS_A_COMPILER
-def test_the_scan_token_by_token_equals_numpys(tmp_path):
-    """The compiled scan as a compiler without GCC's vector types builds it (MSVC): built here
-    with PSKD_SEGMENTS_BY_TOKEN, loaded in a fresh process in place of the installed one, and
-    compared with numpy's on windows of every length around the blocks of 32."""
+@pytest.mark.parametrize("macro", ["PSKD_SEGMENTS_BY_TOKEN", "PSKD_SEGMENTS_PORTABLE"])
+def test_the_scans_other_forms_equal_numpys(tmp_path, macro):
+    """The compiled scan as other compilers and processors build it: token by token (a compiler
+    without GCC's vector types, MSVC: PSKD_SEGMENTS_BY_TOKEN), and in vectors with the boundaries
+    of a block found from the compares' words (a processor other than x86, which has no
+    movemask: PSKD_SEGMENTS_PORTABLE); built here with the macro, loaded in a fresh process in
+    place of the installed one, and compared with numpy's on windows of every length around the
+    blocks of 32, in each width of vectors, by fill and by gather."""
     source = Path(segments.__file__).with_name("_segments.c")
     build = run_python(f"""
         from setuptools import Extension, setup
         setup(script_args=["-q", "build_ext", "--build-lib", {str(tmp_path)!r},
                            "--build-temp", {str(tmp_path / "t")!r}],
               ext_modules=[Extension("pskd_jax.corpus._segments", [{str(source)!r}],
-                                     define_macros=[("PSKD_SEGMENTS_BY_TOKEN", "1")])])
+                                     define_macros=[({macro!r}, "1")])])
         """, cwd=tmp_path)
     assert build.returncode == 0, build.stderr[-3000:]
     (built,) = (tmp_path / "pskd_jax" / "corpus").glob("_segments.*")
     check = run_python("""
-        import importlib.machinery, importlib.util, sys
+        import importlib.machinery, importlib.util, sys, types
         import numpy as np
+        from numpy.lib.stride_tricks import as_strided
         from pskd_jax.corpus import segments
         spec = importlib.util.spec_from_file_location(
             "pskd_jax.corpus._segments", sys.argv[1], loader=importlib.machinery.ExtensionFileLoader(
                 "pskd_jax.corpus._segments", sys.argv[1]))
-        by_token = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(by_token)
-        assert by_token.__file__ == sys.argv[1] and by_token.VECTOR_BYTES == 0
+        scan = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(scan)
+        assert scan.__file__ == sys.argv[1]
+        assert (scan.VECTOR_BYTES == 0) == (sys.argv[2] == "PSKD_SEGMENTS_BY_TOKEN"), scan.VECTOR_BYTES
+        narrowest = 16 if scan.VECTOR_BYTES else 0
+        narrow = types.SimpleNamespace(fill=lambda *a: scan.fill(*a, narrowest),
+                                       gather=lambda *a: scan.gather(*a, narrowest))
         rng = np.random.default_rng(3)
         for dtype in (np.uint8, np.uint16, np.uint32):
             for seq in (1, 31, 32, 33, 64, 100, 40000):
@@ -243,11 +252,27 @@ def test_the_scan_token_by_token_equals_numpys(tmp_path):
                 for bound in (None, 250, 251, int(inputs.max()), int(inputs.max()) + 1):
                     segments._native = None
                     want = segments.segments_below(inputs, 250, bound)
-                    segments._native = by_token
-                    got = segments.segments_below(inputs, 250, bound)
-                    assert got[2] == want[2], (dtype, seq, bound)
-                    same = all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got[:2], want[:2]))
-                    assert same, (dtype, seq)
+                    for form in (scan, narrow):
+                        segments._native = form
+                        got = segments.segments_below(inputs, 250, bound)
+                        assert got[2] == want[2], (dtype, seq, bound)
+                        same = all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got[:2], want[:2]))
+                        assert same, (dtype, seq)
+                # gather: windows of a stream of these tokens, against numpy's copies and the scan above
+                stream = np.concatenate([inputs.reshape(-1), inputs.reshape(-1)[:1]])
+                item, base = stream.dtype.itemsize, stream.view(np.uint8)
+                record = np.dtype((np.void, seq * item))
+                views = [as_strided(np.ndarray((1,), dtype=record, buffer=base[skip:]),
+                                    shape=(len(base) - (seq + 1) * item + 1,), strides=(1,), writeable=False)
+                         for skip in (0, item)]
+                records = np.arange(3, dtype=np.int64) * seq * item
+                for form in (scan, narrow):
+                    segments._native = form
+                    leaves, below = segments.gathered_windows(tuple(views), records, stream.dtype, 250, None, True)
+                    assert below and np.array_equal(leaves[0], inputs), (dtype, seq)
+                    segments._native = None
+                    ids, positions = segments.segment_ids_and_positions(inputs, 250)
+                    assert np.array_equal(leaves[2], ids) and np.array_equal(leaves[3], positions), (dtype, seq)
         print("same")
-        """, built)
+        """, built, macro)
     assert check.returncode == 0 and check.stdout.strip() == "same", check.stderr[-3000:]
