@@ -70,8 +70,8 @@ static inline uint64_t any_word(const uint64_t *words, int count) {
    short loop, not a test of every word of every vector (each a branch the processor guesses
    wrong now and then): segments added 4.6-5.6 us to a mapped gather of B = 64, T = 1024,
    documents of ~500 tokens, against 8.2-8.9 us before (bench_segments.py, runs taken in turn).
-   Elsewhere (and with
-   PSKD_SEGMENTS_PORTABLE defined, as a test builds it) from the compares' words. */
+   Elsewhere (and with PSKD_SEGMENTS_PORTABLE defined, as a test builds it) from the compares'
+   words. */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(PSKD_SEGMENTS_PORTABLE)
 typedef char mask_bytes16 __attribute__((vector_size(16)));
 typedef char mask_bytes32 __attribute__((vector_size(32)));
