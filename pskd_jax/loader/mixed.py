@@ -22,6 +22,7 @@ import jax
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from pskd_jax.corpus.segments import gathered_windows
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import BadValueError, PskdError
 from pskd_jax.format.byte_sources import Runs, first_cut_short, read_runs
@@ -239,6 +240,16 @@ def _joint_windows(corpora: list[CorpusWindows], joint: _Joint, which: np.ndarra
         if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
             return None
         records = starts * dtype.itemsize + joint.shift.take(shard)  # a record index of the views
+        bound = first._bound if first._bounded else None
+        checked = gathered_windows((joint.inputs, joint.targets), records, dtype, first.boundary, bound,
+                                   first.segments)  # (copied, checked and scanned a window at a time)
+        if checked is not None:
+            leaves, below = checked
+            for row in crossing.tolist():
+                own = corpora[int(which[row])].gather(indices[row : row + 1])
+                for leaf, part in zip(leaves, own):
+                    leaf[row] = part[0]
+            return leaves if below else None  # (a token at or above the vocabulary: the sources' own E9004)
         inputs = joint.inputs[records].view(dtype).reshape(n, seq)
         targets = joint.targets[records].view(dtype).reshape(n, seq)
     for row in crossing.tolist():

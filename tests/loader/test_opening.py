@@ -328,13 +328,19 @@ def test_an_indivisible_batch_is_refused_and_mixtures_with_segments_land_sharded
     assert result.stdout.splitlines() == ["refused E9010 True True", "refused E9010 True", "sharded ok"]
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("segments", [False, True])
-def test_mapped_corpora_read_through_one_view_as_each_alone(data, monkeypatch, segments):
-    """A mixture of mapped corpora is read with one fancy index over all their maps: every batch,
-    windows across shards (read by their own source) included, equals each source's own reads;
-    and a refreshed corpus is taken up (the view made again)."""
+def test_mapped_corpora_read_through_one_view_as_each_alone(data, monkeypatch, segments, compiled):
+    """A mixture of mapped corpora is read through one view over all their maps (by the compiled
+    gather where the package has it, else numpy's fancy index): every batch, windows across
+    shards (read by their own source) included, equals each source's own reads; and a refreshed
+    corpus is taken up (the view made again)."""
     from pskd_jax.loader import mixed
 
+    compiled_reads = []
+    real_gathered = mixed.gathered_windows
+    monkeypatch.setattr(mixed, "gathered_windows", lambda *a: compiled_reads.append(1) or real_gathered(*a)
+                        if compiled else None)
     paths = [data / "a" / "shards.json", data / "b" / "shards.json"]
     mapped = [CorpusWindows(p, seq=8, stride=3, segments=segments) for p in paths]
     read = [CorpusWindows(p, seq=8, stride=3, segments=segments, access="pread") for p in paths]
@@ -350,6 +356,7 @@ def test_mapped_corpora_read_through_one_view_as_each_alone(data, monkeypatch, s
             assert same(mixed.MixedSource(sources).gather(pairs), want)
     # Every batch went through the one view: a window across shards is read by its own source.
     assert joint_reads and all(r is not None for r in joint_reads)
+    assert bool(compiled_reads) is compiled  # (the mapped batches' reads asked the compiled gather)
     crossing = mixed.MixedSource(mapped)
     state = mapped[0]._now()  # a window of source 0 that starts in one shard and ends in the next
     across = next(i for i in range(len(mapped[0]))
