@@ -328,6 +328,11 @@ typedef int (*above_fn)(const void *, Py_ssize_t, unsigned long long);
 #ifndef AHEAD
 #define AHEAD 2
 #endif
+#if defined(__GNUC__)
+#define PREFETCH(address) __builtin_prefetch((address), 0, 3)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
 
 /* gather(input_view, target_view, records, inputs, targets, outputs, boundary, bound[, vector_bytes]) -> every
    token below bound. The windows of a mapped corpus (CorpusWindows) copied and checked in one
@@ -414,7 +419,7 @@ static PyObject *gather(PyObject *self, PyObject *args) {
         char *in = (char *)rows[0].buf + w * row_bytes, *target = (char *)rows[1].buf + w * row_bytes;
         if (w + AHEAD < n) { /* (the window after next asked of memory while this one is copied) */
             const char *next = (const char *)view[1].buf + at[w + AHEAD];
-            for (Py_ssize_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 3);
+            for (Py_ssize_t b = 0; b < row_bytes; b += 64) PREFETCH(next + b);
         }
         memcpy(in, (const char *)view[0].buf + at[w], row_bytes);
         memcpy(target, (const char *)view[1].buf + at[w], row_bytes);
