@@ -325,9 +325,7 @@ DEFINE_ABOVE(above_u8, uint8_t)
 DEFINE_ABOVE(above_u16, uint16_t)
 DEFINE_ABOVE(above_u32, uint32_t)
 typedef int (*above_fn)(const void *, Py_ssize_t, unsigned long long);
-#ifndef AHEAD
-#define AHEAD 2
-#endif
+#define AHEAD 2 /* (how many windows ahead the gather asks memory for the next bytes) */
 #if defined(__GNUC__)
 #define PREFETCH(address) __builtin_prefetch((address), 0, 3)
 #else

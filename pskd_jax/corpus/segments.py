@@ -161,10 +161,7 @@ def segments_below(inputs: np.ndarray, boundary: int, bound: int | None) -> tupl
     vector), and the gather makes no pass of its own over the inputs."""
     dtype = segment_dtype(inputs.shape[1])
     if inputs.size and _compiled(inputs, boundary, dtype):  # (an empty batch, T = 0 too, has nothing to scan)
-        # (the scan takes a bound in [0, 2**64): one past that is above every token, as None is;
-        # one at or below 0 is above none)
-        limit = _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)
-        return _scan(inputs, boundary, dtype, limit)
+        return _scan(inputs, boundary, dtype, _limit(bound))
     ids, positions = segment_ids_and_positions(inputs, boundary)
     return ids, positions, bound is None or inputs.size == 0 or bool(_largest(inputs, None) < bound)
 
@@ -184,9 +181,14 @@ def gathered_windows(views: tuple[np.ndarray, np.ndarray], records: np.ndarray, 
         return None
     inputs, targets = np.empty((n, seq), dtype), np.empty((n, seq), dtype)
     outputs = _OUTPUTS.place(np.empty((2, n, seq), out_dtype)) if segmented else None
-    limit = _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)
-    below = _native.gather(views[0], views[1], records, inputs, targets, outputs, boundary, limit)
+    below = _native.gather(views[0], views[1], records, inputs, targets, outputs, boundary, _limit(bound))
     return ([inputs, targets] if outputs is None else [inputs, targets, outputs[0], outputs[1]]), below
+
+
+def _limit(bound: int | None) -> int:
+    """The bound as the compiled passes take it, in [0, 2**64): one past that is above every
+    token, as None is; one at or below 0 is above none."""
+    return _NO_BOUND if bound is None else min(max(operator.index(bound), 0), _NO_BOUND)
 
 
 def _compiled(inputs: np.ndarray, boundary: int, dtype: np.dtype) -> bool:

@@ -224,38 +224,42 @@ def _joint_windows(corpora: list[CorpusWindows], joint: _Joint, which: np.ndarra
     if crossing.size:  # (read as one of the windows inside, then each from its own source)
         some = int(np.argmax(inside))
         starts[crossing], shard[crossing] = starts[some], shard[some]
-    n, seq, dtype = len(indices), first.seq, first.dtype
+    leaves = _joint_leaves(first, joint, starts, shard)
+    if leaves is None:
+        return None
+    for row in crossing.tolist():  # (each from its own source, which checks and scans it)
+        own = corpora[int(which[row])].gather(indices[row : row + 1])
+        for leaf, part in zip(leaves, own):
+            leaf[row] = part[0]
+    return leaves
+
+
+def _joint_leaves(first: CorpusWindows, joint: _Joint, starts: np.ndarray, shard: np.ndarray
+                  ) -> list[np.ndarray] | None:
+    """The leaves of the windows from joint stream positions ``starts`` (each inside ``shard``),
+    checked against the vocabulary and with segments where asked, as each source's own; None
+    when a source's own read is to name what is wrong (a shard cut short, a token at or above
+    the vocabulary size)."""
+    n, seq, dtype = len(starts), first.seq, first.dtype
     if joint.inputs is None or joint.targets is None:  # access="pread": each window one run of its file
-        starts -= joint.shard_start.take(shard)
-        starts *= dtype.itemsize
-        starts += joint.data_offsets.take(shard)
+        starts = (starts - joint.shard_start.take(shard)) * dtype.itemsize + joint.data_offsets.take(shard)
         windows = np.empty((n, seq + 1), dtype)
         try:
             read_runs(joint.files, Runs.of_rows(starts, (seq + 1) * dtype.itemsize, shard), windows, first.path)
         except PskdError:
             return None  # (the source's own read names the shard)
-        inputs, targets = np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:])
-    else:
-        touched = np.flatnonzero(np.bincount(shard)).tolist()
-        if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
-            return None
-        records = starts * dtype.itemsize + joint.shift.take(shard)  # a record index of the views
-        bound = first._bound if first._bounded else None
-        checked = gathered_windows((joint.inputs, joint.targets), records, dtype, first.boundary, bound,
-                                   first.segments)  # (copied, checked and scanned a window at a time)
-        if checked is not None:
-            leaves, below = checked
-            for row in crossing.tolist():
-                own = corpora[int(which[row])].gather(indices[row : row + 1])
-                for leaf, part in zip(leaves, own):
-                    leaf[row] = part[0]
-            return leaves if below else None  # (a token at or above the vocabulary: the sources' own E9004)
-        inputs = joint.inputs[records].view(dtype).reshape(n, seq)
-        targets = joint.targets[records].view(dtype).reshape(n, seq)
-    for row in crossing.tolist():
-        own = corpora[int(which[row])].gather(indices[row : row + 1])
-        inputs[row], targets[row] = own[0][0], own[1][0]
-    return first._leaves(inputs, targets)  # (checked, with segments where asked: as each source's own)
+        return first._leaves(np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:]))
+    touched = np.flatnonzero(np.bincount(shard)).tolist()
+    if first_cut_short([joint.files[k] for k in touched], [joint.needed[k] for k in touched]) is not None:
+        return None
+    records = starts * dtype.itemsize + joint.shift.take(shard)  # a record index of the views
+    checked = gathered_windows((joint.inputs, joint.targets), records, dtype, first.boundary,
+                               first._bound if first._bounded else None, first.segments)
+    if checked is not None:  # (copied, checked and scanned a window at a time)
+        return checked[0] if checked[1] else None
+    inputs = joint.inputs[records].view(dtype).reshape(n, seq)
+    targets = joint.targets[records].view(dtype).reshape(n, seq)
+    return first._leaves(inputs, targets)
 
 
 def _gather_in_place(sources: list[RandomAccessSource], indices: np.ndarray, rows: list[np.ndarray]
