@@ -146,13 +146,13 @@ def _exact_lines(exact: data.Exact) -> Iterator[str]:
                f"patterns, compared exactly){first}")
     if exact.not_compared:
         n = len(exact.not_compared)
-        yield (f"not compared ({n} {'leaf' if n == 1 else 'leaves'} of one key path stored as other dtypes): "
+        yield (f"not compared ({counted(n, 'leaf', 'leaves')} of one key path stored as other dtypes): "
                f"{_abridged(exact.not_compared)}")
 
 
 def _export(args) -> Iterator[str]:
     count = data.export_json(args.file, args.output, layout=_layout(args, args.file))
-    yield from _wrote(args, f"pskd: wrote {args.output} ({count} sample{'' if count == 1 else 's'} as JSON)")
+    yield from _wrote(args, f"pskd: wrote {args.output} ({counted(count, 'sample')} as JSON)")
 
 
 TEXT_OUTPUT_HELP = "the output file, or - for the standard output (written once complete)"

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from pskd_jax._os.atomic import atomic_output
+from pskd_jax._os.checks import counted
 from pskd_jax._os.files import read_whole
 from pskd_jax.errors import PskdError
 
@@ -28,7 +29,7 @@ def json_kind(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (dict, list)):
         n = len(value)
-        return f"{'an object' if isinstance(value, dict) else 'a list'} of {n} entr{'y' if n == 1 else 'ies'}"
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {counted(n, 'entry', 'entries')}"
     if isinstance(value, str):
         return repr(value) if len(value) <= 80 else f"{value[:77]!r}…"
     if isinstance(value, float):

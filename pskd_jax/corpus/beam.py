@@ -441,13 +441,14 @@ def build_corpus_beam(inputs: Sequence[str | os.PathLike[str]], out_dir: str | o
     flags = pipeline_options(beam_options, workers)
     _check_memory_places(beam, flags, [place.url, *sources])
     _check_dask_scheduler(beam, flags)
+    # (the manifest named as the local build names it)
+    where = os.path.join(place.path, MANIFEST) if place.is_local else place.child(MANIFEST).url
     if not place.is_local:
         manifest = _run_in_store(beam, sources, place, options, flags)
     else:
         _run_in_directory(beam, sources, os.path.abspath(place.path), options, flags)
-        where = os.path.join(place.path, MANIFEST)  # named as the local build names it
         manifest = read_manifest(where) if os.path.lexists(where) else None
-    manifest = _finished(manifest, place.child(MANIFEST).url if not place.is_local else where, len(sources))
+    manifest = _finished(manifest, where, len(sources))
     return BuildResult(manifest, len(manifest.shards), 0, sum(s.skipped for s in manifest.shards), (),
                        sum(s.source["size"] for s in manifest.shards if s.source), time.perf_counter() - started)
 

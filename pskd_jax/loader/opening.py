@@ -77,8 +77,7 @@ def _check_no_base_dir(pipeline: Pipeline | Mixture, base_dir: str | os.PathLike
     """E9012 for ``base_dir`` beside a Pipeline or Mixture holding a relative path: its paths are
     resolved already (by the parser), so the loader would open that path from the current
     directory, not from ``base_dir`` as a text's."""
-    paths = pipeline.paths if isinstance(pipeline, Mixture) else (pipeline.path,)
-    relative = [p for p in paths if not is_url(p) and not os.path.isabs(p)]
+    relative = [p for p, _ in stream_places(pipeline) if not is_url(p) and not os.path.isabs(p)]
     if base_dir is not None and relative:
         raise UsageError(f"base_dir={os.fspath(base_dir)!r} joins the paths of a pipeline's text, but {pipeline} is "
                          f"a {type(pipeline).__name__} whose paths are resolved already (its {relative[0]!r} is opened "
@@ -159,9 +158,10 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
                   base_dir: str | os.PathLike[str] | None) -> Opened:
     """The loader's source and pipeline, opening what the text streams unless a source is given."""
     text = as_pipeline(pipeline, base_dir)
+    if source is None:
+        check_streams(text)  # (every stream's path, before any is opened)
     if isinstance(text, Pipeline):
         if source is None:
-            check_streams(text)
             opened = _open_stream(text.path, options, "")
             try:
                 _check_cut_used([opened], options)
@@ -185,8 +185,6 @@ def open_pipeline(pipeline: Any, source: Source | Sequence[Source] | None, optio
                                 "text's order), or none")
         if len(given) != len(text.sources):
             raise PipelineError(f"{text} mixes {len(text.sources)} sources, but {len(given)} were given")
-    else:
-        check_streams(text)  # (every source's path, before any is opened)
     sources: list[Any] = []
     owned: list[Any] = []
     try:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from pskd_jax._os.checks import counted
 from pskd_jax.errors import PskdError, StorageError, TruncatedError
 from pskd_jax.storage.base import (
     CREATE,
@@ -576,7 +577,7 @@ def _tried(error: BaseException, started: float, tries: int, options: StorageOpt
     words = str(error)
     if _RETRIED.search(words) or "Error performing" in words:  # the client's account of its retries
         count = tries + _client_retries(error)
-        done = f"{count} {'try' if count == 1 else 'tries'} in {seconds:.1f} s"
+        done = f"{counted(count, 'try', 'tries')} in {seconds:.1f} s"
     else:
         done = f"given up after {seconds:.1f} s"
     return f"{done} (at most {options.retries} retries within {options.retry_seconds:g} s)"
