@@ -425,8 +425,8 @@ class Reader(RandomAccessSource):
         return view.take(positions, axis=0, out=out, mode="clip")  # ("raise" would copy twice)
 
     def _check_still_whole(self) -> None:
-        """Refuses to copy out of the map a file cut short since it was opened (E9003): one
-        ``fstat`` a gather. A file cut short between this check
+        """Refuses to copy out of the map a file cut short since it was opened (E9003): its
+        size a gather (one ``lseek`` of the kept descriptor). A file cut short between this check
         and the copy still kills the process; only a file rewritten in place does that (the
         toolkit's writers write a new file and rename it); ``access="pread"`` turns even that into
         E9003."""
