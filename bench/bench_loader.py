@@ -19,7 +19,9 @@ directory and read back from the page cache:
    shape, gathered by the same Reader (≥ 0.9×; the bare loop is run before and after each Loader
    round, and each Loader round is compared with the mean of those two), with the Reader mapping
    the file and with ``access="pread"``, and what one batch costs the loader's producer thread,
-   part by part. Every gather fills a 64-byte-aligned array, which the CPU backend's
+   part by part; then the CPU a batch costs the whole process (all threads) in each mode and the
+   most this machine's cores can deliver at that cost, and the CPU of a pread group's reads alone.
+   Every gather fills a 64-byte-aligned array, which the CPU backend's
    ``device_put`` takes without a copy: the bare loop's batches are those too (its fastest case).
 3. Resident memory of a training-like loop (a jitted step consuming Loader batches for
    ``--steps`` steps) over a ``--small-mb`` and a ``--large-mb`` file, each in its own process,
@@ -221,17 +223,21 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
         jax.device_put(ready[position[0] % len(ready)]).block_until_ready()
         position[0] += 1
 
+    cpu_a_batch: dict[str, list[float]] = {"mmap": [], "pread": []}
+
     def loader_rate(source, seconds: float) -> float:
         loader = Loader(source, pipeline)
-        calls, started = -20, None  # 20 batches for the thread to start and fill the queue
+        calls, started, cpu = -20, None, 0.0  # 20 batches for the thread to start and fill the queue
         for batch in loader:
             batch.block_until_ready()
             calls += 1
             if calls == 0:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
             elif calls > 0 and time.perf_counter() - started >= seconds:
                 break
-        return calls / (time.perf_counter() - started)
+        rate = calls / (time.perf_counter() - started)
+        cpu_a_batch[source.access].append((time.process_time() - cpu) / calls)  # (every thread's CPU)
+        return rate
 
     per_round = args.seconds / args.rounds
     bare_rates, loader_rates, pread_rates = [], [], []
@@ -290,8 +296,34 @@ def device_batches(path: str, count: int, args: argparse.Namespace) -> None:
     shown = ", ".join(f"{name} {seconds / n * 1e6:.0f} µs" for name, seconds in parts.items())
     print(f"  producer's serial cost a batch (in groups of {group_size}): {shown}; sum {serial * 1e6:.0f} µs "
           f"= {1 / serial:.0f} batches/s if nothing overlaps")
+    cores_limit(pipeline, pread_reader, count, group_size, cpu_a_batch, bare_rate)
     reader.close()
     pread_reader.close()
+
+
+def cores_limit(pipeline: Pipeline, pread_reader, count: int, group_size: int,
+                cpu_a_batch: dict[str, list[float]], bare_rate: float) -> None:
+    """The most a Loader can deliver on this machine's cores at the CPU a batch it was measured to
+    spend (every thread's, in the rounds above), against the bare loop; and the CPU of a pread
+    group's reads alone (the kernel's copies out of the page cache), measured here."""
+    batches = pipeline.iter_batches(count)
+    groups = [np.concatenate([next(batches)[1] for _ in range(group_size)]) for _ in range(20)]
+    took = []
+    for _ in range(3):
+        started = time.process_time()
+        for indices in groups:
+            pread_reader.gather(indices)
+        took.append((time.process_time() - started) / (len(groups) * group_size))
+    reads = min(took)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for access, spent in cpu_a_batch.items():
+        cpu = float(np.median(spent))
+        best = cores / cpu
+        print(f"  {access}: the process spends {cpu * 1e6:.0f} µs of CPU a batch (all threads); {cores} cores at "
+              f"that cost give at most {best:.0f} batches/s = {best / bare_rate:.2f}× the bare loop")
+    print(f"  a pread gather alone (groups of {group_size}): {reads * 1e6:.0f} µs of CPU a batch; at the bare loop's "
+          f"{1e6 / bare_rate:.0f} µs a batch that is {reads * bare_rate / cores:.2f} of the {cores} cores' time, "
+          "before the order, the move and the consumer")
 
 
 # --------------------------------------------------------------------------------------------
