@@ -44,14 +44,40 @@ def out_of_descriptors(e: BaseException) -> str:
         seen = seen.__cause__ or seen.__context__  # (an error of the toolkit's made of the OSError)
     if seen is None:
         return ""
+    soft = descriptor_limit()
+    limit = f" ({soft} here)" if soft is not None else ""
+    return (f": the process has no file descriptor left, its limit{limit} reached (a corpus read with "
+            "access='pread' holds one open a shard): raise the limit (ulimit -n)")
+
+
+UNLIMITED_DESCRIPTORS = 1 << 17  # what an unlimited soft limit of open files counts as
+
+
+def descriptor_limit() -> int | None:
+    """The process's soft limit of open files now (:data:`UNLIMITED_DESCRIPTORS` for none); None
+    where it cannot be read (off Unix)."""
     try:
         import resource
 
-        limit = f" ({resource.getrlimit(resource.RLIMIT_NOFILE)[0]} here)"
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):  # (no resource module off Unix)
-        limit = ""
-    return (f": the process has no file descriptor left, its limit{limit} reached (a corpus read with "
-            "access='pread' holds one open a shard): raise the limit (ulimit -n)")
+        return None
+    return UNLIMITED_DESCRIPTORS if soft == resource.RLIM_INFINITY else soft
+
+
+def same_place(first: str | os.PathLike, second: str | os.PathLike) -> bool:
+    """Whether two local paths name one place: the same string, the same real path (``x`` and
+    ``./x``, a link and its target, also for a file not there), or what is there now one file
+    (a hard link). Strings that are no path (a URL) are the same place only when equal."""
+    first, second = os.fspath(first), os.fspath(second)
+    if first == second:
+        return True
+    if _URL.match(first) or _URL.match(second):
+        return False
+    try:
+        return os.path.realpath(first) == os.path.realpath(second) or os.path.samefile(first, second)
+    except (OSError, ValueError):
+        return False
 
 
 def fsync_directory(directory: str) -> None:

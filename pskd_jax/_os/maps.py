@@ -21,6 +21,8 @@ import threading
 
 import numpy as np
 
+from pskd_jax._os.files import descriptor_limit
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _mmap = _libc.mmap
 _mmap.restype = ctypes.c_void_p
@@ -82,12 +84,8 @@ class DescriptorBudget:
 
     @staticmethod
     def _limit() -> int:
-        try:
-            import resource
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        except (ImportError, OSError, ValueError):  # (no such limit here)
-            return 256
-        return (1 << 16) if soft == resource.RLIM_INFINITY else max(0, soft // 2)
+        soft = descriptor_limit()
+        return 256 if soft is None else max(0, soft // 2)  # (256: a limit that cannot be read)
 
 
 KEPT_DESCRIPTORS = DescriptorBudget()

@@ -19,6 +19,7 @@ import xxhash
 
 from pskd_jax._os.checks import first_true, not_below
 from pskd_jax._os.digests import sampled_digest
+from pskd_jax._os.files import same_place
 from pskd_jax.errors import (
     BadValueError,
     MismatchError,
@@ -79,17 +80,6 @@ def template_mismatch(template_paths: list[str], file_paths: list[str], *, liste
 
 
 MAX_RECORD_BYTES = 2**31 - 1  # numpy's largest void item: larger samples are gathered leaf by leaf
-
-
-def _same_place(first: str, second: str) -> bool:
-    """Whether two local paths name one place: the same string, the same real path (``x`` and
-    ``./x``, a link and its target), or what is there now one file (a hard link)."""
-    if first == second:
-        return True
-    try:
-        return os.path.realpath(first) == os.path.realpath(second) or os.path.samefile(first, second)
-    except (OSError, ValueError):
-        return False
 
 
 class Reader(RandomAccessSource):
@@ -219,7 +209,7 @@ class Reader(RandomAccessSource):
         another save is refused (:class:`OtherVersion`) even where the two saves' headers and sizes
         agree."""
         paired = layout_file.paired
-        if (paired is not None and isinstance(self._bytes, FileBytes) and _same_place(paired[0], self.path)
+        if (paired is not None and isinstance(self._bytes, FileBytes) and same_place(paired[0], self.path)
                 and identity_of(self.fileno()) != paired[1]):
             raise OtherVersion(f"{layout_file.path or 'the layout'}: not the layout of {self.path}: it was read "
                                "beside another data file there, of another save: the checkpoint was saved again "

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from pskd_jax._os.files import same_place
 from pskd_jax.corpus.windows import CorpusWindows
 from pskd_jax.errors import PipelineError, UsageError
 from pskd_jax.format.reader import Reader
@@ -100,19 +101,12 @@ def _open_stream(path: str, options: WindowOptions, where: str) -> Any:
     return Reader(path, access=options.access)
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return os.path.normpath(a) == os.path.normpath(b)
-
-
 def _check_given(source: Any, path: str, options: WindowOptions, where: str) -> None:
     """E9010 when a source passed with the text is not what the text streams (cut as asked)."""
     given = getattr(source, "path", None)
     if not isinstance(given, (str, os.PathLike)):
         return  # (a source of its own kind: taken as the text's)
-    if not _same_file(os.fspath(given), path):
+    if not same_place(given, path):
         raise PipelineError(f"{where}the text streams {path!r}, but the source given reads {os.fspath(given)!r}: "
                             "pass the source of that file, or no source (the loader then opens what the text names)")
     if isinstance(source, CorpusWindows):

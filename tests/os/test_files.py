@@ -104,3 +104,29 @@ def test_line_at_counts_the_line_feeds_before_an_offset(tmp_path, offset, line):
     path.write_bytes(b"abc\nde\n\nlast")
     assert files.line_at(path, offset) == line
     assert files.line_at(path, offset, block=2) == line  # across blocks
+
+
+def test_same_place_by_string_real_path_or_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").write_bytes(b"1")
+    os.link(tmp_path / "x", tmp_path / "hard")
+    os.symlink(tmp_path / "x", tmp_path / "soft")
+    assert files.same_place("x", "./x") and files.same_place(str(tmp_path / "x"), "x")
+    assert files.same_place("soft", "x") and files.same_place("hard", "x")
+    assert files.same_place("gone", "./sub/../gone")  # (no file there: by its real path)
+    assert not files.same_place("x", "y") and not files.same_place("gone", "other")
+
+
+def test_same_place_of_urls_only_when_equal():
+    assert files.same_place("s3://b/k", "s3://b/k")
+    assert not files.same_place("s3://b//k", "s3://b/k")  # (a normalised path would say yes)
+    assert not files.same_place("s3://b/k", "s3:/b/k")
+
+
+def test_the_descriptor_limit_is_the_soft_limit(monkeypatch):
+    import resource
+
+    assert files.descriptor_limit() == resource.getrlimit(resource.RLIMIT_NOFILE)[0] or \
+        resource.getrlimit(resource.RLIMIT_NOFILE)[0] == resource.RLIM_INFINITY
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert files.descriptor_limit() == files.UNLIMITED_DESCRIPTORS
