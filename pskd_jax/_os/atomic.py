@@ -15,7 +15,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from pskd_jax._os import interrupts, locks, names
@@ -121,6 +121,12 @@ def remove_stale_temporaries(path: str) -> list[str]:
         found = [name for name in os.listdir(directory) if pattern.fullmatch(name)]
     except OSError:
         return []
+    return remove_unlocked(directory, found)
+
+
+def remove_unlocked(directory: str, found: Iterable[str]) -> list[str]:
+    """Removes those of the files ``found`` in ``directory`` (names of temporary files) that are
+    regular files no live writer holds locked; returns them (see :func:`remove_stale_temporaries`)."""
     removed = []
     for name in found:
         candidate = os.path.join(directory, name)

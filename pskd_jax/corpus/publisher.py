@@ -25,7 +25,7 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 
 from pskd_jax._os import names
-from pskd_jax._os.atomic import fsync_directory, remove_stale_temporaries
+from pskd_jax._os.atomic import fsync_directory, remove_unlocked
 from pskd_jax.corpus.manifest import MANIFEST, Manifest, Shard, put_manifest, write_manifest
 from pskd_jax.corpus.options import BuildOptions
 from pskd_jax.corpus.shard_build import ShardResult
@@ -165,12 +165,12 @@ def remove_stale_shards(directory: str, keep: Collection[str], owned: Collection
     inputs than the last one), and the temporary files killed writers of any shard left; returns
     them. Only names an earlier record of the directory lists (``owned``) are candidates, and only
     files or links, never a directory: any other file, at a shard's name or not, is the user's."""
-    removed = remove_killed_writers(directory)
     try:
-        listed = os.listdir(directory)
+        listed = sorted(os.listdir(directory))
     except OSError:
-        return removed
-    for name in sorted(listed):
+        return []
+    removed = remove_killed_writers(directory, listed)
+    for name in listed:
         if names.shard_index(name) is None or name in keep or name not in owned:
             continue
         path = os.path.join(directory, name)
@@ -184,19 +184,22 @@ def remove_stale_shards(directory: str, keep: Collection[str], owned: Collection
     return removed
 
 
-def remove_killed_writers(directory: str) -> list[str]:
+def remove_killed_writers(directory: str, listed: Collection[str] | None = None) -> list[str]:
     """Removes the temporary files that killed writers of shards left in ``directory`` (a shard's
-    hidden temporary name, no writer holding its lock: a running writer's stays); returns them."""
-    removed: list[str] = []
+    hidden temporary name, no writer holding its lock: a running writer's stays); returns them.
+    ``listed``: the directory's names, when the caller has listed it already (one listing for
+    any number of them, not one a shard)."""
     try:
-        listed = os.listdir(directory)
+        listed = sorted(os.listdir(directory)) if listed is None else listed
     except OSError:
-        return removed
-    for name in sorted(listed):
-        left = names.leftover(name)
-        if left is not None and left[0] == "random" and names.shard_index(left[1]) is not None:
-            removed += remove_stale_temporaries(os.path.join(directory, left[1]))
-    return removed
+        return []
+    return remove_unlocked(directory, [name for name in listed if _shard_temporary(name)])
+
+
+def _shard_temporary(name: str) -> bool:
+    """Whether ``name`` is the hidden temporary name of a shard's writer."""
+    left = names.leftover(name)
+    return left is not None and left[0] == "random" and names.shard_index(left[1]) is not None
 
 
 def tidy_directory(directory: str | Location, manifest: Manifest, owned: Collection[str]) -> None:
