@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pskd_jax._os.checks import counted
 from pskd_jax.errors import BadValueError, PipelineError
 from pskd_jax.format.layout import Layout, Leaf
 from pskd_jax.format.sample_type import Dim, ParamsType, SampleType, TupleType, format_type, parse_type
@@ -103,13 +104,13 @@ class Pipeline:
         Traceback (most recent call last):
         ...
         pskd_jax.errors.PipelineError: E9010: stream "d.psk.d" |> batch(B = 8) makes no batch of 8 from 5 samples:
-            the file needs at least 8 samples, or a smaller B
+            the source needs at least 8 samples, or a smaller B
         """
         count = self.batches_per_epoch(n)
         if count == 0:
             at = f"{self.where}: " if self.where else ""
-            raise PipelineError(f"{at}{self} makes no batch of {self.batch_size} from {n} samples: "
-                                f"the file needs at least {self.batch_size} samples, or a smaller B")
+            raise PipelineError(f"{at}{self} makes no batch of {self.batch_size} from {counted(n, 'sample')}: "
+                                f"the source needs at least {counted(self.batch_size, 'sample')}, or a smaller B")
         return count
 
     def batch_indices(self, n: int, epoch: int, j: int, *, start: int = 0, stop: int | None = None) -> np.ndarray:

@@ -55,6 +55,12 @@ def test_a_batch_larger_than_the_file_is_refused_by_the_api():
         assert "makes no batch of 11 from 10 samples" in caught.value.message
         assert caught.value.message.startswith("pipeline:1:15: "), caught.value.message  # where B is written
     assert pipeline.check_batches(11) == 1
+    with pytest.raises(PskdError) as caught:  # (one sample, one asked for: each counted as it is)
+        parse_pipeline('stream "w" |> batch(B = 1)').check_batches(0)
+    assert "makes no batch of 1 from 0 samples: the source needs at least 1 sample, or" in caught.value.message
+    with pytest.raises(PskdError) as caught:
+        pipeline.check_batches(1)
+    assert "from 1 sample: the source needs at least 11 samples" in caught.value.message
     text = 'data = stream "w"\n  |> shuffle(seed = 1)\n  |> batch(B = 11)'
     with pytest.raises(PskdError) as caught:
         parse_pipeline(text, source="train.pipeline").check_batches(3)
