@@ -119,10 +119,16 @@ def looked_up_again(layout_file: LayoutFile) -> LayoutFile | None:
     """The layout file looked up again as ``layout_file`` was (:attr:`LayoutFile.looked_up`: by
     :func:`find_layout_file` of its data, or :func:`read_layout_file` of its path for its data),
     now: what a reader that found the data saved again since uses instead (None: none stands
-    beside the data now). Its errors are the look-up's."""
+    beside the data now). Its errors are the look-up's. One look-up: an object's that a save of it
+    overtakes raises :class:`OtherVersion` at once (its caller, a reader that reads the pair again
+    itself, is the one loop that tries again: a loop of its own here would multiply the reads and
+    the pauses of the caller's)."""
     assert layout_file.looked_up is not None  # (the caller asks only of one looked up)
     data, path, xxh3_128 = layout_file.looked_up
-    return find_layout_file(data) if path is None else read_layout_file(path, data=data, xxh3_128=xxh3_128)
+    if path is None:
+        return layout_beside(data)
+    found = _read_for(path, data, xxh3_128, again=False)
+    return dataclasses.replace(found, looked_up=(data, path, xxh3_128))
 
 
 def layout_after(error: OtherVersion, layout_file: LayoutFile) -> LayoutFile | None:
@@ -134,7 +140,10 @@ def layout_after(error: OtherVersion, layout_file: LayoutFile) -> LayoutFile | N
     read-only commands) replaces it so, and nothing else."""
     if layout_file.looked_up is None:
         raise error
-    return looked_up_again(layout_file)
+    try:
+        return looked_up_again(layout_file)
+    except OtherVersion:
+        return layout_file  # (the look-up overtaken by a save too: the reader's next attempt looks again)
 
 
 def _of_one_version(data: str, read: Callable[[], LayoutFile]) -> LayoutFile:

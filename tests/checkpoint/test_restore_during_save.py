@@ -206,7 +206,7 @@ def test_a_layout_the_caller_found_and_saved_again_at_every_look_up_is_e9005(tmp
     ck.save(path, OLD)
     found = ck.find_layout_file(path)
     ck.save(path, NEW)
-    real = layout_file.find_layout_file
+    real = layout_file.layout_beside  # (the look-up made again: one look-up, inside the restore's loop)
     trees, looks = [OLD, NEW], []
 
     def saved_again_after_each(*args, **kwargs):
@@ -216,7 +216,7 @@ def test_a_layout_the_caller_found_and_saved_again_at_every_look_up_is_e9005(tmp
         ck.save(path, trees[0])
         return got
 
-    monkeypatch.setattr(layout_file, "find_layout_file", saved_again_after_each)
+    monkeypatch.setattr(layout_file, "layout_beside", saved_again_after_each)
     with raises("E9005", str(path), "saved again", f"{ATTEMPTS} times running"):
         ck.restore(path, layout=found, as_numpy=True)
     assert len(looks) == ATTEMPTS  # (looked up again after each attempt, the first through the caller's)

@@ -200,3 +200,41 @@ def test_a_store_that_answers_a_put_with_no_tag_records_none(object_place, monke
     content = json.loads(store.get(layout_path_for(where.key))[0])
     assert "tag" not in content["data"] and "url" not in content["data"]
     assert as_lists(ck.restore(url, as_numpy=True)) == as_lists(OLD)
+
+
+def test_a_layout_given_is_looked_up_again_inside_the_readers_one_loop(object_place, monkeypatch, tmp_path):
+    # A reader given a layout it looked up (a restore, export) that meets a save reads the pair
+    # again in its own loop; the look-up made again there is one look-up, not a loop of its own
+    # (which multiplied the reads and the pauses: up to 8 × 8 and seconds before E9005).
+    import pskd_jax.data.export as export
+    import pskd_jax.format.layout_file as layout_file
+    import pskd_jax.format.one_save as one_save
+
+    url = locate(object_place).child("c.psk.d").url
+    ck.save(url, OLD)
+    old_layout = ck.find_layout_file(url)
+    depth, deepest, pauses = [0], [0], []
+
+    def counted_loop(*args, **kwargs):
+        depth[0] += 1
+        deepest[0] = max(deepest[0], depth[0])
+        try:
+            return one_save.until_one_save(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    for module in (export, restoring, layout_file):
+        monkeypatch.setattr(module, "until_one_save", counted_loop)
+    monkeypatch.setattr(one_save.time, "sleep", pauses.append)
+    save = HeldSave(url, monkeypatch)
+    try:
+        for read in (lambda: data.export_json(url, str(tmp_path / "out.json"), layout=old_layout),
+                     lambda: ck.restore(url, layout=old_layout, as_numpy=True)):
+            deepest[0], pauses[:] = 0, []
+            with pytest.raises(MismatchError, match="saved again while"):
+                read()
+            assert deepest[0] == 1
+            assert len(pauses) == one_save.ATTEMPTS - 1
+    finally:
+        save.finish()
+    assert as_lists(ck.restore(url, layout=old_layout, as_numpy=True)) == as_lists(NEW)
